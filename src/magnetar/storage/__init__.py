@@ -1,0 +1,41 @@
+"""Durable storage: managed ledgers, cursors and metadata on SQLite, with group commit.
+
+Owns everything under the data directory. The broker uses it through `ManagedLedgerFactory`
+(asyncio-facing; SQLite and fsync run on worker threads). Must not know about consumers or the wire.
+"""
+
+from magnetar.storage.config import StorageConfig
+from magnetar.storage.cursor import ManagedCursor
+from magnetar.storage.errors import (
+    LedgerFencedError,
+    StorageBusyError,
+    StorageClosedError,
+    StorageCorruptionError,
+    StorageError,
+    StorageWriteError,
+)
+from magnetar.storage.internal_stats import cursor_internal_stats, managed_ledger_internal_stats
+from magnetar.storage.managed_ledger import LedgerInfo, ManagedLedger, ManagedLedgerFactory
+from magnetar.storage.metadata import AlreadyExistsError, BadVersionError, MetadataStore, NotFoundError
+from magnetar.storage.sqlite_engine import Entry
+
+__all__ = [
+    "AlreadyExistsError",
+    "BadVersionError",
+    "Entry",
+    "LedgerFencedError",
+    "LedgerInfo",
+    "ManagedCursor",
+    "ManagedLedger",
+    "ManagedLedgerFactory",
+    "MetadataStore",
+    "NotFoundError",
+    "StorageBusyError",
+    "StorageClosedError",
+    "StorageConfig",
+    "StorageCorruptionError",
+    "StorageError",
+    "StorageWriteError",
+    "cursor_internal_stats",
+    "managed_ledger_internal_stats",
+]

@@ -1,0 +1,728 @@
+"""Managed ledgers: one append-only log of entries per topic, split into ledgers; and their factory.
+
+Owns: appending (positions, ledger rollover, completion only once durable), reading (ranges, lists
+of positions, the entry cache in front of the engine), position arithmetic across ledgers, ledger
+deletion under retention, the cursors of each ledger and the periodic cursor flush. Everything here
+runs on the event loop thread; blocking work goes to the engine's threads. Must not touch:
+consumers, dispatch or the wire; SQL (the engine owns it).
+
+Positions follow Pulsar: `(ledger_id, entry_id)`, entry ids from 0 in each ledger, ledger ids unique
+across all topics. A ledger is closed when it is full (`managedLedgerMaxEntriesPerLedger`,
+`managedLedgerMaxSizePerLedgerMbytes`, once `managedLedgerMinLedgerRolloverTimeMinutes` passed; or
+`managedLedgerMaxLedgerRolloverTimeMinutes`), when a commit of it fails (Pulsar fences a ledger
+after a write error, so entry ids never have holes), and at every restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from bisect import bisect_left, bisect_right
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from magnetar.core.positions import EARLIEST, LATEST, Position
+from magnetar.storage.config import StorageConfig
+from magnetar.storage.cursor import CursorRecord, ManagedCursor, decode_ranges
+from magnetar.storage.entry_cache import EntryCache
+from magnetar.storage.errors import StorageBusyError, StorageClosedError, StorageError
+from magnetar.storage.metadata import MetadataStore
+from magnetar.storage.sqlite_engine import CommitReport, Entry, SqliteEngine, WriteOp, segment_id
+
+__all__ = ["ManagedLedger", "ManagedLedgerFactory", "LedgerInfo", "Entry"]
+
+MB = 1024 * 1024
+# One read returns at most this many entries: it bounds the memory of a read and the time a reader
+# thread is busy with one request (Pulsar's dispatcherMaxReadBatchSize is 100; replays ask for more).
+READ_ENTRIES_MAX = 10_000
+
+
+@dataclass(slots=True)
+class LedgerInfo:
+    ledger_id: int
+    entries: int
+    size: int
+    timestamp_ms: int
+
+
+class ManagedLedger:
+    def __init__(
+        self, factory: ManagedLedgerFactory, name: str, topic_id: int, ledgers: list[LedgerInfo]
+    ) -> None:
+        self.factory = factory
+        self.config = factory.config
+        self.name = name
+        self.topic_id = topic_id
+        self._engine = factory.engine
+        self._cache = factory.cache
+        self._loop = factory.loop
+        self._ledgers: dict[int, LedgerInfo] = {info.ledger_id: info for info in ledgers}
+        self._ledger_ids: list[int] = [info.ledger_id for info in ledgers]
+        self.cursors: dict[str, ManagedCursor] = {}
+        self._pending: deque[tuple[Entry, asyncio.Future[Position]]] = deque()
+        self._waiters: list[asyncio.Future[None]] = []
+        self.entries_added_counter = sum(info.entries for info in ledgers)
+        self.state = "LedgerOpened"
+        self.last_ledger_created_timestamp_ms = 0
+        # The last durable entry; before any, (first ledger, -1) as Pulsar reports for an empty topic.
+        self.last_confirmed_entry = EARLIEST
+        for info in reversed(ledgers):
+            if info.entries:
+                self.last_confirmed_entry = Position(info.ledger_id, info.entries - 1)
+                break
+        self._current: LedgerInfo | None = None
+        self._current_created_monotonic = 0.0
+        self._next_entry_id = 0
+        self._assigned_size = 0
+        self._create_ledger()
+        if self.last_confirmed_entry == EARLIEST:
+            self.last_confirmed_entry = Position(self._ledger_ids[0], -1)
+
+    # ------------------------------------------------------------------ appends
+
+    def append(
+        self,
+        data: bytes,
+        sticky_key_hash: int = 0,
+        message_count: int = 1,
+        publish_time: int = 0,
+        producer_name: str = "",
+        sequence_id: int = -1,
+    ) -> asyncio.Future[Position]:
+        """Queue an entry; the future resolves to its position once it is durable.
+
+        Positions are assigned here, in call order, so entries of one producer keep their order.
+        """
+        if self.state == "Closed":
+            raise StorageClosedError(f"managed ledger {self.name} is closed")
+        factory = self.factory
+        if factory.pending_adds >= self.config.managedLedgerMaxPendingAdds:
+            raise StorageBusyError(
+                f"{factory.pending_adds} appends wait for a commit (managedLedgerMaxPendingAdds)"
+            )
+        if "\0" in producer_name:
+            raise ValueError("producer name contains NUL")
+        if self._current_is_full():
+            self._create_ledger()
+        current = self._current
+        assert current is not None
+        position = Position(current.ledger_id, self._next_entry_id)
+        self._next_entry_id += 1
+        self._assigned_size += len(data)
+        entry = Entry(position, data, sticky_key_hash, message_count, publish_time, producer_name, sequence_id)
+        future: asyncio.Future[Position] = self._loop.create_future()
+        self._pending.append((entry, future))
+        factory.pending_adds += 1
+        self._engine.submit((self, entry))
+        return future
+
+    def _current_is_full(self) -> bool:
+        if self._current is None:
+            return True
+        config = self.config
+        age_minutes = (time.monotonic() - self._current_created_monotonic) / 60
+        if self._next_entry_id and age_minutes >= config.managedLedgerMaxLedgerRolloverTimeMinutes:
+            return True
+        if age_minutes < config.managedLedgerMinLedgerRolloverTimeMinutes:
+            return False
+        return (
+            self._next_entry_id >= config.managedLedgerMaxEntriesPerLedger
+            or self._assigned_size >= config.managedLedgerMaxSizePerLedgerMbytes * MB
+        )
+
+    def _create_ledger(self) -> None:
+        ledger_id = self.factory.allocate_ledger_id()
+        now_ms = int(time.time() * 1000)
+        previous = self._current
+        if previous is not None and previous.entries == 0 and not self._has_pending(previous.ledger_id):
+            self._forget_ledger(previous.ledger_id)
+        info = LedgerInfo(ledger_id, 0, 0, now_ms)
+        self._ledgers[ledger_id] = info
+        self._ledger_ids.append(ledger_id)
+        self._current = info
+        self._current_created_monotonic = time.monotonic()
+        self._next_entry_id = 0
+        self._assigned_size = 0
+        self.last_ledger_created_timestamp_ms = now_ms
+        if previous is not None:
+            self.factory.schedule_trim(self)
+
+    def _has_pending(self, ledger_id: int) -> bool:
+        return any(entry.position[0] == ledger_id for entry, _ in self._pending)
+
+    def _on_durable(self, ledger_id: int, last_entry_id: int) -> None:
+        pending = self._pending
+        cache_put = self._cache.put
+        info = self._ledgers.get(ledger_id)
+        last = (ledger_id, last_entry_id)
+        done = 0
+        while pending and pending[0][0].position <= last:
+            entry, future = pending.popleft()
+            done += 1
+            if info is not None:
+                info.entries += 1
+                info.size += len(entry.data)
+            cache_put(entry)
+            if not future.done():
+                future.set_result(entry.position)
+            self.last_confirmed_entry = entry.position
+        self.entries_added_counter += done
+        self.factory.pending_adds -= done
+        if info is not None:
+            info.timestamp_ms = int(time.time() * 1000)
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def _on_failed(self, ledger_id: int, error: StorageError) -> None:
+        kept: deque[tuple[Entry, asyncio.Future[Position]]] = deque()
+        failed = 0
+        for entry, future in self._pending:
+            if entry.position[0] == ledger_id:
+                failed += 1
+                if not future.done():
+                    future.set_exception(error)
+            else:
+                kept.append((entry, future))
+        self._pending = kept
+        self.factory.pending_adds -= failed
+        if self._current is not None and self._current.ledger_id == ledger_id:
+            # Fenced: the next append opens a new ledger, so entry ids never skip the failed ones.
+            self._create_ledger()
+        info = self._ledgers.get(ledger_id)
+        if info is not None and info.entries == 0 and info is not self._current:
+            self._forget_ledger(ledger_id)
+
+    async def wait_for_new_entries(self, after: tuple[int, int]) -> None:
+        """Return once the last confirmed entry is beyond `after` (a tailing read waits here)."""
+        while self.last_confirmed_entry <= after:
+            waiter: asyncio.Future[None] = self._loop.create_future()
+            self._waiters.append(waiter)
+            await waiter
+
+    # ------------------------------------------------------------------ position arithmetic
+
+    @property
+    def ledgers(self) -> list[LedgerInfo]:
+        return [self._ledgers[ledger_id] for ledger_id in self._ledger_ids]
+
+    @property
+    def current_ledger(self) -> LedgerInfo:
+        assert self._current is not None
+        return self._current
+
+    def first_position(self) -> Position:
+        """The first entry still stored, or where the next one will go."""
+        return self.next_valid_position(Position(self._ledger_ids[0], -1))
+
+    def next_valid_position(self, position: tuple[int, int]) -> Position:
+        """The entry after `position`, skipping deleted and empty ledgers; past the end, where the
+        next append will land."""
+        ledger_id, entry_id = position
+        info = self._ledgers.get(ledger_id)
+        if info is not None and entry_id + 1 < info.entries:
+            return Position(ledger_id, entry_id + 1)
+        ledgers = self._ledgers
+        ids = self._ledger_ids
+        for index in range(bisect_right(ids, ledger_id), len(ids)):
+            if ledgers[ids[index]].entries:
+                return Position(ids[index], 0)
+        current = self.current_ledger
+        if current.ledger_id > ledger_id or (current.ledger_id == ledger_id and current.entries > entry_id):
+            return Position(current.ledger_id, current.entries)
+        return Position(ledger_id, entry_id + 1)
+
+    def previous_position(self, position: tuple[int, int]) -> Position:
+        """The entry before `position`, or `(first ledger, -1)` before the first."""
+        ledger_id, entry_id = position
+        if entry_id > 0 and ledger_id in self._ledgers:
+            return Position(ledger_id, min(entry_id, self._ledgers[ledger_id].entries) - 1)
+        ids = self._ledger_ids
+        for index in range(bisect_left(ids, ledger_id) - 1, -1, -1):
+            info = self._ledgers[ids[index]]
+            if info.entries:
+                return Position(info.ledger_id, info.entries - 1)
+        return Position(ids[0] if ids else ledger_id, -1)
+
+    def count_entries(self, lower: tuple[int, int], upper: tuple[int, int]) -> int:
+        """Number of stored entries in the open-closed range `(lower, upper]`."""
+        if upper <= lower:
+            return 0
+        lower_ledger, lower_entry = lower
+        upper_ledger, upper_entry = upper
+        ledgers = self._ledgers
+        if lower_ledger == upper_ledger:
+            info = ledgers.get(lower_ledger)
+            if info is None:
+                return 0
+            return max(0, min(upper_entry, info.entries - 1) - max(lower_entry, -1))
+        ids = self._ledger_ids
+        total = 0
+        for index in range(bisect_left(ids, lower_ledger), bisect_right(ids, upper_ledger)):
+            info = ledgers[ids[index]]
+            first = lower_entry + 1 if info.ledger_id == lower_ledger else 0
+            last = min(upper_entry, info.entries - 1) if info.ledger_id == upper_ledger else info.entries - 1
+            if last >= first:
+                total += last - first + 1
+        return total
+
+    @property
+    def number_of_entries(self) -> int:
+        return sum(info.entries for info in self._ledgers.values())
+
+    @property
+    def total_size(self) -> int:
+        return sum(info.size for info in self._ledgers.values())
+
+    # ------------------------------------------------------------------ reads
+
+    async def read_entries(self, start: tuple[int, int], count: int) -> list[Entry]:
+        """Up to `count` durable entries from `start` (inclusive), across ledgers."""
+        count = min(count, READ_ENTRIES_MAX)
+        spans = self._spans(Position(*start), count)
+        result: list[Entry] = []
+        for ledger_id, first, last in spans:
+            cached = self._cache.get_run(ledger_id, first, last)
+            result.extend(cached)
+            if len(cached) < last - first + 1:
+                entries = await self._engine.run_read(
+                    self._engine.read_entries, ledger_id, first + len(cached), last
+                )
+                self._cache.put_all(entries)
+                result.extend(entries)
+        return result
+
+    def _spans(self, start: Position, count: int) -> list[tuple[int, int, int]]:
+        spans = []
+        lac = self.last_confirmed_entry
+        position = start if start[1] >= 0 else self.next_valid_position(start)
+        if position[0] not in self._ledgers or position[1] >= self._ledgers[position[0]].entries:
+            position = self.next_valid_position(self.previous_position(position))
+        while count > 0 and position <= lac:
+            info = self._ledgers.get(position[0])
+            if info is None or position[1] >= info.entries:
+                position = self.next_valid_position(position)
+                continue
+            last = min(info.entries - 1, position[1] + count - 1)
+            spans.append((position[0], position[1], last))
+            count -= last - position[1] + 1
+            position = self.next_valid_position(Position(position[0], last))
+        return spans
+
+    async def read_positions(self, positions: list[tuple[int, int]]) -> list[Entry]:
+        """The entries at the given positions (replays), in the order given; missing ones are skipped."""
+        found: dict[tuple[int, int], Entry] = {}
+        missing: list[Position] = []
+        for raw in positions:
+            position = Position(*raw)
+            entry = self._cache.get(position)
+            if entry is not None:
+                found[position] = entry
+            elif position[0] in self._ledgers and 0 <= position[1] < self._ledgers[position[0]].entries:
+                missing.append(position)
+        missing.sort()
+        index = 0
+        while index < len(missing):
+            # One read per run of nearby positions in a ledger, bounded like any read.
+            ledger_id, first = missing[index]
+            end = index
+            while (
+                end + 1 < len(missing)
+                and missing[end + 1][0] == ledger_id
+                and missing[end + 1][1] - first < READ_ENTRIES_MAX
+            ):
+                end += 1
+            last = missing[end][1]
+            entries = await self._engine.run_read(self._engine.read_entries, ledger_id, first, last)
+            wanted = set(missing[index : end + 1])
+            for entry in entries:
+                if entry.position in wanted:
+                    found[entry.position] = entry
+                    self._cache.put(entry)
+            index = end + 1
+        return [found[p] for p in map(Position._make, positions) if p in found]
+
+    async def find_first_published_at_or_after(self, publish_time_ms: int) -> Position:
+        """The first entry whose publish time is at or after `publish_time_ms`; past the end if none."""
+        for info in self.ledgers:
+            if not info.entries:
+                continue
+            entry_id = await self._engine.run_read(_first_published_at_or_after, info.ledger_id, publish_time_ms)
+            if entry_id is not None:
+                return Position(info.ledger_id, entry_id)
+        return self.next_valid_position(self.last_confirmed_entry)
+
+    # ------------------------------------------------------------------ cursors
+
+    async def open_cursor(self, name: str, initial_position: str = "latest") -> ManagedCursor:
+        """A durable cursor; created at the last confirmed entry ("latest") or before the first
+        ("earliest") and persisted before it is returned."""
+        cursor = self.cursors.get(name)
+        if cursor is not None:
+            return cursor
+        if initial_position == "latest":
+            mark_delete = self.last_confirmed_entry
+        elif initial_position == "earliest":
+            mark_delete = self.previous_position(self.first_position())
+        else:
+            raise ValueError(f"initial position must be 'latest' or 'earliest', not {initial_position!r}")
+        cursor = ManagedCursor(self, name, True, mark_delete)
+        self.cursors[name] = cursor
+        await cursor.flush()
+        return cursor
+
+    def new_non_durable_cursor(self, start: tuple[int, int] = LATEST, name: str | None = None) -> ManagedCursor:
+        """A Reader's cursor starting at `start` (EARLIEST/LATEST sentinels allowed); never persisted."""
+        if start == LATEST:
+            mark_delete = self.last_confirmed_entry
+        elif start == EARLIEST:
+            mark_delete = self.previous_position(self.first_position())
+        else:
+            mark_delete = self.previous_position(start)
+        name = name or f"reader-{os.urandom(5).hex()}"
+        cursor = ManagedCursor(self, name, False, mark_delete)
+        self.cursors[name] = cursor
+        return cursor
+
+    async def delete_cursor(self, name: str) -> None:
+        cursor = self.cursors.pop(name, None)
+        if cursor is None:
+            return
+        cursor.closed = True
+        if cursor.durable:
+            topic_id = self.topic_id
+            await self.factory.write(
+                lambda connection: connection.execute(
+                    "DELETE FROM cursors WHERE topic_id=? AND name=?", (topic_id, name)
+                )
+            )
+        self.factory.schedule_trim(self)
+
+    def persist_cursor(self, cursor: ManagedCursor, record: CursorRecord) -> asyncio.Future[None]:
+        topic_id = self.topic_id
+        md = record.mark_delete_position
+        row = (topic_id, record.name, md[0], md[1], record.individually_deleted, record.batch_deleted, record.properties)
+
+        def apply(connection: Any) -> None:
+            connection.execute("INSERT OR REPLACE INTO cursors VALUES (?,?,?,?,?,?,?)", row)
+
+        future = self.factory.write(apply)
+        result: asyncio.Future[None] = self._loop.create_future()
+
+        def done(finished: asyncio.Future[Any]) -> None:
+            error = finished.exception()
+            if self.cursors.get(cursor.name) is cursor:
+                cursor._persisted(record, error)
+            if error is None:
+                result.set_result(None)
+            else:
+                result.set_exception(error)
+
+        future.add_done_callback(done)
+        return result
+
+    def cursor_moved(self, cursor: ManagedCursor) -> None:
+        """A mark-delete position moved; ledgers in front of every durable cursor may go."""
+        if cursor.durable and len(self._ledger_ids) > 1 and cursor.mark_delete_position[0] > self._ledger_ids[0]:
+            self.factory.schedule_trim(self)
+
+    def _restore_cursors(self, records: list[tuple[Any, ...]]) -> None:
+        for name, md_ledger, md_entry, ranges, batch, properties in records:
+            batch_deleted = {Position(l, e): (size, mask) for l, e, size, mask in json.loads(batch)}
+            cursor = ManagedCursor(
+                self, name, True, Position(md_ledger, md_entry), decode_ranges(ranges), batch_deleted,
+                json.loads(properties),
+            )
+            self.cursors[name] = cursor
+
+    # ------------------------------------------------------------------ retention
+
+    def trim(self) -> None:
+        """Delete closed ledgers every durable cursor has passed, as far as retention allows."""
+        config = self.config
+        time_minutes = config.defaultRetentionTimeInMinutes
+        size_mb = config.defaultRetentionSizeInMB
+        if time_minutes < 0 and size_mb < 0:
+            return
+        durable = [c.mark_delete_position for c in self.cursors.values() if c.durable]
+        slowest = min(durable) if durable else self.last_confirmed_entry
+        now_ms = int(time.time() * 1000)
+        total = self.total_size
+        deleted_size = 0
+        for ledger_id in list(self._ledger_ids):
+            info = self._ledgers[ledger_id]
+            if info is self._current or self._has_pending(ledger_id):
+                break
+            consumed = ledger_id < slowest[0] or (ledger_id == slowest[0] and slowest[1] >= info.entries - 1)
+            if not consumed:
+                break
+            expired = time_minutes >= 0 and now_ms - info.timestamp_ms >= time_minutes * 60_000
+            over_quota = size_mb >= 0 and total - deleted_size > size_mb * MB
+            if not (expired or over_quota):
+                break
+            deleted_size += info.size
+            self._delete_ledger(info)
+
+    def _delete_ledger(self, info: LedgerInfo) -> None:
+        self._forget_ledger(info.ledger_id)
+        self._cache.invalidate_ledger(info.ledger_id, info.entries)
+        low, high = segment_id(info.ledger_id, 0), segment_id(info.ledger_id + 1, 0)
+        ledger_id = info.ledger_id
+
+        def apply(connection: Any) -> None:
+            connection.execute("DELETE FROM segments WHERE id >= ? AND id < ?", (low, high))
+            connection.execute("DELETE FROM ledgers WHERE id=?", (ledger_id,))
+            _remember_deleted_ledger(connection, ledger_id)
+
+        self.factory.write(apply)
+
+    def _forget_ledger(self, ledger_id: int) -> None:
+        del self._ledgers[ledger_id]
+        self._ledger_ids.remove(ledger_id)
+
+    def check_invariants(self) -> None:
+        assert self._ledger_ids == sorted(self._ledger_ids), "ledger ids out of order"
+        assert set(self._ledger_ids) == set(self._ledgers)
+        assert self._current is not None and self._ledger_ids[-1] == self._current.ledger_id
+        for cursor in self.cursors.values():
+            cursor.check_invariants()
+
+
+def _first_published_at_or_after(connection: Any, ledger_id: int, publish_time_ms: int) -> int | None:
+    from array import array
+
+    row = connection.execute(
+        "SELECT id, publish_times FROM segments WHERE id >= ? AND id < ? AND publish_time_max >= ? "
+        "ORDER BY id LIMIT 1",
+        (segment_id(ledger_id, 0), segment_id(ledger_id + 1, 0), publish_time_ms),
+    ).fetchone()
+    if row is None:
+        return None
+    times = array("q")
+    times.frombytes(row[1])
+    first_entry = row[0] & 0xFFFFFFFF
+    for offset, published in enumerate(times):
+        if published >= publish_time_ms:
+            return first_entry + offset
+    return None
+
+
+class ManagedLedgerFactory:
+    """The storage of one data directory: engine, cache, metadata, and a managed ledger per topic."""
+
+    def __init__(self, data_dir: str, config: StorageConfig) -> None:
+        self.config = config
+        self.engine = SqliteEngine(data_dir, config.journalSyncData)
+        self.cache = EntryCache(config.managedLedgerCacheSizeMB * MB)
+        self.loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
+        self.ledgers: dict[str, ManagedLedger] = {}
+        self.pending_adds = 0
+        self._topic_ids: dict[str, int] = {}
+        self._next_ledger_id = 1
+        self._opening: dict[str, asyncio.Future[ManagedLedger]] = {}
+        self._trim_scheduled: set[ManagedLedger] = set()
+        self._background: asyncio.Task[None] | None = None
+        self._closed = False
+        self.metadata: MetadataStore
+
+    @classmethod
+    async def open(cls, data_dir: str, config: StorageConfig | None = None) -> ManagedLedgerFactory:
+        factory = cls(data_dir, config or StorageConfig())
+        await asyncio.to_thread(factory._open_blocking)
+        factory.engine.start(factory.loop, factory._on_commit)
+        await factory.metadata.ensure_defaults(factory.config.clusterName)
+        factory._background = factory.loop.create_task(factory._run_background())
+        return factory
+
+    def _open_blocking(self) -> None:
+        engine = self.engine
+        engine.open()
+        try:
+            self._topic_ids = dict(engine.query("SELECT name, id FROM topics"))
+            # Ledger ids are never reused: a cursor may still name a deleted ledger, and a new ledger
+            # with its id would make that mark-delete position cover entries nobody acknowledged.
+            (max_ledger,) = engine.query(
+                "SELECT max(coalesce((SELECT max(id) FROM ledgers), 0), "
+                "(SELECT value FROM meta WHERE key='deleted_ledger_id_max'))"
+            )[0]
+            self._next_ledger_id = max_ledger + 1
+            self.metadata = MetadataStore(self, engine.query("SELECT path, value, version FROM metadata"))
+        except BaseException:
+            engine.close()
+            raise
+
+    def allocate_ledger_id(self) -> int:
+        ledger_id = self._next_ledger_id
+        self._next_ledger_id += 1
+        return ledger_id
+
+    async def open_ledger(self, name: str) -> ManagedLedger:
+        """The managed ledger of a topic, created on first use; its cursors are loaded with it."""
+        self._check_open()
+        ledger = self.ledgers.get(name)
+        if ledger is not None:
+            return ledger
+        opening = self._opening.get(name)
+        if opening is not None:
+            return await asyncio.shield(opening)
+        future: asyncio.Future[ManagedLedger] = self.loop.create_future()
+        self._opening[name] = future
+        try:
+            ledger = await self._load_ledger(name)
+        except BaseException as error:
+            future.set_exception(error)
+            future.exception()  # retrieved here; waiters get it through shield
+            raise
+        finally:
+            del self._opening[name]
+        self.ledgers[name] = ledger
+        future.set_result(ledger)
+        return ledger
+
+    async def _load_ledger(self, name: str) -> ManagedLedger:
+        topic_id = self._topic_ids.get(name)
+        if topic_id is None:
+            topic_id = await self.write(
+                lambda connection: connection.execute("INSERT INTO topics(name) VALUES (?)", (name,)).lastrowid
+            )
+            self._topic_ids[name] = topic_id
+            ledgers: list[LedgerInfo] = []
+            cursors: list[tuple[Any, ...]] = []
+        else:
+            ledgers, cursors = await self.engine.run_read(_load_topic, topic_id)
+        ledger = ManagedLedger(self, name, topic_id, ledgers)
+        ledger._restore_cursors(cursors)
+        self.schedule_trim(ledger)
+        return ledger
+
+    def topics(self) -> list[str]:
+        return sorted(self._topic_ids)
+
+    async def delete_ledger(self, name: str) -> None:
+        """Delete a topic's entries, ledgers and cursors."""
+        ledger = await self.open_ledger(name)
+        if ledger._pending:
+            await asyncio.gather(*(future for _, future in ledger._pending), return_exceptions=True)
+        ledger.state = "Closed"
+        del self.ledgers[name]
+        topic_id = self._topic_ids.pop(name)
+        for info in ledger.ledgers:
+            self.cache.invalidate_ledger(info.ledger_id, info.entries)
+
+        def apply(connection: Any) -> None:
+            for (ledger_id,) in connection.execute("SELECT id FROM ledgers WHERE topic_id=?", (topic_id,)).fetchall():
+                connection.execute(
+                    "DELETE FROM segments WHERE id >= ? AND id < ?",
+                    (segment_id(ledger_id, 0), segment_id(ledger_id + 1, 0)),
+                )
+                _remember_deleted_ledger(connection, ledger_id)
+            connection.execute("DELETE FROM ledgers WHERE topic_id=?", (topic_id,))
+            connection.execute("DELETE FROM cursors WHERE topic_id=?", (topic_id,))
+            connection.execute("DELETE FROM topics WHERE id=?", (topic_id,))
+
+        await self.write(apply)
+
+    def write(self, apply: Any) -> asyncio.Future[Any]:
+        """Queue `apply(connection)` into the next group commit; the future resolves once durable."""
+        self._check_open()
+        future: asyncio.Future[Any] = self.loop.create_future()
+        self.engine.submit(WriteOp(apply, future))
+        return future
+
+    def _on_commit(self, report: CommitReport) -> None:
+        for owner, ledger_id, last_entry_id in report.appended:
+            owner._on_durable(ledger_id, last_entry_id)
+        for owner, ledger_id, error in report.failed:
+            owner._on_failed(ledger_id, error)
+        for op in report.ops:
+            if op.future.done():
+                continue
+            if report.error is None:
+                op.future.set_result(op.result)
+            else:
+                op.future.set_exception(report.error)
+
+    def schedule_trim(self, ledger: ManagedLedger) -> None:
+        if not self._trim_scheduled:
+            self.loop.call_soon(self._trim_now)
+        self._trim_scheduled.add(ledger)
+
+    def _trim_now(self) -> None:
+        scheduled, self._trim_scheduled = self._trim_scheduled, set()
+        for ledger in scheduled:
+            if ledger.state != "Closed" and not self._closed:
+                ledger.trim()
+
+    async def flush_cursors(self) -> None:
+        """Persist every dirty durable cursor; returns when they are durable."""
+        futures = [
+            cursor.flush()
+            for ledger in self.ledgers.values()
+            for cursor in ledger.cursors.values()
+            if cursor.durable and cursor.dirty
+        ]
+        if futures:
+            await asyncio.gather(*futures, return_exceptions=True)
+
+    async def _run_background(self) -> None:
+        config = self.config
+        flush_every = config.managedLedgerCursorPositionFlushSeconds or config.retentionCheckIntervalInSeconds
+        interval = min(flush_every, config.retentionCheckIntervalInSeconds)
+        last_retention_check = time.monotonic()
+        while True:
+            await asyncio.sleep(interval)
+            await self.flush_cursors()
+            if time.monotonic() - last_retention_check >= config.retentionCheckIntervalInSeconds:
+                last_retention_check = time.monotonic()
+                for ledger in self.ledgers.values():
+                    self.schedule_trim(ledger)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageClosedError(f"{self.engine.data_dir}: storage is closed")
+
+    async def close(self) -> None:
+        """Staged: finish pending appends, persist dirty cursors, drain the commit thread, checkpoint."""
+        if self._closed:
+            return
+        if self._background is not None:
+            self._background.cancel()
+            try:
+                await self._background
+            except asyncio.CancelledError:
+                pass
+        pending = [future for ledger in self.ledgers.values() for _, future in ledger._pending]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        await self.flush_cursors()
+        self._closed = True
+        for ledger in self.ledgers.values():
+            ledger.state = "Closed"
+        await asyncio.to_thread(self.engine.close)
+
+
+def _remember_deleted_ledger(connection: Any, ledger_id: int) -> None:
+    connection.execute(
+        "UPDATE meta SET value=max(value, ?) WHERE key='deleted_ledger_id_max'", (ledger_id,)
+    )
+
+
+def _load_topic(connection: Any, topic_id: int) -> tuple[list[LedgerInfo], list[tuple[Any, ...]]]:
+    ledgers = [
+        LedgerInfo(*row)
+        for row in connection.execute(
+            "SELECT id, entries, size, timestamp_ms FROM ledgers WHERE topic_id=? AND entries > 0 ORDER BY id",
+            (topic_id,),
+        )
+    ]
+    cursors = connection.execute(
+        "SELECT name, mark_delete_ledger, mark_delete_entry, individually_deleted, batch_deleted, properties "
+        "FROM cursors WHERE topic_id=? ORDER BY name",
+        (topic_id,),
+    ).fetchall()
+    return ledgers, cursors
