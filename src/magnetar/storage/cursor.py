@@ -125,6 +125,9 @@ class ManagedCursor:
             ) - self._count_deleted_up_to(position)
         self.individually_deleted.remove_up_to(position)
         self._set_mark_delete(position)
+        # Entries acknowledged individually right after the new position (maybe in the next ledger)
+        # join the acknowledged prefix.
+        self._slide_mark_delete()
         return self._changed()
 
     def delete(self, positions: list[tuple[int, int]] | tuple[int, int]) -> asyncio.Future[None] | None:

@@ -1,0 +1,327 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from magnetar.core.positions import EARLIEST, LATEST, Position
+from magnetar.storage import (
+    ManagedLedgerFactory,
+    StorageBusyError,
+    StorageConfig,
+    managed_ledger_internal_stats,
+)
+
+TOPIC = "persistent://public/default/t"
+
+
+async def append_all(ledger, payloads):
+    return await asyncio.gather(*(ledger.append(p, i, 1, 1000 + i, "p", i) for i, p in enumerate(payloads)))
+
+
+def test_append_assigns_positions_in_order_and_rolls_over_by_entry_count(run_storage):
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        positions = await append_all(ledger, [b"m%d" % i for i in range(12)])
+        first = positions[0][0]
+        assert positions == [Position(first + i // 5, i % 5) for i in range(12)]
+        assert ledger.last_confirmed_entry == positions[-1]
+        assert [info.entries for info in ledger.ledgers] == [5, 5, 2]
+        entries = await ledger.read_entries(positions[0], 100)
+        assert [e.data for e in entries] == [b"m%d" % i for i in range(12)]
+        assert entries[3].sticky_key_hash == 3 and entries[3].publish_time == 1003 and entries[3].sequence_id == 3
+
+    run_storage(scenario)
+
+
+def test_rollover_by_size(run_storage, small_config):
+    config = small_config.with_changes(managedLedgerMaxEntriesPerLedger=50_000, managedLedgerMaxSizePerLedgerMbytes=1)
+    payload = b"x" * (400 * 1024)
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        positions = await append_all(ledger, [payload] * 4)
+        # the third entry crosses 1 MB, so the fourth opens a new ledger
+        assert [p[1] for p in positions] == [0, 1, 2, 0]
+
+    run_storage(scenario, config)
+
+
+def test_no_rollover_before_min_rollover_time(run_storage, small_config):
+    config = small_config.with_changes(managedLedgerMinLedgerRolloverTimeMinutes=10)
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        positions = await append_all(ledger, [b"x"] * 12)
+        assert {p[0] for p in positions} == {positions[0][0]}
+
+    run_storage(scenario, config)
+
+
+def test_restart_opens_a_new_ledger_and_keeps_everything(run_storage, tmp_path: Path):
+    async def first(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        return await append_all(ledger, [b"a", b"b", b"c"])
+
+    async def second(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        assert ledger.last_confirmed_entry == written[-1]
+        assert ledger.entries_added_counter == 3
+        new = await ledger.append(b"d")
+        assert new[0] > written[-1][0] and new[1] == 0
+        factory.cache.__init__(factory.cache.capacity_bytes)  # force reads from disk
+        entries = await ledger.read_entries(EARLIEST, 10)
+        assert [e.data for e in entries] == [b"a", b"b", b"c", b"d"]
+
+    written = run_storage(first)
+    run_storage(second)
+
+
+def test_read_positions_and_range_reads_come_from_disk_when_not_cached(run_storage):
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        positions = await append_all(ledger, [b"e%d" % i for i in range(20)])
+        factory.cache.__init__(factory.cache.capacity_bytes)
+        wanted = [positions[17], positions[2], positions[9], (999, 0)]
+        entries = await ledger.read_positions(wanted)
+        assert [e.data for e in entries] == [b"e17", b"e2", b"e9"]
+        middle = await ledger.read_entries(positions[4], 7)
+        assert [e.data for e in middle] == [b"e%d" % i for i in range(4, 11)]
+
+    run_storage(scenario)
+
+
+def test_tailing_reads_are_served_from_the_cache(run_storage):
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        cursor = await ledger.open_cursor("tail")
+        for round_ in range(5):
+            await append_all(ledger, [b"x"] * 10)
+            assert len(await cursor.read_entries(100)) == 10
+        assert factory.cache.misses == 0 and factory.cache.hits == 50
+
+    run_storage(scenario)
+
+
+def test_cache_stays_within_its_budget(run_storage, small_config):
+    config = small_config.with_changes(managedLedgerCacheSizeMB=1)
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        await append_all(ledger, [b"y" * 10_000] * 300)
+        factory.cache.check_invariants()
+        assert factory.cache.evictions > 0
+
+    run_storage(scenario, config)
+
+
+def test_wait_for_new_entries_wakes_a_tailing_reader(run_storage):
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        waiting = asyncio.ensure_future(ledger.wait_for_new_entries(ledger.last_confirmed_entry))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        await ledger.append(b"z")
+        await asyncio.wait_for(waiting, 5)
+
+    run_storage(scenario)
+
+
+def test_appends_beyond_max_pending_adds_are_refused(run_storage, small_config):
+    config = small_config.with_changes(managedLedgerMaxPendingAdds=10)
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        futures = [ledger.append(b"q") for _ in range(10)]
+        with pytest.raises(StorageBusyError):
+            ledger.append(b"q")
+        await asyncio.gather(*futures)
+        await ledger.append(b"q")
+
+    run_storage(scenario, config)
+
+
+def test_consumed_ledgers_are_deleted_without_retention_and_ids_never_reused(run_storage, small_config):
+    config = small_config.with_changes(defaultRetentionTimeInMinutes=0, defaultRetentionSizeInMB=0)
+
+    async def first(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        cursor = await ledger.open_cursor("sub", "earliest")
+        positions = await append_all(ledger, [b"r"] * 12)
+        cursor.mark_delete(positions[7])
+        await asyncio.sleep(0.05)
+        # the first ledger is consumed; the second still holds unacknowledged entries
+        assert [info.ledger_id for info in ledger.ledgers][0] == positions[5][0]
+        cursor.mark_delete(positions[-1])
+        await asyncio.sleep(0.05)
+        # every closed ledger is consumed; the current one is never deleted
+        assert [info.ledger_id for info in ledger.ledgers] == [positions[-1][0]]
+        return positions
+
+    async def second(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        new = await ledger.append(b"s")
+        assert new[0] > positions[-1][0]
+        cursor = ledger.cursors["sub"]
+        assert cursor.mark_delete_position == positions[-1]
+        assert cursor.number_of_entries_in_backlog() == 1
+
+    positions = run_storage(first, config)
+    run_storage(second, config)
+
+
+def test_retention_size_keeps_consumed_ledgers_up_to_the_quota(run_storage, small_config):
+    config = small_config.with_changes(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=1)
+    payload = b"k" * 100_000
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        cursor = await ledger.open_cursor("sub", "earliest")
+        positions = await append_all(ledger, [payload] * 30)
+        cursor.mark_delete(positions[-1])
+        await asyncio.sleep(0.05)
+        assert ledger.total_size <= 1024 * 1024 + 5 * len(payload)
+        assert ledger.total_size > 1024 * 1024 - 5 * len(payload)
+
+    run_storage(scenario, config)
+
+
+def test_infinite_retention_keeps_everything(run_storage):
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        cursor = await ledger.open_cursor("sub", "earliest")
+        positions = await append_all(ledger, [b"i"] * 12)
+        cursor.mark_delete(positions[-1])
+        await asyncio.sleep(0.05)
+        assert ledger.number_of_entries == 12
+
+    run_storage(scenario)
+
+
+def test_delete_ledger_removes_topic_data(run_storage):
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        await ledger.open_cursor("sub")
+        await append_all(ledger, [b"d"] * 7)
+        await factory.delete_ledger(TOPIC)
+        assert TOPIC not in factory.topics()
+        again = await factory.open_ledger(TOPIC)
+        assert again.number_of_entries == 0 and not again.cursors
+
+    run_storage(scenario)
+
+
+def test_internal_stats_have_pulsar_fields(run_storage):
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        cursor = await ledger.open_cursor("sub", "earliest")
+        positions = await append_all(ledger, [b"abc"] * 7)
+        await cursor.read_entries(4)
+        cursor.delete([positions[2], positions[3]])
+        stats = managed_ledger_internal_stats(ledger)
+        assert stats["entriesAddedCounter"] == 7 and stats["numberOfEntries"] == 7 and stats["totalSize"] == 21
+        assert stats["currentLedgerEntries"] == 2 and stats["currentLedgerSize"] == 6
+        assert stats["lastConfirmedEntry"] == str(positions[-1])
+        assert [(l["ledgerId"], l["entries"]) for l in stats["ledgers"]] == [(positions[0][0], 5), (positions[5][0], 2)]
+        sub = stats["cursors"]["sub"]
+        first = positions[0][0]
+        assert sub["markDeletePosition"] == f"{first}:-1"
+        assert sub["readPosition"] == f"{first}:4"
+        assert sub["individuallyDeletedMessages"] == f"[({first}:1..{first}:3]]"
+        assert sub["messagesConsumedCounter"] == 2
+        assert sub["numberOfEntriesSinceFirstNotAckedMessage"] == 4
+        assert sub["totalNonContiguousDeletedMessagesRange"] == 1
+        assert {"waitingReadOp", "pendingReadOps", "cursorLedger", "state", "active", "properties"} <= set(sub)
+
+    run_storage(scenario)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    max_entries=st.integers(1, 7),
+    batches=st.lists(st.integers(1, 9), min_size=1, max_size=6),
+    restart_after=st.integers(0, 6),
+)
+def test_rollover_positions_and_counting_agree_with_a_flat_model(
+    tmp_path_factory, small_config, max_entries, batches, restart_after
+):
+    """Property: however entries are batched, rolled and restarted, positions are dense per ledger,
+    reads return the appends in order, and count/next/previous agree with a flat list."""
+    data_dir = str(tmp_path_factory.mktemp("roll"))
+    config = small_config.with_changes(managedLedgerMaxEntriesPerLedger=max_entries)
+
+    async def main():
+        factory = await ManagedLedgerFactory.open(data_dir, config)
+        positions: list[Position] = []
+        payloads: list[bytes] = []
+        for index, size in enumerate(batches):
+            if index == restart_after:
+                await factory.close()
+                factory = await ManagedLedgerFactory.open(data_dir, config)
+            ledger = await factory.open_ledger(TOPIC)
+            batch = [b"%d-%d" % (index, n) for n in range(size)]
+            positions += await append_all(ledger, batch)
+            payloads += batch
+        ledger = await factory.open_ledger(TOPIC)
+        factory.cache.__init__(factory.cache.capacity_bytes)
+        entries = await ledger.read_entries(EARLIEST, 1000)
+        assert [e.data for e in entries] == payloads
+        assert [e.position for e in entries] == positions
+        for ledger_id in {p[0] for p in positions}:
+            ids = sorted(p[1] for p in positions if p[0] == ledger_id)
+            assert ids == list(range(len(ids))) and len(ids) <= max_entries
+        before_first = ledger.previous_position(positions[0])
+        for i, position in enumerate(positions):
+            assert ledger.next_valid_position(before_first if i == 0 else positions[i - 1]) == position
+            if i:
+                assert ledger.previous_position(position) == positions[i - 1]
+            for j in range(i, len(positions), 3):
+                assert ledger.count_entries(position, positions[j]) == j - i
+        assert ledger.count_entries(before_first, positions[-1]) == len(positions)
+        ledger.check_invariants()
+        await factory.close()
+
+    asyncio.run(main())
+
+
+def test_non_durable_cursor_is_not_persisted(run_storage, tmp_path: Path):
+    async def first(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        positions = await append_all(ledger, [b"n"] * 3)
+        reader = ledger.new_non_durable_cursor(EARLIEST)
+        assert [e.position for e in await reader.read_entries(10)] == positions
+        latest = ledger.new_non_durable_cursor(LATEST)
+        assert await latest.read_entries(10) == []
+        reader.delete(positions[0])
+        with pytest.raises(ValueError):
+            reader.flush()
+
+    async def second(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        assert ledger.cursors == {}
+
+    run_storage(first)
+    run_storage(second)
+
+
+def test_journal_sync_data_false_still_persists_on_clean_close(run_storage, small_config):
+    config = small_config.with_changes(journalSyncData=False)
+
+    async def first(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        await append_all(ledger, [b"u"] * 3)
+
+    async def second(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        assert ledger.number_of_entries == 3
+
+    run_storage(first, config)
+    run_storage(second, config)
+
+
+def test_config_from_broker_conf_keys():
+    config = StorageConfig.from_mapping({"managedLedgerMaxEntriesPerLedger": 7, "brokerServicePort": 6650})
+    assert config.managedLedgerMaxEntriesPerLedger == 7
