@@ -47,6 +47,14 @@ class EntryCache:
         if self.size_bytes > self.capacity_bytes:
             self._evict()
 
+    def put_new(self, entry: Entry) -> None:
+        """`put` for an entry just appended, which cannot be in the cache yet."""
+        cost = len(entry.data) + ENTRY_OVERHEAD_BYTES
+        self._entries[entry.position] = entry
+        self.size_bytes += cost
+        if self.size_bytes > self.capacity_bytes:
+            self._evict()
+
     def put_all(self, entries: Iterable[Entry]) -> None:
         for entry in entries:
             self.put(entry)

@@ -63,6 +63,8 @@ class ManagedLedger:
         self._ledger_ids: list[int] = [info.ledger_id for info in ledgers]
         self.cursors: dict[str, ManagedCursor] = {}
         self._pending: deque[tuple[Entry, asyncio.Future[Position]]] = deque()
+        self._unsubmitted: list[Entry] = []
+        self._unsubmitted_size = 0
         self._waiters: list[asyncio.Future[None]] = []
         self.entries_added_counter = sum(info.entries for info in ledgers)
         self.state = "LedgerOpened"
@@ -74,6 +76,9 @@ class ManagedLedger:
                 self.last_confirmed_entry = Position(info.ledger_id, info.entries - 1)
                 break
         self._current: LedgerInfo | None = None
+        self._roll_requested = False
+        self._entries_max = self.config.managedLedgerMaxEntriesPerLedger
+        self._size_bytes_max = self.config.managedLedgerMaxSizePerLedgerMbytes * MB
         self._current_created_monotonic = 0.0
         self._next_entry_id = 0
         self._assigned_size = 0
@@ -116,22 +121,35 @@ class ManagedLedger:
         future: asyncio.Future[Position] = self._loop.create_future()
         self._pending.append((entry, future))
         factory.pending_adds += 1
-        self._engine.submit((self, entry))
+        unsubmitted = self._unsubmitted
+        unsubmitted.append(entry)
+        self._unsubmitted_size += len(data)
+        if len(unsubmitted) == 1:
+            # One hand-off to the commit thread per loop iteration, not per entry: a burst of appends
+            # from one socket read crosses the thread boundary once.
+            self._loop.call_soon(self._submit)
         return future
 
+    def _submit(self) -> None:
+        entries, size = self._unsubmitted, self._unsubmitted_size
+        self._unsubmitted, self._unsubmitted_size = [], 0
+        self._engine.submit((self, entries, size))
+
     def _current_is_full(self) -> bool:
-        if self._current is None:
+        # Counts first: they are what usually decides, and reading the clock on every append costs
+        # more than the rest of this check.
+        if self._current is None or self._roll_requested:
             return True
-        config = self.config
-        age_minutes = (time.monotonic() - self._current_created_monotonic) / 60
-        if self._next_entry_id and age_minutes >= config.managedLedgerMaxLedgerRolloverTimeMinutes:
-            return True
-        if age_minutes < config.managedLedgerMinLedgerRolloverTimeMinutes:
+        if self._next_entry_id < self._entries_max and self._assigned_size < self._size_bytes_max:
             return False
-        return (
-            self._next_entry_id >= config.managedLedgerMaxEntriesPerLedger
-            or self._assigned_size >= config.managedLedgerMaxSizePerLedgerMbytes * MB
-        )
+        age_minutes = (time.monotonic() - self._current_created_monotonic) / 60
+        return age_minutes >= self.config.managedLedgerMinLedgerRolloverTimeMinutes
+
+    def roll_if_too_old(self) -> None:
+        """`managedLedgerMaxLedgerRolloverTimeMinutes`: checked by the factory's timer, as Pulsar does."""
+        age_minutes = (time.monotonic() - self._current_created_monotonic) / 60
+        if self._next_entry_id and age_minutes >= self.config.managedLedgerMaxLedgerRolloverTimeMinutes:
+            self._roll_requested = True
 
     def _create_ledger(self) -> None:
         ledger_id = self.factory.allocate_ledger_id()
@@ -143,6 +161,7 @@ class ManagedLedger:
         self._ledgers[ledger_id] = info
         self._ledger_ids.append(ledger_id)
         self._current = info
+        self._roll_requested = False
         self._current_created_monotonic = time.monotonic()
         self._next_entry_id = 0
         self._assigned_size = 0
@@ -155,7 +174,7 @@ class ManagedLedger:
 
     def _on_durable(self, ledger_id: int, last_entry_id: int) -> None:
         pending = self._pending
-        cache_put = self._cache.put
+        cache_put = self._cache.put_new
         info = self._ledgers.get(ledger_id)
         last = (ledger_id, last_entry_id)
         done = 0
@@ -677,6 +696,8 @@ class ManagedLedgerFactory:
         while True:
             await asyncio.sleep(interval)
             await self.flush_cursors()
+            for ledger in self.ledgers.values():
+                ledger.roll_if_too_old()
             if time.monotonic() - last_retention_check >= config.retentionCheckIntervalInSeconds:
                 last_retention_check = time.monotonic()
                 for ledger in self.ledgers.values():

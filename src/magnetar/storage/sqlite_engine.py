@@ -56,9 +56,10 @@ COMMIT_SEQ_FILE = "commit-seq"
 LOCK_FILE = "LOCK"
 SCHEMA_VERSION = 1
 
-# One transaction takes at most this many queued items: with 100 B entries that is ~2 MB and a few
-# tens of milliseconds of work, so no single commit holds back the next batch's fsync for long.
-GROUP_COMMIT_ITEMS_MAX = 20_000
+# One transaction takes at most this many queued items (an item is one loop iteration's appends to
+# one topic, or one other write): enough for every topic of a busy broker to join the same commit,
+# few enough that one commit's work stays in the tens of milliseconds.
+GROUP_COMMIT_ITEMS_MAX = 10_000
 # ...and at most this many payload bytes, which bounds the memory a batch pins and the WAL growth of
 # one transaction.
 GROUP_COMMIT_BYTES_MAX = 32 * 1024 * 1024
@@ -347,7 +348,7 @@ class SqliteEngine:
     # ------------------------------------------------------------------ writes
 
     def submit(self, item: Any) -> None:
-        """Queue `(owner, Entry)` (an append) or a `WriteOp`; called on the event loop thread."""
+        """Queue `(owner, entries, payload bytes)` (appends) or a `WriteOp`; called on the event loop."""
         self._queue.put(item)
 
     def _commit_loop(self) -> None:
@@ -370,7 +371,7 @@ class SqliteEngine:
                     break
                 batch.append(item)
                 if type(item) is tuple:
-                    size += len(item[1].data)
+                    size += item[2]
             report = self._commit(batch)
             assert self._loop is not None and self._on_commit is not None
             try:
@@ -385,21 +386,30 @@ class SqliteEngine:
         by_ledger: dict[int, list[Entry]] = {}
         owners: dict[int, Any] = {}
         for item in batch:
-            if type(item) is tuple:
-                owner, entry = item
-                ledger_id = entry.position[0]
+            if type(item) is not tuple:
+                report.ops.append(item)
+                continue
+            owner, appended, _size = item
+            if appended[0].position[0] == appended[-1].position[0]:
+                runs = [appended]  # the common case: no rollover inside this hand-off
+            else:
+                runs = []
+                for entry in appended:
+                    if not runs or runs[-1][-1].position[0] != entry.position[0]:
+                        runs.append([])
+                    runs[-1].append(entry)
+            for run in runs:
+                ledger_id = run[0].position[0]
                 if ledger_id in self._fenced_ledgers:
-                    report.failed.append(
-                        (owner, ledger_id, LedgerFencedError(f"ledger {ledger_id} was fenced by a failed commit"))
-                    )
+                    fenced = LedgerFencedError(f"ledger {ledger_id} was fenced by a failed commit")
+                    report.failed.append((owner, ledger_id, fenced))
                     continue
                 entries = by_ledger.get(ledger_id)
                 if entries is None:
-                    entries = by_ledger[ledger_id] = []
+                    by_ledger[ledger_id] = run
                     owners[ledger_id] = owner
-                entries.append(entry)
-            else:
-                report.ops.append(item)
+                else:
+                    entries.extend(run)
         try:
             if self._writer_suspect:
                 self._reopen_writer()

@@ -1,0 +1,133 @@
+"""Append throughput of the storage layer against the machine's raw write+fsync limit.
+
+For 100 B and 1 KB entries and 1 and 16 topics, with fsync on (`journalSyncData=true`): producers
+keep a window of appends in flight per topic (Pulsar's maxPendingPublishRequestsPerConnection, 1000)
+and the group commit forms batches by itself. Then, in the same run, a minimal Python loop writes
+the same bytes in the same batch sizes (the measured mean entries per commit) with one fsync per
+batch: the raw limit. Prints a table and writes bench/results/storage_append.json.
+
+    python bench/storage_append.py [--seconds 3] [--dir /path/on/the/disk/to/measure]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from magnetar.storage import ManagedLedgerFactory, StorageConfig
+
+WINDOW_PER_TOPIC = 1000  # Pulsar's default maxPendingPublishRequestsPerConnection
+
+
+async def measure_storage(data_dir: str, entry_size: int, topics: int, seconds: float) -> dict:
+    config = StorageConfig(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=-1)
+    factory = await ManagedLedgerFactory.open(data_dir, config)
+    ledgers = [await factory.open_ledger(f"persistent://public/default/bench-{i}") for i in range(topics)]
+    payload = os.urandom(entry_size)
+    done = 0
+    stop = False
+
+    async def producer(ledger) -> None:
+        nonlocal done
+        in_flight: list = []
+        sequence = 0
+        while not stop:
+            while len(in_flight) < WINDOW_PER_TOPIC:
+                in_flight.append(ledger.append(payload, sequence & 0x7FFFFFFF, 1, 0, "bench", sequence))
+                sequence += 1
+            # Wait for the oldest half, as a client waits for receipts before sending more; appends
+            # of one topic complete in order, so the last of the half completes last.
+            half = len(in_flight) // 2
+            await in_flight[half - 1]
+            done += half
+            del in_flight[:half]
+        await asyncio.gather(*in_flight)
+
+    tasks = [asyncio.ensure_future(producer(ledger)) for ledger in ledgers]
+    await asyncio.sleep(0.5)  # warm-up: first commits, cache, page cache
+    commits_before, done_before = factory.engine.commits, done
+    start = time.perf_counter()
+    await asyncio.sleep(seconds)
+    elapsed = time.perf_counter() - start
+    entries, commits = done - done_before, factory.engine.commits - commits_before
+    stop = True
+    await asyncio.gather(*tasks)
+    await factory.close()
+    return {
+        "entries_per_s": entries / elapsed,
+        "mb_per_s": entries * entry_size / elapsed / 1e6,
+        "commits_per_s": commits / elapsed,
+        "entries_per_commit": entries / max(commits, 1),
+    }
+
+
+def measure_raw(directory: str, entry_size: int, batch_entries: int, seconds: float) -> dict:
+    """The same bytes, the same batch size, one write and one fsync per batch: nothing else."""
+    path = os.path.join(directory, "raw.bin")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    batch = os.urandom(entry_size) * batch_entries
+    written = 0
+    start = time.perf_counter()
+    try:
+        while time.perf_counter() - start < seconds:
+            os.write(fd, batch)
+            os.fsync(fd)
+            written += batch_entries
+            if written * entry_size > 1 << 30:  # keep the file under 1 GB
+                os.ftruncate(fd, 0)
+                os.lseek(fd, 0, os.SEEK_SET)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    elapsed = time.perf_counter() - start
+    return {"entries_per_s": written / elapsed, "mb_per_s": written * entry_size / elapsed / 1e6}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--dir", default=None, help="directory on the disk to measure (default: a temp dir)")
+    args = parser.parse_args()
+    rows = []
+    for entry_size in (100, 1024):
+        for topics in (1, 16):
+            directory = tempfile.mkdtemp(prefix="magnetar-bench-", dir=args.dir)
+            try:
+                storage = asyncio.run(measure_storage(os.path.join(directory, "data"), entry_size, topics, args.seconds))
+                batch = max(1, round(storage["entries_per_commit"]))
+                raw = measure_raw(directory, entry_size, batch, args.seconds)
+            finally:
+                shutil.rmtree(directory, ignore_errors=True)
+            rows.append(
+                {
+                    "entry_bytes": entry_size,
+                    "topics": topics,
+                    "storage": storage,
+                    "raw_batch_entries": batch,
+                    "raw": raw,
+                    "ratio": storage["entries_per_s"] / raw["entries_per_s"],
+                }
+            )
+    print(f"{'entry':>6} {'topics':>6} {'entries/s':>10} {'MB/s':>7} {'per commit':>10} {'raw entries/s':>13} {'raw MB/s':>8} {'ratio':>6}")
+    for row in rows:
+        storage, raw = row["storage"], row["raw"]
+        print(
+            f"{row['entry_bytes']:>5}B {row['topics']:>6} {storage['entries_per_s']:>10,.0f} {storage['mb_per_s']:>7.1f} "
+            f"{storage['entries_per_commit']:>10.0f} {raw['entries_per_s']:>13,.0f} {raw['mb_per_s']:>8.1f} {row['ratio']:>6.0%}"
+        )
+    results = Path(__file__).with_name("results")
+    results.mkdir(exist_ok=True)
+    (results / "storage_append.json").write_text(
+        json.dumps({"machine": platform.platform(), "cpus": os.cpu_count(), "seconds": args.seconds, "rows": rows}, indent=2)
+    )
+
+
+if __name__ == "__main__":
+    main()
