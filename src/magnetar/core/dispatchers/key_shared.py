@@ -1,0 +1,457 @@
+"""The Key_Shared dispatcher in its three ordering modes.
+
+Owns: which consumer gets each entry (the selector), and when an entry must wait so that per-key order
+holds while consumers come and go:
+- `pip379` (default): draining hashes (PIP-379). A hash whose owner changed while the old owner still
+  holds unacked messages of it is blocked, and only that hash, until those messages are acked or the
+  old owner leaves. Contract: a sticky hash has unacked messages on at most one consumer at a time.
+- `pip282`: a joining consumer records the last sent position (PIP-282) and receives only entries at
+  or below it until the mark-delete position passes it.
+- `classic`: the same with the cursor's read position at join time (Pulsar 3.x). Kept to compare and
+  for users who depend on it; the simulator shows how it reorders keys (PIP-282 issue-1, issue-2,
+  Pulsar #23307).
+With `allowOutOfOrderDelivery` none of this applies; STICKY mode never moves hashes between consumers
+and so never drains.
+Must not touch: storage, sockets, the clock.
+
+Per entry on the hot path: one slot computation, one `select`, a permits check, and a draining lookup
+only while some hash drains (PIP-379: "when the draining hashes are empty, lookups will essentially be
+no-ops").
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from sortedcontainers import SortedDict
+
+from magnetar.core.consumers import Consumer
+from magnetar.core.draining_hashes import DrainingHashesTracker
+from magnetar.core.errors import NotAllowedError
+from magnetar.core.events import Entry, KeySharedMeta
+from magnetar.core.positions import EARLIEST, Position, PositionRangeSet
+from magnetar.core.selectors import (
+    ConsistentHashingSelector,
+    HashRangeAutoSplitSelector,
+    HashRangeExclusiveSelector,
+    ImpactedConsumers,
+    Range,
+    StickyKeyConsumerSelector,
+)
+from magnetar.core.settings import DispatcherSettings
+from magnetar.core.dispatchers.shared import NORMAL, Group, SharedDispatcher
+
+__all__ = ["KeySharedDispatcher"]
+
+_NO_LIMIT = 2**31 - 1
+
+
+def _in_ranges(starts: list[int], ranges: list[Range], value: int) -> bool:
+    index = bisect_right(starts, value) - 1
+    return index >= 0 and value <= ranges[index][1]
+
+
+class KeySharedDispatcher(SharedDispatcher):
+    """Invariants (beyond the Shared ones):
+    - pip379 with draining: a sticky hash has pending acks on at most one consumer;
+    - every pending hash of a consumer is either served by it now or draining from it;
+    - a draining hash's consumer holds at least as many pending messages of it as the reference count;
+    - classic/pip282: only connected consumers are recently joined.
+    """
+
+    subscription_type = "Key_Shared"
+
+    def __init__(
+        self, settings: DispatcherSettings | None = None, mark_delete_position: Position = EARLIEST
+    ) -> None:
+        super().__init__(settings, mark_delete_position)
+        self.ordering_mode = self.settings.key_shared_ordering_mode
+        self.meta: KeySharedMeta | None = None
+        self.selector: StickyKeyConsumerSelector = self._new_selector(KeySharedMeta())
+        self._slot = self.selector.slot
+        self.draining = DrainingHashesTracker(on_unblocked=self._hash_unblocked)
+        self.draining_required = False
+        self._ordered = True  # not allowOutOfOrderDelivery
+        self._unblock_read_at_ms: int | None = None
+        self._sending_type: str | None = None
+        # classic and pip282: consumer -> the position it waits for, in join order (sorted, #23795).
+        self.recently_joined: dict[Consumer, Position] = {}
+        # pip282: entries read but never sent -> the entry read just before each (PIP-282's
+        # "last sent position" is the predecessor of the oldest unsent entry).
+        self._unsent: SortedDict = SortedDict()
+
+    # ------------------------------------------------------------------------------- consumers
+
+    def _new_selector(self, meta: KeySharedMeta) -> StickyKeyConsumerSelector:
+        if meta.mode == "STICKY":
+            return HashRangeExclusiveSelector()
+        if self.settings.use_consistent_hashing:
+            return ConsistentHashingSelector(self.settings.consistent_hashing_replica_points)
+        return HashRangeAutoSplitSelector()
+
+    def _attach(self, consumer: Consumer) -> None:
+        meta = consumer.key_shared_meta or KeySharedMeta()
+        if meta.mode not in ("AUTO_SPLIT", "STICKY"):
+            raise NotAllowedError(f"unknown Key_Shared mode {meta.mode!r}")
+        if self.consumers:
+            current = self.meta
+            if (meta.mode, meta.allow_out_of_order_delivery) != (current.mode, current.allow_out_of_order_delivery):
+                raise NotAllowedError(
+                    f"Key_Shared policy {meta.mode} allowOutOfOrderDelivery={meta.allow_out_of_order_delivery} "
+                    f"differs from the subscription's {current.mode} "
+                    f"allowOutOfOrderDelivery={current.allow_out_of_order_delivery} while consumers are connected"
+                )
+        elif self.meta is None or (meta.mode, meta.allow_out_of_order_delivery) != (
+            self.meta.mode,
+            self.meta.allow_out_of_order_delivery,
+        ):
+            # The policy may change once every consumer left (testSelectorChangedAfterAllConsumerDisconnected).
+            self.selector = self._new_selector(meta)
+            self._slot = self.selector.slot
+            self.draining.clear()
+            self._ordered = not meta.allow_out_of_order_delivery
+            self.draining_required = meta.mode == "AUTO_SPLIT" and self._ordered and self.ordering_mode == "pip379"
+        self.meta = meta
+        ranges = meta.sticky_ranges if meta.mode == "STICKY" else None
+        impacted = self.selector.add_consumer(consumer, consumer.name, ranges)
+        if self.draining_required:
+            consumer.pending_acks.add_handler = self._allow_pending_ack
+            consumer.pending_acks.remove_handler = self._pending_ack_removed
+            self._update_draining(impacted, skip=consumer)
+        elif self._ordered and self.ordering_mode != "pip379" and self.consumers:
+            joined_at = self.last_read_position if self.ordering_mode == "classic" else self.last_sent_position()
+            if joined_at > self.mark_delete_position:
+                consumer.join_position = joined_at
+                self.recently_joined[consumer] = joined_at
+                self.recently_joined = dict(sorted(self.recently_joined.items(), key=lambda item: item[1]))
+
+    def _detach(self, consumer: Consumer) -> None:
+        # Selector first, then the pending acks, then draining for the moved ranges: PIP-379 §1.5.2.
+        impacted = self.selector.remove_consumer(consumer)
+        self.recently_joined.pop(consumer, None)
+        self._close_pending_acks(consumer)
+        if self.draining_required:
+            self._update_draining(impacted, skip=consumer)
+            self.draining.forget_consumer(consumer)
+        if not self.consumers:
+            self.draining.clear()
+            self.recently_joined.clear()
+
+    def _update_draining(self, impacted: ImpactedConsumers, skip: Consumer) -> None:
+        """PIP-379 point 1 and #24736: pending hashes in lost ranges start draining; a draining hash that
+        came back to its consumer stops."""
+        draining, slot = self.draining, self._slot
+        draining.start_batch()
+        try:
+            for other, changes in impacted.items():
+                if other is skip or not len(other.pending_acks):
+                    continue
+                lost = changes.removed
+                lost_starts = [r[0] for r in lost]
+                gained = changes.added
+                gained_starts = [r[0] for r in gained]
+                for _size, key_hash in list(other.pending_acks.values()):
+                    sticky_hash = slot(key_hash)
+                    if lost and _in_ranges(lost_starts, lost, sticky_hash):
+                        draining.add_entry(other, sticky_hash)
+                    elif (
+                        gained
+                        and _in_ranges(gained_starts, gained, sticky_hash)
+                        and draining.draining_consumer(sticky_hash) is other
+                    ):
+                        draining.reduce_ref_count(other, sticky_hash)
+        finally:
+            draining.end_batch()
+
+    def _allow_pending_ack(self, consumer: object, position: Position, key_hash: int) -> bool:
+        """PIP-379 point 7: the last check before an entry becomes pending and is sent."""
+        draining = self.draining
+        if len(draining):
+            owner = draining.draining_consumer(self._slot(key_hash))
+            if owner is not None and owner is not consumer:
+                return False
+        return not (self._sending_type == NORMAL and self.replay.contains_hash(key_hash))
+
+    def _pending_ack_removed(self, consumer: object, _position: Position, key_hash: int, closing: bool) -> None:
+        if len(self.draining):
+            self.draining.reduce_ref_count(consumer, self._slot(key_hash), closing)
+
+    def _hash_unblocked(self, _sticky_hash: int) -> None:
+        """PIP-379 point 5: one re-read for all hashes unblocked within `keySharedUnblockingIntervalMs`."""
+        self._schedule_unblock_read()
+
+    def _schedule_unblock_read(self) -> None:
+        if self._unblock_read_at_ms is None:
+            self._unblock_read_at_ms = self.now_ms + self.settings.key_shared_unblocking_interval_ms
+            self._wake_up_at(self._unblock_read_at_ms)
+
+    def _timers_due(self) -> None:
+        if self._unblock_read_at_ms is not None and self.now_ms >= self._unblock_read_at_ms:
+            self._unblock_read_at_ms = None
+            # An unblock is news: retry now rather than after the backoff of an earlier empty round.
+            self._retry_at_ms = None
+
+    def _timer_deadlines(self) -> list[int]:
+        deadlines = super()._timer_deadlines()
+        if self._unblock_read_at_ms is not None:
+            deadlines.append(self._unblock_read_at_ms)
+        return deadlines
+
+    def _mark_delete_moved(self) -> None:
+        released = False
+        if self.recently_joined:
+            mark_delete = self.mark_delete_position
+            for consumer, joined_at in list(self.recently_joined.items()):
+                if joined_at > mark_delete:
+                    break
+                del self.recently_joined[consumer]
+                consumer.join_position = None
+                released = True
+        if released or self.replay:
+            self._schedule_unblock_read()
+
+    # ------------------------------------------------------------------------------- dispatching
+
+    def _entries_read(self, entries: tuple[Entry, ...], previous: Position) -> None:
+        if self.ordering_mode == "pip282" and self._ordered:
+            unsent = self._unsent
+            for entry in entries:
+                unsent[entry.position] = previous
+                previous = entry.position
+
+    def _sent(self, entries: list[Entry]) -> None:
+        unsent = self._unsent
+        if unsent:
+            for entry in entries:
+                unsent.pop(entry.position, None)
+
+    def _dispatch(self, entries: tuple[Entry, ...], is_replay: bool) -> int:
+        self._sending_type = "replay" if is_replay else NORMAL
+        try:
+            return super()._dispatch(entries, is_replay)
+        finally:
+            self._sending_type = None
+
+    def _assign(self, entries: tuple[Entry, ...], is_replay: bool) -> tuple[dict[Consumer, Group], Group]:
+        slot, select = self._slot, self.selector.select
+        ordered = self._ordered
+        draining = self.draining if self.draining_required and len(self.draining) else None
+        replay = self.replay if ordered and not is_replay and self.replay else None
+        joined = self.recently_joined if ordered and self.recently_joined else None
+        min_joined = min(joined.values()) if joined else None
+        older = self._older_queued(entries) if ordered and is_replay else None
+        permits: dict[Consumer, int] = {}
+        groups: dict[Consumer, Group] = {}
+        to_replay: Group = []
+        blocked: set[int] = set()
+        for entry in entries:
+            key_hash = entry.key_hash
+            sticky_hash = slot(key_hash)
+            if blocked and sticky_hash in blocked:
+                to_replay.append((entry, key_hash))
+                continue
+            consumer = select(sticky_hash)
+            if consumer is not None:
+                available = permits.get(consumer)
+                if available is None:
+                    available = self._available_permits(consumer)
+                if (
+                    available > 0
+                    and (replay is None or not replay.contains_hash(key_hash))
+                    and (not older or older.get(key_hash, entry.position) >= entry.position)
+                    and (draining is None or not draining.should_block(consumer, sticky_hash))
+                    and (joined is None or self._before_join_limit(consumer, entry.position, is_replay, min_joined))
+                ):
+                    permits[consumer] = available - entry.message_count
+                    group = groups.get(consumer)
+                    if group is None:
+                        group = groups[consumer] = []
+                    group.append((entry, key_hash))
+                    continue
+            to_replay.append((entry, key_hash))
+            blocked.add(sticky_hash)
+        return groups, to_replay
+
+    def _older_queued(self, entries: tuple[Entry, ...]) -> dict[int, Position]:
+        """For a replay read: the oldest queued position of each key that is not part of the read.
+
+        Such positions entered the replay queue while the read was in flight (a consumer closed or
+        nacked); a read entry of the same key above one of them must wait for it. It is the replay-read
+        side of Pulsar's order repair for normal reads (#12885), found by the simulator (seed 9).
+        """
+        in_read = {e.position for e in entries}
+        last = entries[-1].position
+        older: dict[int, Position] = {}
+        for position, key_hash in self.replay.items():
+            if position >= last:
+                break
+            if position not in in_read and key_hash not in older:
+                older[key_hash] = position
+        return older
+
+    def _before_join_limit(self, consumer: Consumer, position: Position, is_replay: bool, min_joined: Position) -> bool:
+        """classic/pip282: a recently joined consumer only gets entries up to its join position; on a
+        replay read, up to the oldest join position of all (Pulsar's classic dispatcher)."""
+        limit = self.recently_joined.get(consumer)
+        if limit is None:
+            return True
+        if is_replay and min_joined < limit:
+            limit = min_joined
+        return position <= limit
+
+    # ---------------------------------------------------------------------------------- reading
+
+    def look_ahead_limit(self) -> int:
+        """How many entries the replay queue may hold before normal reads stop (§1.5.7)."""
+        s = self.settings
+        per_consumer = s.look_ahead_msg_in_replay_threshold_per_consumer * len(self.consumers)
+        per_subscription = s.look_ahead_msg_in_replay_threshold_per_subscription
+        enabled = [v for v in (per_consumer, per_subscription) if v > 0]
+        if enabled:
+            return min(enabled)
+        fallback = [
+            v
+            for v in (s.max_unacked_messages_per_subscription, s.max_unacked_messages_per_consumer * len(self.consumers))
+            if v > 0
+        ]
+        return min(fallback) if fallback else _NO_LIMIT
+
+    def _normal_read_size(self) -> int:
+        if not self._ordered:
+            return super()._normal_read_size()
+        room = self.look_ahead_limit() - len(self.replay)
+        if room <= 0:
+            return 0
+        size = super()._normal_read_size()
+        return min(size, room) if size > 0 else 0
+
+    def _replayable(self, max_positions: int) -> list[Position]:
+        """Pulsar's ReplayPositionFilter: a queued position is read only if its hash is not blocked in this
+        pass, someone serves it, that consumer has permits left and the hash does not drain elsewhere."""
+        slot, select = self._slot, self.selector.select
+        draining = self.draining if self.draining_required and len(self.draining) else None
+        joined = self.recently_joined if self._ordered and self.recently_joined else None
+        min_joined = min(joined.values()) if joined else None
+        permits: dict[Consumer, int] = {}
+        blocked: set[int] = set()
+        positions: list[Position] = []
+        for position, key_hash in self.replay.items():
+            sticky_hash = slot(key_hash)
+            if sticky_hash in blocked:
+                continue
+            consumer = select(sticky_hash)
+            if consumer is not None:
+                available = permits.get(consumer)
+                if available is None:
+                    available = self._available_permits(consumer)
+                if (
+                    available > 0
+                    and (draining is None or not draining.should_block(consumer, sticky_hash))
+                    and (joined is None or self._before_join_limit(consumer, position, True, min_joined))
+                ):
+                    permits[consumer] = available - 1
+                    positions.append(position)
+                    if len(positions) >= max_positions:
+                        break
+                    continue
+            blocked.add(sticky_hash)
+        return positions
+
+    # ------------------------------------------------------------------------------- pip282 state
+
+    def last_sent_position(self) -> Position:
+        """Every entry at or below it has been sent at least once (PIP-282)."""
+        if self._unsent:
+            return self._unsent.peekitem(0)[1]
+        return self.last_read_position
+
+    def individually_sent_positions(self) -> PositionRangeSet:
+        """Sent ranges above the last sent position, as PIP-282's stats show them."""
+        sent = PositionRangeSet()
+        unsent = list(self._unsent.items())
+        for index, (position, _previous) in enumerate(unsent):
+            upper = unsent[index + 1][1] if index + 1 < len(unsent) else self.last_read_position
+            if upper > position:
+                sent.add_range(position, upper)
+        return sent
+
+    # ------------------------------------------------------------------------------------- stats
+
+    def consumer_stats(
+        self, consumer: Consumer, ranges: dict | None = None, draining_stats: dict | None = None
+    ) -> dict[str, object]:
+        stats = super().consumer_stats(consumer)
+        mine_ranges = (ranges if ranges is not None else self.selector.ranges_by_consumer()).get(consumer, [])
+        stats["keyHashRangeArrays"] = [[start, end] for start, end in mine_ranges]
+        if self.draining_required:
+            mine = (draining_stats if draining_stats is not None else self.draining.stats_by_consumer()).get(consumer)
+            stats["drainingHashesCount"] = mine.count if mine else 0
+            stats["drainingHashesClearedTotal"] = mine.cleared_total if mine else 0
+            stats["drainingHashesUnackedMessages"] = mine.unacked_messages if mine else 0
+            stats["drainingHashes"] = mine.hashes if mine else []
+        elif self.ordering_mode == "classic" and consumer.join_position is not None:
+            joined = consumer.join_position
+            stats["readPositionWhenJoining"] = f"{joined[0]}:{joined[1] + 1}"
+        elif self.ordering_mode == "pip282" and consumer.join_position is not None:
+            stats["lastSentPositionWhenJoining"] = str(Position(*consumer.join_position))
+        return stats
+
+    def stats(self) -> dict[str, object]:
+        draining_stats = self.draining.stats_by_consumer() if self.draining_required else None
+        ranges = self.selector.ranges_by_consumer()
+        consumers = [self.consumer_stats(c, ranges, draining_stats) for c in self.consumers.values()]
+        meta = self.meta or KeySharedMeta()
+        stats: dict[str, object] = {
+            "type": self.subscription_type,
+            "keySharedMode": meta.mode,
+            "allowOutOfOrderDelivery": meta.allow_out_of_order_delivery,
+            "msgInReplay": len(self.replay),
+            "unackedMessages": self.total_unacked,
+            "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
+            "msgOutCounter": sum(c["msgOutCounter"] for c in consumers),
+            "consumers": consumers,
+        }
+        if self.draining_required:
+            stats["drainingHashesCount"] = sum(c["drainingHashesCount"] for c in consumers)
+            stats["drainingHashesClearedTotal"] = sum(c["drainingHashesClearedTotal"] for c in consumers)
+            stats["drainingHashesUnackedMessages"] = sum(c["drainingHashesUnackedMessages"] for c in consumers)
+        if self.ordering_mode in ("classic", "pip282") and self._ordered:
+            stats["consumersAfterMarkDeletePosition"] = {
+                f"consumerName={c.name}, consumerId={c.consumer_id}": str(Position(*p))
+                for c, p in self.recently_joined.items()
+            }
+        if self.ordering_mode == "pip282" and self._ordered:
+            stats["lastSentPosition"] = str(Position(*self.last_sent_position()))
+            stats["individuallySentPositions"] = self.individually_sent_positions().to_string(", ")
+        return stats
+
+    # -------------------------------------------------------------------------------- invariants
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        self.selector.check_invariants()
+        self.draining.check_invariants()
+        for consumer in self.recently_joined:
+            assert consumer.consumer_id in self.consumers, f"{consumer!r} recently joined but gone"
+        if not self.draining_required:
+            return
+        slot, select = self._slot, self.selector.select
+        holder: dict[int, Consumer] = {}
+        held: dict[tuple[int, int], int] = {}
+        for consumer in self.consumers.values():
+            for _size, key_hash in consumer.pending_acks.values():
+                sticky_hash = slot(key_hash)
+                other = holder.setdefault(sticky_hash, consumer)
+                assert other is consumer, (
+                    f"hash {sticky_hash} has unacked messages on {other!r} and {consumer!r} at once"
+                )
+                held[id(consumer), sticky_hash] = held.get((id(consumer), sticky_hash), 0) + 1
+                owner = select(sticky_hash)
+                assert owner is consumer or self.draining.draining_consumer(sticky_hash) is consumer, (
+                    f"{consumer!r} holds hash {sticky_hash}, served by {owner!r}, without draining it"
+                )
+        for sticky_hash, entry in self.draining.items():
+            count = held.get((id(entry.consumer), sticky_hash), 0)
+            assert count >= entry.ref_count, (
+                f"hash {sticky_hash} drains {entry.ref_count} messages from {entry.consumer!r}, which holds {count}"
+            )

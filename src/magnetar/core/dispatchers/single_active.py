@@ -1,0 +1,270 @@
+"""Exclusive and Failover dispatchers: one active consumer receives everything, in order.
+
+Owns: the choice of the active consumer, its permits, and the rewind that follows a change of active
+consumer or a request to redeliver.
+Must not touch: storage, sockets, the clock.
+
+Failover picks the active consumer as Pulsar does: consumers sorted by priority level, then name; for
+a partition of a partitioned topic, `partition_index % n` over the highest-priority consumers; for a
+non-partitioned topic, a hash ring of 100 points per consumer (`name + str(i)`) probed with the topic
+name's hash, so that each topic of a namespace lands on a different consumer.
+
+As in Pulsar, these dispatchers keep no pending acks and no redelivery counts: redelivery is a rewind
+of the cursor to the first unacknowledged entry.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+
+from magnetar.core.consumers import Consumer
+from magnetar.core.errors import ConsumerBusyError, CoreError
+from magnetar.core.events import (
+    Acked,
+    ActiveConsumerChanged,
+    BatchIndexAcked,
+    CancelRead,
+    ConsumerAdded,
+    ConsumerRemoved,
+    CumulativeAcked,
+    Decision,
+    Dispatch,
+    DispatchDue,
+    Entry,
+    Event,
+    Flow,
+    MarkDeleteAdvanced,
+    ReadCancelled,
+    ReadCompleted,
+    ReadEntries,
+    RedeliverRequested,
+    RewindCursor,
+    Tick,
+)
+from magnetar.core.positions import EARLIEST, Position
+from magnetar.core.settings import DispatcherSettings
+from magnetar.core.sticky_key import key_hash
+
+__all__ = ["SingleActiveConsumerDispatcher", "CONSUMER_CONSISTENT_HASH_REPLICAS"]
+
+# Pulsar's AbstractDispatcherSingleActiveConsumer: ring points per consumer for non-partitioned topics.
+CONSUMER_CONSISTENT_HASH_REPLICAS = 100
+
+
+class SingleActiveConsumerDispatcher:
+    """Invariants:
+    - the active consumer is connected, and is None only when no consumer is;
+    - Exclusive has at most one consumer;
+    - a read is in flight or its entries await dispatch, never both.
+    """
+
+    def __init__(
+        self,
+        subscription_type: str,
+        settings: DispatcherSettings | None = None,
+        mark_delete_position: Position = EARLIEST,
+        topic_name: str = "",
+        partition_index: int = -1,
+    ) -> None:
+        if subscription_type not in ("Exclusive", "Failover"):
+            raise ValueError(f"not a single-active-consumer subscription type: {subscription_type}")
+        self.subscription_type = subscription_type
+        self.settings = settings or DispatcherSettings()
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.consumers: dict[int, Consumer] = {}
+        self.active: Consumer | None = None
+        self.mark_delete_position = mark_delete_position
+        self.now_ms = 0
+        self._read_in_flight = False
+        # Entries of a read issued before a rewind are stale: they are dropped, not dispatched.
+        self._read_stale = False
+        self._completed: tuple[Entry, ...] | None = None
+        self._out: list[Decision] = []
+
+    def handle(self, event: Event, now_ms: int) -> list[Decision]:
+        self.now_ms = now_ms
+        out = self._out = []
+        self._handlers[type(event)](self, event)
+        return out
+
+    # ------------------------------------------------------------------------------- consumers
+
+    def _on_consumer_added(self, event: ConsumerAdded) -> None:
+        if self.subscription_type == "Exclusive" and self.consumers:
+            raise ConsumerBusyError("Exclusive consumer is already connected")
+        if event.consumer_id in self.consumers:
+            raise CoreError(f"consumer id {event.consumer_id} is already connected")
+        consumer = Consumer(event.consumer_id, event.consumer_name, event.priority_level)
+        self.consumers[consumer.consumer_id] = consumer
+        if not self._pick_active():
+            # Unchanged: only the newcomer needs to learn who is active.
+            self._out.append(ActiveConsumerChanged(self.active.consumer_id if self.active else None))
+        self._read_more()
+
+    def _on_consumer_removed(self, event: ConsumerRemoved) -> None:
+        if self.consumers.pop(event.consumer_id, None) is None:
+            return
+        self._pick_active()
+        self._read_more()
+
+    def _pick_active(self) -> bool:
+        """Choose the active consumer; on a change rewind and announce it. Returns whether it changed."""
+        if not self.consumers:
+            chosen = None
+        else:
+            ordered = sorted(self.consumers.values(), key=lambda c: (c.priority_level, c.name))
+            top = sum(1 for c in ordered if c.priority_level == ordered[0].priority_level)
+            if self.partition_index >= 0:
+                chosen = ordered[self.partition_index % top]
+            else:
+                chosen = ordered[self._ring_index(ordered[:top])]
+        if chosen is self.active:
+            return False
+        self.active = chosen
+        self._rewind()
+        self._out.append(ActiveConsumerChanged(chosen.consumer_id if chosen else None))
+        return True
+
+    def _ring_index(self, consumers: list[Consumer]) -> int:
+        ring: dict[int, int] = {}
+        for index, consumer in enumerate(consumers):
+            for point in range(CONSUMER_CONSISTENT_HASH_REPLICAS):
+                # Later consumers overwrite earlier ones on a colliding point, as a TreeMap.put does.
+                ring[key_hash(f"{consumer.name}{point}".encode())] = index
+        points = sorted(ring)
+        topic_hash = key_hash(self.topic_name.encode())
+        at = bisect_left(points, topic_hash)
+        return ring[points[at if at < len(points) else 0]]
+
+    def _rewind(self) -> None:
+        """Everything unacknowledged goes again to the (new) active consumer, from the first unacked entry."""
+        if self._read_in_flight:
+            self._read_stale = True
+            self._out.append(CancelRead())
+        self._completed = None
+        self._out.append(RewindCursor())
+
+    def _on_flow(self, event: Flow) -> None:
+        consumer = self.consumers.get(event.consumer_id)
+        if consumer is None:
+            return
+        consumer.permits += event.permits
+        if consumer is self.active:
+            self._read_more()
+
+    # ------------------------------------------------------------------------------- reading
+
+    def _read_more(self) -> None:
+        active = self.active
+        if self._read_in_flight or self._completed is not None or active is None or active.permits <= 0:
+            return
+        self._read_in_flight = True
+        self._read_stale = False
+        self._out.append(ReadEntries(min(active.permits, self.settings.max_read_batch_size)))
+
+    def _on_read_completed(self, event: ReadCompleted) -> None:
+        if not self._read_in_flight:
+            raise CoreError("a read completed that the dispatcher did not ask for")
+        self._read_in_flight = False
+        if self._read_stale:
+            # The cursor moved past these entries after the rewind was asked for: rewind again.
+            self._read_stale = False
+            self._out.append(RewindCursor())
+            self._read_more()
+            return
+        self._completed = event.entries
+
+    def _on_read_cancelled(self, _event: ReadCancelled) -> None:
+        self._read_in_flight = False
+        self._read_stale = False
+        self._read_more()
+
+    def _on_dispatch_due(self, _event: DispatchDue) -> None:
+        entries, self._completed = self._completed, None
+        active = self.active
+        if entries and active is not None:
+            messages = sum(e.message_count for e in entries)
+            active.permits -= messages
+            active.msg_out_counter += messages
+            active.entries_out_counter += len(entries)
+            self._out.append(Dispatch(active.consumer_id, list(entries)))
+        elif entries:
+            # Nobody to send to: read these again when a consumer arrives.
+            self._out.append(RewindCursor())
+        self._read_more()
+
+    # ---------------------------------------------------------------------------------- acks
+
+    def _on_acked(self, event: Acked) -> None:
+        """Acks move the cursor, which the broker owns; here they only spare entries that wait for
+        dispatch from being sent again."""
+        if self._completed:
+            acked = set(event.positions)
+            self._completed = tuple(e for e in self._completed if e.position not in acked)
+
+    def _on_cumulative_acked(self, event: CumulativeAcked) -> None:
+        if self._completed:
+            self._completed = tuple(e for e in self._completed if e.position > event.position)
+
+    def _on_batch_index_acked(self, _event: BatchIndexAcked) -> None:
+        """The entry stays unacknowledged as a whole; the cursor records the indexes."""
+
+    def _on_redeliver_requested(self, event: RedeliverRequested) -> None:
+        if self.active is not None and event.consumer_id == self.active.consumer_id:
+            self._rewind()
+            self._read_more()
+
+    def _on_mark_delete_advanced(self, event: MarkDeleteAdvanced) -> None:
+        if event.position > self.mark_delete_position:
+            self.mark_delete_position = event.position
+
+    def _on_tick(self, _event: Tick) -> None:
+        self._read_more()
+
+    _handlers: dict[type, Callable[[SingleActiveConsumerDispatcher, object], None]] = {
+        ConsumerAdded: _on_consumer_added,
+        ConsumerRemoved: _on_consumer_removed,
+        Flow: _on_flow,
+        ReadCompleted: _on_read_completed,
+        ReadCancelled: _on_read_cancelled,
+        DispatchDue: _on_dispatch_due,
+        Acked: _on_acked,
+        BatchIndexAcked: _on_batch_index_acked,
+        CumulativeAcked: _on_cumulative_acked,
+        RedeliverRequested: _on_redeliver_requested,
+        MarkDeleteAdvanced: _on_mark_delete_advanced,
+        Tick: _on_tick,
+    }
+
+    # --------------------------------------------------------------------------------- stats
+
+    @property
+    def read_in_flight(self) -> str | None:
+        return "normal" if self._read_in_flight else None
+
+    @property
+    def awaiting_dispatch(self) -> bool:
+        return self._completed is not None
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "type": self.subscription_type,
+            "activeConsumerName": self.active.name if self.active else None,
+            "msgOutCounter": sum(c.msg_out_counter for c in self.consumers.values()),
+            "consumers": [
+                {"consumerName": c.name, "availablePermits": c.permits, "msgOutCounter": c.msg_out_counter}
+                for c in self.consumers.values()
+            ],
+        }
+
+    def check_invariants(self) -> None:
+        if self.consumers:
+            assert self.active is not None, "consumers connected but none active"
+            assert self.active.consumer_id in self.consumers, "the active consumer is not connected"
+        else:
+            assert self.active is None, "an active consumer with no consumer connected"
+        if self.subscription_type == "Exclusive":
+            assert len(self.consumers) <= 1, "an Exclusive subscription with several consumers"
+        assert not (self._read_in_flight and self._completed is not None), "read in flight while entries wait"
