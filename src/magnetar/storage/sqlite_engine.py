@@ -39,6 +39,8 @@ from array import array
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import accumulate, repeat
 from typing import Any, NamedTuple
 
 from magnetar.core.positions import Position
@@ -501,10 +503,14 @@ class SqliteEngine:
     def read_entries(self, connection: sqlite3.Connection, ledger_id: int, first: int, last: int) -> list[Entry]:
         """Entries `first..last` (inclusive) of one ledger; every one of them must exist."""
         low = segment_id(ledger_id, first)
+        # The segment holding `first` starts at or before it; two statements, because SQLite plans a
+        # bound computed by a subquery as a full scan instead of a row-id range.
+        (start,) = connection.execute(
+            "SELECT max(id) FROM segments WHERE id <= ? AND id >= ?", (low, segment_id(ledger_id, 0))
+        ).fetchone()
         rows = connection.execute(
-            "SELECT * FROM segments WHERE id >= coalesce("
-            "(SELECT max(id) FROM segments WHERE id <= ? AND id >= ?), ?) AND id <= ? ORDER BY id",
-            (low, segment_id(ledger_id, 0), low, segment_id(ledger_id, last)),
+            "SELECT * FROM segments WHERE id >= ? AND id <= ? ORDER BY id",
+            (low if start is None else start, segment_id(ledger_id, last)),
         ).fetchall()
         result: list[Entry] = []
         expected = first
@@ -541,17 +547,23 @@ class SqliteEngine:
         time_array.frombytes(publish_times)
         sequence_array = array("q")
         sequence_array.frombytes(sequence_ids)
-        offset = 0
-        entries = []
-        append = entries.append
-        for length, sticky, messages, published, producer, sequence in zip(
-            length_array, hash_array, count_array, time_array, names.split("\0"), sequence_array
-        ):
-            end = offset + length
-            append(Entry(Position(ledger_id, entry_id), data[offset:end], sticky, messages, published, producer, sequence))
-            offset = end
-            entry_id += 1
-        return entries
+        # Built with map/zip over C callables only: a Python loop here costs ~3 us per entry and
+        # would cap a backlog read near 300 000 entries/s.
+        offsets = list(accumulate(length_array, initial=0))
+        positions = map(_new_position, zip(repeat(ledger_id, count), range(entry_id, entry_id + count)))
+        payloads = map(data.__getitem__, map(slice, offsets, offsets[1:]))
+        return list(
+            map(
+                _new_entry,
+                zip(positions, payloads, hash_array, count_array, time_array, names.split("\0"), sequence_array),
+            )
+        )
+
+
+# `tuple.__new__` bound to the class: the same object the NamedTuple constructor makes, without its
+# Python-level __new__ (the field count is fixed by the zip that feeds it).
+_new_position = partial(tuple.__new__, Position)
+_new_entry = partial(tuple.__new__, Entry)
 
 
 def _segment_crc(*parts: Any) -> int:
