@@ -225,15 +225,19 @@ class DrainingHashesTracker:
                 self.on_unblocked(-1)
 
     def forget_consumer(self, consumer: object) -> None:
-        """Drop a departed consumer's statistics and owner slot; it must own no hash any more."""
-        self._cleared.pop(consumer, None)
-        owner = self._owner_index.pop(consumer, None)
-        if owner is None:
-            return
-        if self._owner_counts[owner]:
+        """Drop a departed consumer's statistics and owner slot; it must own no hash any more.
+
+        A refusal changes nothing: the consumer keeps its hashes, its owner slot and its statistics.
+        """
+        owner = self._owner_index.get(consumer)
+        if owner is not None and self._owner_counts[owner]:
             raise DrainingStateError(
                 f"consumer {consumer!r} left while still draining {self._owner_counts[owner]} hashes"
             )
+        self._cleared.pop(consumer, None)
+        if owner is None:
+            return
+        del self._owner_index[consumer]
         self._owners[owner] = None
 
     def clear(self) -> None:

@@ -125,12 +125,13 @@ class PositionRangeSet:
             return NotImplemented
         return self._lowers == other._lowers and self._uppers == other._uppers
 
-    def to_string(self, separator: str = "..") -> str:
-        """Pulsar's rendering, e.g. `[(3:4..3:5],(3:7..3:10]]` (internal stats use `..`)."""
+    def to_string(self, separator: str = "..", joiner: str = ",") -> str:
+        """Pulsar's rendering: `[(3:4..3:5],(3:7..3:10]]` in internal stats; PIP-282's stats write
+        `[(3:4, 3:5], (3:7, 3:10]]` (`separator=", ", joiner=", "`)."""
         parts = [
             f"({lo[0]}:{lo[1]}{separator}{hi[0]}:{hi[1]}]" for lo, hi in zip(self._lowers, self._uppers)
         ]
-        return "[" + ",".join(parts) + "]"
+        return "[" + joiner.join(parts) + "]"
 
     def __repr__(self) -> str:
         return f"PositionRangeSet({self.to_string()})"

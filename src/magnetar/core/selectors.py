@@ -356,13 +356,21 @@ def _contains(sorted_values: list[int], value: int) -> bool:
 class HashRangeAutoSplitSelector:
     """Pulsar's `HashRangeAutoSplitStickyKeyConsumerSelector` (PIP-34's original hash layer) over [0, 65535].
 
-    The first consumer serves everything. A new consumer takes the upper half of the largest range,
-    as in PIP-34's picture; Pulsar's code gives it the lower half instead, a difference no client can
-    observe except through `keyHashRangeArrays`. Among ranges of equal size the lowest one is split,
-    which is what Pulsar's `findBiggestRange` ends up doing (strict `>` while walking up the ring);
-    PIP-34 suggests picking by dispatch rate, which would make the core depend on timing. A leaving
-    consumer's range goes to the consumer whose range follows it (Pulsar's ceiling lookup), or, for
-    the last range, to the one before it. A range of one slot cannot be split: `ConsumerAssignError`.
+    The first consumer serves everything. A new consumer takes the LOWER half of the largest range,
+    as Pulsar's code does: `splitRange` puts it at the middle key `end - ((end - lower) >> 1)` of the
+    ceiling map, so it serves `(lower, middle]` and the range's owner keeps `(middle, end]`. PIP-34's
+    picture shows the new consumer with the other (upper) half; Pulsar's code is followed here, since
+    that is what `keyHashRangeArrays` and the draining hashes of a real broker show.
+    Sizes and split points are computed on Pulsar's keys: the last range ends at key `range_size`
+    (Pulsar's first key) although slot `range_size` is never selected, and the first range's lower
+    key is 0 although it also holds slot 0. Among ranges of equal size the lowest one is split
+    (`findBiggestRange`: strict `>` while walking up the map); PIP-34 suggests picking by dispatch
+    rate, which would make the core depend on timing. A leaving consumer's range goes to the consumer
+    whose range follows it (Pulsar's ceiling lookup), or, for the last range, to the one before it.
+    A range of Pulsar size 1 cannot be split: `ConsumerAssignError`. One deliberate difference: where
+    Pulsar would leave the last range's owner only the never-selected slot `range_size` (a tiny last
+    range split at `range_size - 1`), the new consumer is refused with `ConsumerAssignError` instead,
+    so that every consumer owns at least one selectable slot.
 
     `range_size` is Pulsar's constructor argument (a power of two, 65536 in the broker); a small one
     lets tests reach the point where nothing is left to split.
@@ -406,21 +414,28 @@ class HashRangeAutoSplitSelector:
             owners.insert(0, consumer)
             self._members[id(consumer)] = name
             return {consumer: HashRangeChanges(removed=[], added=[(_RANGE_SLOT_MIN, self._range_size - 1)])}
+        # Pulsar's findBiggestRange over its keys: range i is (lower_key, key]; the last key is range_size.
+        last = len(ends) - 1
         largest, largest_size = 0, 0
         for index, end in enumerate(ends):
-            size = end - self._range_start(index) + 1
+            size = self._pulsar_key(index) - (ends[index - 1] if index else 0)
             if size > largest_size:
                 largest, largest_size = index, size
-        if largest_size < 2:
+        key = self._pulsar_key(largest)
+        middle = key - (largest_size >> 1)  # Pulsar's splitRange: the new consumer's key
+        if largest_size <= 1 or (largest == last and middle >= self._range_size - 1):
             raise ConsumerAssignError(
                 f"No more range can be assigned to new consumer {name!r}, assigned consumers {len(ends)}"
             )
-        start, end = self._range_start(largest), ends[largest]
-        split = start + largest_size // 2  # the new consumer's first slot
-        ends.insert(largest, split - 1)
-        owners.insert(largest + 1, consumer)
+        start = self._range_start(largest)
+        ends.insert(largest, middle)
+        owners.insert(largest, consumer)
         self._members[id(consumer)] = name
-        return _impacted_consumers([((split, end), owners[largest], consumer)], consumer)
+        return _impacted_consumers([((start, middle), owners[largest + 1], consumer)], consumer)
+
+    def _pulsar_key(self, index: int) -> int:
+        """Pulsar's ceiling-map key of range `index`: its end, or `range_size` for the last range."""
+        return self._range_size if index == len(self._range_ends) - 1 else self._range_ends[index]
 
     def remove_consumer(self, consumer: object) -> ImpactedConsumers:
         if self._members.pop(id(consumer), None) is None:

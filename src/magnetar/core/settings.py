@@ -49,16 +49,46 @@ class DispatcherSettings:
 
     @classmethod
     def from_pulsar(cls, conf: dict[str, object]) -> DispatcherSettings:
-        """Build from Pulsar keys; `subscriptionKeySharedUseClassicPersistentImplementation=true` selects classic."""
+        """Build from Pulsar keys; `subscriptionKeySharedUseClassicPersistentImplementation=true` selects classic.
+
+        Values may be typed or, as read from `broker.conf`, strings: `"false"` must not count as true.
+        """
         by_key = {key: name for name, (key, _doc, _dynamic) in PULSAR_KEYS.items()}
+        defaults = cls()
         values: dict[str, object] = {}
         for key, value in conf.items():
             if key == "subscriptionKeySharedUseClassicPersistentImplementation":
-                if str(value).lower() == "true":
+                if _parse_bool(key, value):
                     values["key_shared_ordering_mode"] = "classic"
             elif key in by_key:
-                values[by_key[key]] = value
+                name = by_key[key]
+                default = getattr(defaults, name)
+                if isinstance(default, bool):
+                    value = _parse_bool(key, value)
+                elif isinstance(default, int):
+                    value = _parse_int(key, value)
+                values[name] = value
         return cls(**values)
+
+
+def _parse_bool(key: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"{key} must be true or false (got {value!r})")
+    return text == "true"
+
+
+def _parse_int(key: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{key} must be an integer (got {value!r})")
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{key} must be an integer (got {value!r})") from None
 
 
 # field -> (Pulsar key, meaning, dynamic)

@@ -60,7 +60,7 @@ class OrderingChecker:
         """Record the first violation of each kind; later ones of the same kind add nothing to read."""
         if any(v.kind == kind for v in self.violations):
             return
-        self.violations.append(Violation(kind, message, world.steps, tuple(world.trace)))
+        self.violations.append(Violation(kind, message, world.steps, world.formatted_trace()))
 
     def _sticky_hash(self, world: World, key: str) -> int:
         dispatcher = world.dispatcher

@@ -171,7 +171,7 @@ class World:
         self.session_of: dict[int, int] = {}
         self.active_consumer_id: int | None = None
         self.ever_delivered: set[Position] = set()
-        self.trace: deque[str] = deque(maxlen=TRACE_MAX)
+        self.trace: deque[tuple[int | None, object]] = deque(maxlen=TRACE_MAX)
         self.steps = 0
         self.deliveries = 0
         self.listeners: list = []
@@ -180,11 +180,22 @@ class World:
 
     def feed(self, event: object) -> None:
         """Hand one event to the dispatcher and carry out its decisions."""
-        self.trace.append(f"t={self.now_ms} {self._describe(event)}")
+        # The trace keeps the objects; they are formatted only when a violation is reported.
+        self.trace.append((self.now_ms, event))
         decisions = self.dispatcher.handle(event, self.now_ms)
         for decision in decisions:
-            self.trace.append(f"    -> {self._describe(decision)}")
+            self.trace.append((None, decision))
             self._carry_out(decision)
+
+    def note(self, text: str) -> None:
+        self.trace.append((self.now_ms, text))
+
+    def formatted_trace(self) -> tuple[str, ...]:
+        lines = []
+        for now_ms, item in self.trace:
+            text = self._describe(item)
+            lines.append(f"    -> {text}" if now_ms is None else f"t={now_ms} {text}")
+        return tuple(lines)
 
     def _describe(self, item: object) -> str:
         """A short line for the trace: entries as position/key, the rest as the dataclass prints."""
@@ -238,16 +249,20 @@ class World:
         count = self.rng.randint(1, 5)
         for _ in range(count):
             if len(self.log) >= self.options.messages:
-                return
-            index = len(self.log)
-            ledger, entry_id = divmod(index, self.options.entries_per_ledger)
-            position = Position(ledger + 1, entry_id)
-            key = self.keys[self.rng.randrange(len(self.keys))]
-            size = self.rng.randint(1, self.options.batch_max)
-            self.log.append(Entry(position, key_hash(key.encode()), size))
-            self.log_keys.append(key)
-            self.index_of[position] = index
-        self.trace.append(f"t={self.now_ms} produced up to {self.log[-1].position}")
+                break
+            self.publish(self.keys[self.rng.randrange(len(self.keys))])
+        self.note(f"produced up to {self.log[-1].position}")
+
+    def publish(self, key: str) -> Position:
+        """Append one entry with `key` (a batch of 1..batch_max messages) to the topic."""
+        index = len(self.log)
+        ledger, entry_id = divmod(index, self.options.entries_per_ledger)
+        position = Position(ledger + 1, entry_id)
+        size = self.rng.randint(1, self.options.batch_max)
+        self.log.append(Entry(position, key_hash(key.encode()), size))
+        self.log_keys.append(key)
+        self.index_of[position] = index
+        return position
 
     def _unread_available(self) -> bool:
         return any(i not in self.acked for i in range(self.read_index, len(self.log)))
@@ -282,7 +297,8 @@ class World:
     def dispatch_due(self) -> None:
         self.feed(DispatchDue())
 
-    def add_consumer(self, name: str | None = None) -> None:
+    def add_consumer(self, name: str | None = None, receiver_queue: int | None = None, paused: bool = False) -> int | None:
+        """Subscribe a consumer (a random name unless given); returns its id, or None if refused."""
         options = self.options
         connected = {c.name for c in self.clients.values()}
         if name is None:
@@ -290,7 +306,7 @@ class World:
             if options.key_shared_mode == "STICKY":
                 names = [n for n in names if n not in connected]
                 if not names:
-                    return
+                    return None
             name = self.rng.choice(names)
         consumer_id = self.next_consumer_id
         self.next_consumer_id += 1
@@ -300,7 +316,7 @@ class World:
         meta = None
         if options.subscription_type == "Key_Shared":
             meta = KeySharedMeta(options.key_shared_mode, options.allow_out_of_order_delivery, ranges)
-        client = Client(consumer_id, name, options.receiver_queue, ranges)
+        client = Client(consumer_id, name, receiver_queue or options.receiver_queue, ranges, paused=paused)
         self.clients[consumer_id] = client
         self.session_of[consumer_id] = consumer_id
         try:
@@ -308,9 +324,10 @@ class World:
         except CoreError as refused:
             # The broker answers the subscribe with an error (ConsumerBusy, ConsumerAssignError, ...).
             del self.clients[consumer_id]
-            self.trace.append(f"t={self.now_ms} subscribe of {name} refused: {refused.server_error}")
-            return
+            self.note(f"subscribe of {name} refused: {refused.server_error}")
+            return None
         self.feed(Flow(consumer_id, client.receiver_queue))
+        return consumer_id
 
     def _sticky_range(self, name: str) -> tuple[int, int]:
         count = self.options.consumer_names
@@ -326,11 +343,11 @@ class World:
             listener.on_disconnect(self, client)
         self.feed(ConsumerRemoved(consumer_id))
 
-    def restart_consumer(self, consumer_id: int) -> None:
-        """Close and reconnect with the same name: one step of a rolling restart."""
-        name = self.clients[consumer_id].name
+    def restart_consumer(self, consumer_id: int) -> int | None:
+        """Close and reconnect with the same name and queue size: one step of a rolling restart."""
+        client = self.clients[consumer_id]
         self.remove_consumer(consumer_id)
-        self.add_consumer(name)
+        return self.add_consumer(client.name, client.receiver_queue)
 
     def receive(self, client: Client) -> None:
         """The application takes the next message; the client returns permits at half its queue."""
@@ -420,7 +437,7 @@ class World:
                     actions.append((options.nack_percent, lambda c=client, p=position: self.nack(c, p)))
             if not liveness and options.redeliver_all_percent and (client.held or client.incoming):
                 actions.append((options.redeliver_all_percent, lambda c=client: self.redeliver_all(c)))
-        if not liveness:
+        if not liveness and options.churn_percent:
             churn = options.churn_percent
             if len(self.clients) < options.consumers_max:
                 actions.append((churn, self.add_consumer))
@@ -434,19 +451,22 @@ class World:
         return actions
 
     def _toggle_pause(self, consumer_id: int) -> None:
-        client = self.clients[consumer_id]
-        client.paused = not client.paused
-        self.trace.append(f"t={self.now_ms} consumer {consumer_id} {'paused' if client.paused else 'resumed'}")
+        self.set_paused(consumer_id, not self.clients[consumer_id].paused)
+
+    def set_paused(self, consumer_id: int, paused: bool) -> None:
+        """A paused client keeps what it received but hands nothing to the application."""
+        self.clients[consumer_id].paused = paused
+        self.note(f"consumer {consumer_id} {'paused' if paused else 'resumed'}")
 
     def step(self, liveness: bool) -> bool:
         actions = self.enabled_actions(liveness)
         if not actions:
             return False
         total = sum(w for w, _a in actions)
-        pick = self.rng.uniform(0, total)
+        pick = self.rng.randrange(total)
         for weight, action in actions:
             pick -= weight
-            if pick <= 0:
+            if pick < 0:
                 break
         action()
         self.steps += 1

@@ -1,0 +1,59 @@
+"""What `magnetar sim` and `python -m magnetar.sim` print.
+
+Owns: the text of the simulator's report: per mode the schedules run, the violations found (split into
+those the mode is known for and those it must never show), and one example trace; or, for one seed,
+its options, its outcome and how to reproduce it.
+Must not touch: how schedules run (runner.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+from magnetar.sim.runner import SweepResult, expected_kinds, run_schedule, run_sweep
+
+__all__ = ["report_seed", "report_sweep"]
+
+
+def report_seed(seed: int, ordering_mode: str, subscription_type: str) -> bool:
+    """Run one schedule and print it; returns True when it showed nothing the mode must never show."""
+    result = run_schedule(seed, ordering_mode, subscription_type)
+    print(result.header())
+    print(f"steps={result.steps} deliveries={result.deliveries}")
+    expected = expected_kinds(ordering_mode, subscription_type)
+    for violation in result.violations:
+        label = "expected for this mode" if violation.kind in expected else "VIOLATION"
+        print(f"\n[{label}] {violation.report()}")
+    if not result.violations:
+        print("no violation")
+    print(f"\nreproduce with: magnetar sim --seed {seed} --mode {ordering_mode} --type {subscription_type}")
+    return not result.failures(expected)
+
+
+def report_sweep(modes: list[str], subscription_type: str, schedules: int, first_seed: int, processes: int | None) -> bool:
+    """Sweep each mode and print the table and one example per mode; True when nothing unexpected."""
+    results: list[tuple[SweepResult, float]] = []
+    for mode in modes:
+        started = time.perf_counter()
+        results.append((run_sweep(mode, subscription_type, schedules, first_seed, processes), time.perf_counter() - started))
+    print(f"{'type':<11} {'mode':<8} {'schedules':>9} {'steps':>10} {'seconds':>8}  violations (schedules)")
+    ok = True
+    for result, seconds in results:
+        found = ", ".join(f"{kind}: {count}" for kind, count in sorted(result.violating_schedules.items())) or "none"
+        print(
+            f"{subscription_type:<11} {result.ordering_mode:<8} {result.schedules:>9} {result.steps:>10} "
+            f"{seconds:>8.1f}  {found}"
+        )
+        ok &= not result.unexpected()
+    for result, _seconds in results:
+        print(f"\n=== {result.ordering_mode}: ", end="")
+        if not result.examples:
+            print("no violation in any schedule")
+            continue
+        unexpected = result.unexpected()
+        kind = next(iter(sorted(unexpected))) if unexpected else next(iter(sorted(result.examples)))
+        seed, text = result.examples[kind]
+        label = "NEVER ALLOWED" if unexpected else "known behaviour of this mode"
+        print(f"example of {kind} ({label})\n{text}")
+        print(f"reproduce with: magnetar sim --seed {seed} --mode {result.ordering_mode} --type {subscription_type}")
+    return ok
