@@ -30,7 +30,15 @@ from magnetar.storage.cursor import CursorRecord, ManagedCursor, decode_ranges
 from magnetar.storage.entry_cache import EntryCache
 from magnetar.storage.errors import StorageBusyError, StorageClosedError, StorageError
 from magnetar.storage.metadata import MetadataStore
-from magnetar.storage.sqlite_engine import CommitReport, Entry, SqliteEngine, WriteOp, segment_id
+from magnetar.storage.sqlite_engine import (
+    CommitReport,
+    Entry,
+    SqliteEngine,
+    WriteOp,
+    new_entry,
+    new_position,
+    segment_id,
+)
 
 __all__ = ["ManagedLedger", "ManagedLedgerFactory", "LedgerInfo", "Entry"]
 
@@ -77,6 +85,8 @@ class ManagedLedger:
                 break
         self._current: LedgerInfo | None = None
         self._roll_requested = False
+        self._current_ledger_id = -1
+        self._pending_adds_max = self.config.managedLedgerMaxPendingAdds
         self._entries_max = self.config.managedLedgerMaxEntriesPerLedger
         self._size_bytes_max = self.config.managedLedgerMaxSizePerLedgerMbytes * MB
         self._current_created_monotonic = 0.0
@@ -101,23 +111,30 @@ class ManagedLedger:
 
         Positions are assigned here, in call order, so entries of one producer keep their order.
         """
+        # This is the hottest path of the broker: attributes are read once, tuples are built with
+        # C constructors, and the roll-over check is inlined (see docs/performance.md).
         if self.state == "Closed":
             raise StorageClosedError(f"managed ledger {self.name} is closed")
         factory = self.factory
-        if factory.pending_adds >= self.config.managedLedgerMaxPendingAdds:
+        if factory.pending_adds >= self._pending_adds_max:
             raise StorageBusyError(
                 f"{factory.pending_adds} appends wait for a commit (managedLedgerMaxPendingAdds)"
             )
         if "\0" in producer_name:
             raise ValueError("producer name contains NUL")
-        if self._current_is_full():
+        entry_id = self._next_entry_id
+        if (
+            entry_id >= self._entries_max
+            or self._assigned_size >= self._size_bytes_max
+            or self._roll_requested
+            or self._current is None
+        ) and self._current_is_full():
             self._create_ledger()
-        current = self._current
-        assert current is not None
-        position = Position(current.ledger_id, self._next_entry_id)
-        self._next_entry_id += 1
+            entry_id = 0
+        self._next_entry_id = entry_id + 1
         self._assigned_size += len(data)
-        entry = Entry(position, data, sticky_key_hash, message_count, publish_time, producer_name, sequence_id)
+        position = new_position((self._current_ledger_id, entry_id))
+        entry = new_entry((position, data, sticky_key_hash, message_count, publish_time, producer_name, sequence_id))
         future: asyncio.Future[Position] = self._loop.create_future()
         self._pending.append((entry, future))
         factory.pending_adds += 1
@@ -161,6 +178,7 @@ class ManagedLedger:
         self._ledgers[ledger_id] = info
         self._ledger_ids.append(ledger_id)
         self._current = info
+        self._current_ledger_id = ledger_id
         self._roll_requested = False
         self._current_created_monotonic = time.monotonic()
         self._next_entry_id = 0

@@ -550,11 +550,11 @@ class SqliteEngine:
         # Built with map/zip over C callables only: a Python loop here costs ~3 us per entry and
         # would cap a backlog read near 300 000 entries/s.
         offsets = list(accumulate(length_array, initial=0))
-        positions = map(_new_position, zip(repeat(ledger_id, count), range(entry_id, entry_id + count)))
+        positions = map(new_position, zip(repeat(ledger_id, count), range(entry_id, entry_id + count)))
         payloads = map(data.__getitem__, map(slice, offsets, offsets[1:]))
         return list(
             map(
-                _new_entry,
+                new_entry,
                 zip(positions, payloads, hash_array, count_array, time_array, names.split("\0"), sequence_array),
             )
         )
@@ -562,8 +562,8 @@ class SqliteEngine:
 
 # `tuple.__new__` bound to the class: the same object the NamedTuple constructor makes, without its
 # Python-level __new__ (the field count is fixed by the zip that feeds it).
-_new_position = partial(tuple.__new__, Position)
-_new_entry = partial(tuple.__new__, Entry)
+new_position = partial(tuple.__new__, Position)
+new_entry = partial(tuple.__new__, Entry)
 
 
 def _segment_crc(*parts: Any) -> int:
