@@ -415,29 +415,33 @@ class TestConsistentHashingSelector:
 
 class TestHashRangeAutoSplitSelector:
     def test_pip_34_picture(self) -> None:
-        # PIP-34's picture, with our tie rule: at T2 both halves are equal, so the lower one (C1's) is
-        # split where the picture splits C2's by dispatch rate.
+        # PIP-34's picture, as Pulsar's code draws it: a new consumer takes the LOWER half (Pulsar's
+        # splitRange puts it at the middle key, so it serves (lower, middle]); the picture shows the
+        # upper half. At T2 both halves are equal (32768 keys each), so the lower one (C2's) is split
+        # where the picture picks by dispatch rate.
         selector = HashRangeAutoSplitSelector()
         c1, c2, c3 = Consumer("C1"), Consumer("C2"), Consumer("C3")
         assert add(selector, c1) == {c1: HashRangeChanges(removed=[], added=[(0, 65535)])}
+        # Pulsar: 0 -> 32768(C2) -> 65536(C1)
         assert add(selector, c2) == {
-            c2: HashRangeChanges(removed=[], added=[(32768, 65535)]),
-            c1: HashRangeChanges(removed=[(32768, 65535)], added=[]),
+            c2: HashRangeChanges(removed=[], added=[(0, 32768)]),
+            c1: HashRangeChanges(removed=[(0, 32768)], added=[]),
         }
+        # Pulsar: 0 -> 16384(C3) -> 32768(C2) -> 65536(C1)
         assert add(selector, c3) == {
-            c3: HashRangeChanges(removed=[], added=[(16384, 32767)]),
-            c1: HashRangeChanges(removed=[(16384, 32767)], added=[]),
+            c3: HashRangeChanges(removed=[], added=[(0, 16384)]),
+            c2: HashRangeChanges(removed=[(0, 16384)], added=[]),
         }
-        assert selector.ranges_by_consumer() == {c1: [(0, 16383)], c3: [(16384, 32767)], c2: [(32768, 65535)]}
-        # T3: C1 leaves; the consumer whose range follows (C3) takes its range.
+        assert selector.ranges_by_consumer() == {c3: [(0, 16384)], c2: [(16385, 32768)], c1: [(32769, 65535)]}
+        # T3: C1 (the last range) leaves; the one before it (C2) takes over.
         assert remove(selector, c1) == {
-            c1: HashRangeChanges(removed=[(0, 16383)], added=[]),
-            c3: HashRangeChanges(removed=[], added=[(0, 16383)]),
+            c1: HashRangeChanges(removed=[(32769, 65535)], added=[]),
+            c2: HashRangeChanges(removed=[], added=[(32769, 65535)]),
         }
-        # T4: C2 (the last range) leaves; the one before it takes over: C3 serves everything.
+        # T4: C2 (the last range again) leaves; the one before it takes over: C3 serves everything.
         assert remove(selector, c2) == {
-            c2: HashRangeChanges(removed=[(32768, 65535)], added=[]),
-            c3: HashRangeChanges(removed=[], added=[(32768, 65535)]),
+            c2: HashRangeChanges(removed=[(16385, 65535)], added=[]),
+            c3: HashRangeChanges(removed=[], added=[(16385, 65535)]),
         }
         assert selector.ranges_by_consumer() == {c3: [(0, 65535)]}
         assert remove(selector, c3) == {c3: HashRangeChanges(removed=[(0, 65535)], added=[])}
@@ -448,14 +452,14 @@ class TestHashRangeAutoSplitSelector:
         consumers = [Consumer(f"c{i}") for i in range(5)]
         for consumer in consumers:
             add(selector, consumer)
-        # 64 → [0,31][32,63] → c2 splits [0,31] (lowest of equal sizes) → c3 splits [32,63]
-        # → c4 splits [0,15].
+        # Pulsar keys: 64(c0) → 32(c1) 64(c0) → c2 splits c1's (0,32] (lowest of equal sizes) at 16
+        # → c3 splits c0's (32,64] at 48 → c4 splits c2's (0,16] at 8. New consumers take the lower half.
         assert selector.ranges_by_consumer() == {
-            consumers[0]: [(0, 7)],
-            consumers[4]: [(8, 15)],
-            consumers[2]: [(16, 31)],
-            consumers[1]: [(32, 47)],
-            consumers[3]: [(48, 63)],
+            consumers[4]: [(0, 8)],
+            consumers[2]: [(9, 16)],
+            consumers[1]: [(17, 32)],
+            consumers[3]: [(33, 48)],
+            consumers[0]: [(49, 63)],
         }
 
     def test_ranges_contiguous_and_sum_to_65536(self) -> None:
@@ -467,35 +471,40 @@ class TestHashRangeAutoSplitSelector:
 
     def test_range_of_one_slot_cannot_be_split(self) -> None:
         selector = HashRangeAutoSplitSelector(range_size=4)
-        consumers = [Consumer(f"c{i}") for i in range(4)]
+        consumers = [Consumer(f"c{i}") for i in range(3)]
         for consumer in consumers:
             add(selector, consumer)
+        # Pulsar keys 1(c2) 2(c1) 4(c0): c2's (0,1] also holds slot 0 but is one key wide; Pulsar would
+        # split c0's (2,4] at 3 and leave c0 only the never-selected slot 4, which we refuse.
+        assert selector.ranges_by_consumer() == {consumers[2]: [(0, 1)], consumers[1]: [(2, 2)], consumers[0]: [(3, 3)]}
         ranges = selector.ranges_by_consumer()
         with pytest.raises(ConsumerAssignError, match="No more range can be assigned"):
-            selector.add_consumer(Consumer("c4"), "c4")
+            selector.add_consumer(Consumer("c3"), "c3")
         selector.check_invariants()
         assert selector.ranges_by_consumer() == ranges
 
-    def test_odd_range_gives_new_consumer_the_larger_upper_part(self) -> None:
+    def test_odd_range_gives_new_consumer_the_larger_lower_part(self) -> None:
         selector = HashRangeAutoSplitSelector(range_size=8)
         c = [Consumer(f"c{i}") for i in range(6)]
         for consumer in c[:5]:
             add(selector, consumer)
+        # Pulsar keys 1(c4) 2(c2) 4(c1) 6(c3) 8(c0)
         assert selector.ranges_by_consumer() == {
-            c[0]: [(0, 0)],
-            c[4]: [(1, 1)],
-            c[2]: [(2, 3)],
-            c[1]: [(4, 5)],
-            c[3]: [(6, 7)],
+            c[4]: [(0, 1)],
+            c[2]: [(2, 2)],
+            c[1]: [(3, 4)],
+            c[3]: [(5, 6)],
+            c[0]: [(7, 7)],
         }
-        # c4's range is not the last one, so it goes to the consumer whose range follows: c2 gets [1, 3].
+        # c4's range is not the last one, so it goes to the consumer whose range follows: c2 gets [0, 2].
         assert remove(selector, c[4]) == {
-            c[4]: HashRangeChanges(removed=[(1, 1)], added=[]),
-            c[2]: HashRangeChanges(removed=[], added=[(1, 1)]),
+            c[4]: HashRangeChanges(removed=[(0, 1)], added=[]),
+            c[2]: HashRangeChanges(removed=[], added=[(0, 1)]),
         }
+        # c2's [0, 2] (three slots, Pulsar key 2) splits at key 1: the new consumer takes the larger lower part.
         assert add(selector, c[5]) == {
-            c[5]: HashRangeChanges(removed=[], added=[(2, 3)]),
-            c[2]: HashRangeChanges(removed=[(2, 3)], added=[]),
+            c[5]: HashRangeChanges(removed=[], added=[(0, 1)]),
+            c[2]: HashRangeChanges(removed=[(0, 1)], added=[]),
         }
 
     def test_slot_matches_range_slot(self) -> None:
