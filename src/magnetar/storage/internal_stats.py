@@ -31,8 +31,8 @@ def managed_ledger_internal_stats(ledger: ManagedLedger) -> dict[str, Any]:
         "currentLedgerEntries": current.entries,
         "currentLedgerSize": current.size,
         "lastLedgerCreatedTimestamp": _timestamp(ledger.last_ledger_created_timestamp_ms),
-        "waitingCursorsCount": len(ledger._waiters),
-        "pendingAddEntriesCount": len(ledger._pending),
+        "waitingCursorsCount": ledger.waiting_cursors_count,
+        "pendingAddEntriesCount": ledger.pending_add_entries_count,
         "lastConfirmedEntry": str(ledger.last_confirmed_entry),
         "state": ledger.state,
         "ledgers": [

@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import time
+from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass
@@ -243,6 +244,14 @@ class ManagedLedger:
             await waiter
 
     # ------------------------------------------------------------------ position arithmetic
+
+    @property
+    def pending_add_entries_count(self) -> int:
+        return len(self._pending)
+
+    @property
+    def waiting_cursors_count(self) -> int:
+        return sum(1 for waiter in self._waiters if not waiter.done())
 
     @property
     def ledgers(self) -> list[LedgerInfo]:
@@ -531,8 +540,6 @@ class ManagedLedger:
 
 
 def _first_published_at_or_after(connection: Any, ledger_id: int, publish_time_ms: int) -> int | None:
-    from array import array
-
     row = connection.execute(
         "SELECT id, publish_times FROM segments WHERE id >= ? AND id < ? AND publish_time_max >= ? "
         "ORDER BY id LIMIT 1",
