@@ -132,6 +132,11 @@ class DrainingHashesTracker:
         found = self._lookup(sticky_hash)
         return None if found is None else self._owners[found[0]]
 
+    def count_of(self, consumer: object) -> int:
+        """How many hashes are draining from `consumer`."""
+        owner = self._owner_index.get(consumer)
+        return 0 if owner is None else self._owner_counts[owner]
+
     def items(self) -> Iterator[tuple[int, DrainingHashEntry]]:
         """Every draining hash with its entry, in hash order."""
         for sticky_hash, owner, blocked, ref in self._iter_raw():

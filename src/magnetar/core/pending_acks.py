@@ -58,6 +58,20 @@ class PendingAcks:
         self._acks[position] = (batch_size, key_hash)
         return True
 
+    def add_all(self, entries: list[tuple[object, int]]) -> int:
+        """Add (entry, key hash) pairs without consulting the add hook; returns their message count.
+
+        For a caller that has established the hook would allow every entry (nothing drains, nothing of
+        these keys waits for replay): the hot path of a steady subscription, one dict store per entry.
+        """
+        acks = self._acks
+        messages = 0
+        for entry, key_hash in entries:
+            count = entry.message_count
+            acks[entry.position] = (count, key_hash)
+            messages += count
+        return messages
+
     def get(self, position: Position) -> tuple[int, int] | None:
         return self._acks.get(position)
 
@@ -73,6 +87,25 @@ class PendingAcks:
         if value is not None and self.remove_handler is not None:
             self.remove_handler(self.consumer, position, value[1], False)
         return value
+
+    def remove_batch(self, positions: tuple[Position, ...], notify: bool = True) -> tuple[int, list[Position]]:
+        """Remove many positions; returns (their total batch size, the positions that were not pending).
+
+        `notify=False` skips the remove hook, for a caller that knows no listener needs it now.
+        """
+        acks = self._acks
+        handler = self.remove_handler if notify else None
+        removed_messages = 0
+        missing: list[Position] = []
+        for position in positions:
+            value = acks.pop(position, None)
+            if value is None:
+                missing.append(position)
+                continue
+            removed_messages += value[0]
+            if handler is not None:
+                handler(self.consumer, position, value[1], False)
+        return removed_messages, missing
 
     def remove_all_up_to(self, position: Position) -> list[tuple[Position, int, int]]:
         """Remove every pending entry at or below `position` (inclusive); returns them in order."""

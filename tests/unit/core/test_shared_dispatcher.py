@@ -177,7 +177,8 @@ def test_max_unacked_messages_per_consumer_blocks_at_limit_and_unblocks_at_half(
     assert h.d.stats()["consumers"][0]["blockedConsumerOnUnackedMsgs"]
     assert h(Acked(1, positions(batch[0]))) == []  # 3 unacked: still blocked
     assert h(Flow(1, 10)) == []
-    assert h(Acked(1, positions(batch[1]))) == [ReadEntries(100)]  # 2 = half: unblocked, new read
+    # 2 = half: unblocked; the read asks only for what the limit leaves room for (4 - 2).
+    assert h(Acked(1, positions(batch[1]))) == [ReadEntries(2)]
     assert not h.d.stats()["consumers"][0]["blockedConsumerOnUnackedMsgs"]
 
 
@@ -232,7 +233,7 @@ def test_batch_index_acks_lower_unacked_messages() -> None:
     assert h(BatchIndexAcked(1, batch.position, 2)) == []  # 3 unacked: still blocked
     assert h.d.stats()["unackedMessages"] == 3
     # A batch-index ack never completes the entry: at most batch size - 1 are counted here.
-    assert h(BatchIndexAcked(1, batch.position, 10)) == [ReadEntries(95)]  # 1 unacked: unblocked
+    assert h(BatchIndexAcked(1, batch.position, 10)) == [ReadEntries(3)]  # 1 unacked: unblocked, room for 3
     assert h.d.stats()["consumers"][0]["unackedMessages"] == 1
     h(Acked(1, (batch.position,)))
     assert h.d.stats()["unackedMessages"] == 0
@@ -244,7 +245,7 @@ def test_cumulative_ack_releases_every_pending_entry_up_to_the_position() -> Non
     h(Flow(1, 100))
     batch = entries(3)
     h.deliver(batch)
-    assert h(CumulativeAcked(1, batch[1].position)) == [ReadEntries(97)]
+    assert h(CumulativeAcked(1, batch[1].position)) == [ReadEntries(2)]  # 1 unacked of 3: room for 2
     assert h.d.stats()["consumers"][0]["unackedMessages"] == 1
 
 
@@ -367,3 +368,15 @@ def test_backoff_wakeup_after_a_replay_read_that_dispatched_nothing() -> None:
     assert h(Flow(1, 1)) == []  # still backing off
     h.now_ms = 101
     assert h(Tick()) == [ReadEntries(3)]
+
+
+def test_max_unacked_messages_per_consumer_caps_a_single_read() -> None:
+    """Pulsar caps a consumer's share of a read at maxUnackedMessagesPerConsumer - unackedMessages."""
+    h = Harness(max_unacked_messages_per_consumer=2)
+    h(ConsumerAdded(1, "c1"))
+    h(Flow(1, 100))
+    batch = entries(5)
+    out = h.deliver(batch)
+    assert dispatches(out) == [Dispatch(1, list(batch[:2]))]
+    assert h.d.stats()["consumers"][0]["unackedMessages"] == 2
+    assert h.d.stats()["msgInReplay"] == 3

@@ -152,8 +152,11 @@ class KeySharedDispatcher(SharedDispatcher):
                     continue
                 lost = changes.removed
                 lost_starts = [r[0] for r in lost]
-                gained = changes.added
+                # Gained ranges matter only to release hashes this consumer drains; most drain none.
+                gained = changes.added if draining.count_of(other) else []
                 gained_starts = [r[0] for r in gained]
+                if not lost and not gained:
+                    continue
                 for _size, key_hash in list(other.pending_acks.values()):
                     sticky_hash = slot(key_hash)
                     if lost and _in_ranges(lost_starts, lost, sticky_hash):
@@ -175,6 +178,14 @@ class KeySharedDispatcher(SharedDispatcher):
             if owner is not None and owner is not consumer:
                 return False
         return not (self._sending_type == NORMAL and self.replay.contains_hash(key_hash))
+
+    def _add_veto_possible(self, is_replay: bool) -> bool:
+        if not self.draining_required:
+            return False
+        return bool(len(self.draining)) or (not is_replay and bool(self.replay))
+
+    def _remove_hook_needed(self) -> bool:
+        return self.draining_required and bool(len(self.draining))
 
     def _pending_ack_removed(self, consumer: object, _position: Position, key_hash: int, closing: bool) -> None:
         if len(self.draining):

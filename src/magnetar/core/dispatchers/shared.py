@@ -217,19 +217,28 @@ class SharedDispatcher:
 
     def _send(self, consumer: Consumer, group: Group, is_replay: bool) -> int:
         """Record the group as pending on the consumer and emit one `Dispatch`; returns entries sent."""
-        add_if_allowed = consumer.pending_acks.add_if_allowed
+        pending = consumer.pending_acks
         replay = self.replay
-        sent: list[Entry] = []
-        messages = 0
-        for entry, key_hash in group:
-            position = entry.position
-            if add_if_allowed(position, entry.message_count, key_hash):
-                sent.append(entry)
-                messages += entry.message_count
-                if is_replay:
-                    replay.remove(position)
-            elif not is_replay:
-                replay.add(position, key_hash)
+        if not pending.closed and not self._add_veto_possible(is_replay):
+            # Nothing could refuse an entry now (see `_add_veto_possible`): add them in one pass.
+            messages = pending.add_all(group)
+            sent = [entry for entry, _key_hash in group]
+            if is_replay:
+                for entry in sent:
+                    replay.remove(entry.position)
+        else:
+            add_if_allowed = pending.add_if_allowed
+            sent = []
+            messages = 0
+            for entry, key_hash in group:
+                position = entry.position
+                if add_if_allowed(position, entry.message_count, key_hash):
+                    sent.append(entry)
+                    messages += entry.message_count
+                    if is_replay:
+                        replay.remove(position)
+                elif not is_replay:
+                    replay.add(position, key_hash)
         if not sent:
             return 0
         self._sent(sent)
@@ -250,6 +259,10 @@ class SharedDispatcher:
                 counts = None
         self._out.append(Dispatch(consumer.consumer_id, sent, counts))
         return len(sent)
+
+    def _add_veto_possible(self, is_replay: bool) -> bool:
+        """Whether a pending-ack add hook could refuse an entry now; Shared installs none."""
+        return False
 
     def _sent(self, entries: list[Entry]) -> None:
         """Hook: these entries were just handed to a consumer."""
@@ -299,8 +312,13 @@ class SharedDispatcher:
         return min(permits, self.settings.max_read_batch_size)
 
     def _available_permits(self, consumer: Consumer) -> int:
+        """Messages the consumer may get now: its flow permits, capped by what its unacked limit leaves
+        (Pulsar's getMaxEntriesInThisBatch), so that one read cannot carry it past the limit."""
         if consumer.blocked_on_unacked or consumer.pending_acks.closed:
             return 0
+        limit = self.settings.max_unacked_messages_per_consumer
+        if limit:
+            return min(consumer.permits, limit - consumer.unacked_messages)
         return consumer.permits
 
     def _back_off(self) -> None:
@@ -344,23 +362,36 @@ class SharedDispatcher:
         return None
 
     def _on_acked(self, event: Acked) -> None:
+        positions = event.positions
+        if self.replay:
+            for position in positions:
+                self.replay.remove(position)
+        if self.redelivery_counts:
+            for position in positions:
+                self.redelivery_counts.pop(position, None)
         unblocked = False
-        for position in event.positions:
-            unblocked |= self._ack(event.consumer_id, position)
+        consumer = self.consumers.get(event.consumer_id)
+        if consumer is not None:
+            # The common case, in one pass: the acking consumer holds what it acknowledges.
+            released, others = consumer.pending_acks.remove_batch(positions, self._remove_hook_needed())
+            if consumer.partially_acked:
+                released -= sum(consumer.partially_acked.pop(p, 0) for p in positions)
+            if released:
+                unblocked = self._unacked_released(consumer, released)
+        else:
+            others = positions
+        for position in others:
+            # Acked by a consumer it is not pending on: it was redelivered to another one.
+            owner = self._owner_of(event.consumer_id, position)
+            if owner is not None:
+                batch_size, _hash = owner.pending_acks.remove(position)
+                unblocked |= self._unacked_released(owner, batch_size - owner.partially_acked.pop(position, 0))
         if unblocked:
             self._read_more()
 
-    def _ack(self, consumer_id: int, position: Position) -> bool:
-        """Acknowledge one whole entry; returns True when that unblocked a consumer or the subscription."""
-        self.replay.remove(position)
-        if self.redelivery_counts:
-            self.redelivery_counts.pop(position, None)
-        owner = self._owner_of(consumer_id, position)
-        if owner is None:
-            return False
-        batch_size, _hash = owner.pending_acks.remove(position)
-        messages = batch_size - owner.partially_acked.pop(position, 0)
-        return self._unacked_released(owner, messages)
+    def _remove_hook_needed(self) -> bool:
+        """Whether removing pending acks must call their remove hook (Key_Shared: while hashes drain)."""
+        return False
 
     def _unacked_released(self, consumer: Consumer, messages: int) -> bool:
         consumer.unacked_messages -= messages
