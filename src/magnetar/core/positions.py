@@ -58,6 +58,27 @@ class PositionRangeSet:
         self._lowers: list[tuple[int, int]] = []
         self._uppers: list[tuple[int, int]] = []
 
+    @classmethod
+    def from_sorted_bounds(
+        cls, lowers: list[tuple[int, int]], uppers: list[tuple[int, int]]
+    ) -> PositionRangeSet:
+        """Build from bounds already sorted, disjoint and merged (as `ranges()` yields them), in O(n)
+        without re-merging: a restarting cursor reloads its persisted ack holes this way.
+
+        Raises ValueError when the bounds break the invariants, so damaged input is never taken as is.
+        """
+        if len(lowers) != len(uppers):
+            raise ValueError(f"{len(lowers)} lower bounds but {len(uppers)} upper bounds")
+        previous_upper = None
+        for lower, upper in zip(lowers, uppers):
+            if not lower < upper or (previous_upper is not None and not previous_upper < lower):
+                raise ValueError(f"range ({lower}, {upper}] is empty, unsorted, or touches the one before")
+            previous_upper = upper
+        ranges = cls()
+        ranges._lowers = [tuple(lower) for lower in lowers]
+        ranges._uppers = [tuple(upper) for upper in uppers]
+        return ranges
+
     def add(self, position: tuple[int, int]) -> None:
         """Add one position: the range `(ledger:entry-1, ledger:entry]`."""
         self.add_range((position[0], position[1] - 1), position)

@@ -294,3 +294,28 @@ def test_range_set_matches_a_set_model(ops: list) -> None:
         assert {p for p in UNIVERSE if p in s} == model
         assert ranges(s) == intervals
         assert s.range_count() == len(intervals)
+
+
+def test_from_sorted_bounds_matches_adding_one_range_at_a_time() -> None:
+    built = PositionRangeSet()
+    for lower, upper in [((1, 2), (1, 5)), ((1, 7), (2, 0)), ((3, -1), (3, 4))]:
+        built.add_range(lower, upper)
+    lowers = [lo for lo, _hi in built.ranges()]
+    uppers = [hi for _lo, hi in built.ranges()]
+    loaded = PositionRangeSet.from_sorted_bounds(lowers, uppers)
+    assert loaded == built
+    loaded.check_invariants()
+
+
+@pytest.mark.parametrize(
+    ("lowers", "uppers"),
+    [
+        ([(1, 5)], [(1, 5)]),  # empty range
+        ([(1, 5), (1, 1)], [(1, 6), (1, 3)]),  # unsorted
+        ([(1, 1), (1, 3)], [(1, 3), (1, 6)]),  # touching: should have been merged
+        ([(1, 1)], []),  # bounds out of step
+    ],
+)
+def test_from_sorted_bounds_refuses_bounds_that_break_the_invariants(lowers, uppers) -> None:
+    with pytest.raises(ValueError):
+        PositionRangeSet.from_sorted_bounds(lowers, uppers)
