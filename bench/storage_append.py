@@ -2,11 +2,18 @@
 
 For 100 B and 1 KB entries and 1 and 16 topics, with fsync on (`journalSyncData=true`): producers
 keep a window of appends in flight per topic (Pulsar's maxPendingPublishRequestsPerConnection, 1000)
-and the group commit forms batches by itself. Then, in the same run, a minimal Python loop writes
-the same bytes in the same batch sizes (the measured mean entries per commit) with one fsync per
-batch: the raw limit. Prints a table and writes bench/results/storage_append.json.
+and the group commit forms batches by itself. Two APIs are measured:
 
-    python bench/storage_append.py [--seconds 3] [--dir /path/on/the/disk/to/measure]
+- `append_many`: what the broker calls, once per socket read, with the SENDs of that read. A read
+  of 64 KB holds 64 KB / (entry + ~64 B of frame and metadata) SENDs: 399 of 100 B, 60 of 1 KB.
+  The lists are built once; parsing them out of a socket read is the broker's cost, not storage's.
+- `append`: one call and one future per entry.
+
+Then, in the same run, a minimal Python loop writes the same bytes in the same batch sizes (the
+measured mean entries per commit) with one fsync per batch: the raw limit. Prints a table and writes
+bench/results/storage_append.json.
+
+    python bench/storage_append.py [--seconds 3] [--api many|single|both] [--dir /path/on/the/disk]
 """
 
 from __future__ import annotations
@@ -24,9 +31,15 @@ from pathlib import Path
 from magnetar.storage import ManagedLedgerFactory, StorageConfig
 
 WINDOW_PER_TOPIC = 1000  # Pulsar's default maxPendingPublishRequestsPerConnection
+SOCKET_READ_BYTES = 64 * 1024
+SEND_FRAME_OVERHEAD_BYTES = 64  # command, metadata and checksum around a small message
 
 
-async def measure_storage(data_dir: str, entry_size: int, topics: int, seconds: float) -> dict:
+def sends_per_read(entry_size: int) -> int:
+    return max(1, SOCKET_READ_BYTES // (entry_size + SEND_FRAME_OVERHEAD_BYTES))
+
+
+async def measure_storage(data_dir: str, entry_size: int, topics: int, seconds: float, api: str) -> dict:
     config = StorageConfig(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=-1)
     factory = await ManagedLedgerFactory.open(data_dir, config)
     ledgers = [await factory.open_ledger(f"persistent://public/default/bench-{i}") for i in range(topics)]
@@ -50,7 +63,25 @@ async def measure_storage(data_dir: str, entry_size: int, topics: int, seconds: 
             del in_flight[:half]
         await asyncio.gather(*in_flight)
 
-    tasks = [asyncio.ensure_future(producer(ledger)) for ledger in ledgers]
+    async def batch_producer(ledger) -> None:
+        nonlocal done
+        batch = sends_per_read(entry_size)
+        datas, counts, times, names = [payload] * batch, [1] * batch, [0] * batch, ["bench"] * batch
+        in_flight: list = []
+        sequence = 0
+        while not stop:
+            while len(in_flight) * batch < WINDOW_PER_TOPIC:
+                sequence_ids = list(range(sequence, sequence + batch))
+                in_flight.append(ledger.append_many(datas, sequence_ids, counts, times, names, sequence_ids))
+                sequence += batch
+            half = max(1, len(in_flight) // 2)
+            await in_flight[half - 1]
+            done += half * batch
+            del in_flight[:half]
+        await asyncio.gather(*in_flight)
+
+    produce = batch_producer if api == "many" else producer
+    tasks = [asyncio.ensure_future(produce(ledger)) for ledger in ledgers]
     await asyncio.sleep(0.5)  # warm-up: first commits, cache, page cache
     commits_before, done_before = factory.engine.commits, done
     start = time.perf_counter()
@@ -65,6 +96,8 @@ async def measure_storage(data_dir: str, entry_size: int, topics: int, seconds: 
         "mb_per_s": entries * entry_size / elapsed / 1e6,
         "commits_per_s": commits / elapsed,
         "entries_per_commit": entries / max(commits, 1),
+        "api": "append_many" if api == "many" else "append",
+        "entries_per_call": sends_per_read(entry_size) if api == "many" else 1,
     }
 
 
@@ -94,38 +127,55 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--dir", default=None, help="directory on the disk to measure (default: a temp dir)")
+    parser.add_argument("--api", choices=("many", "single", "both"), default="both")
     args = parser.parse_args()
+    apis = ("many", "single") if args.api == "both" else (args.api,)
     rows = []
-    for entry_size in (100, 1024):
-        for topics in (1, 16):
-            directory = tempfile.mkdtemp(prefix="magnetar-bench-", dir=args.dir)
-            try:
-                storage = asyncio.run(measure_storage(os.path.join(directory, "data"), entry_size, topics, args.seconds))
-                batch = max(1, round(storage["entries_per_commit"]))
-                raw = measure_raw(directory, entry_size, batch, args.seconds)
-            finally:
-                shutil.rmtree(directory, ignore_errors=True)
-            rows.append(
-                {
-                    "entry_bytes": entry_size,
-                    "topics": topics,
-                    "storage": storage,
-                    "raw_batch_entries": batch,
-                    "raw": raw,
-                    "ratio": storage["entries_per_s"] / raw["entries_per_s"],
-                }
-            )
-    print(f"{'entry':>6} {'topics':>6} {'entries/s':>10} {'MB/s':>7} {'per commit':>10} {'raw entries/s':>13} {'raw MB/s':>8} {'ratio':>6}")
+    for api in apis:
+        for entry_size in (100, 1024):
+            for topics in (1, 16):
+                directory = tempfile.mkdtemp(prefix="magnetar-bench-", dir=args.dir)
+                try:
+                    data_dir = os.path.join(directory, "data")
+                    storage = asyncio.run(measure_storage(data_dir, entry_size, topics, args.seconds, api))
+                    batch = max(1, round(storage["entries_per_commit"]))
+                    raw = measure_raw(directory, entry_size, batch, args.seconds)
+                finally:
+                    shutil.rmtree(directory, ignore_errors=True)
+                rows.append(
+                    {
+                        "entry_bytes": entry_size,
+                        "topics": topics,
+                        "storage": storage,
+                        "raw_batch_entries": batch,
+                        "raw": raw,
+                        "ratio": storage["entries_per_s"] / raw["entries_per_s"],
+                    }
+                )
+    print(
+        f"{'api':>12} {'entry':>6} {'topics':>6} {'entries/s':>10} {'MB/s':>7} {'per commit':>10} "
+        f"{'raw entries/s':>13} {'raw MB/s':>8} {'ratio':>6}"
+    )
     for row in rows:
         storage, raw = row["storage"], row["raw"]
         print(
-            f"{row['entry_bytes']:>5}B {row['topics']:>6} {storage['entries_per_s']:>10,.0f} {storage['mb_per_s']:>7.1f} "
-            f"{storage['entries_per_commit']:>10.0f} {raw['entries_per_s']:>13,.0f} {raw['mb_per_s']:>8.1f} {row['ratio']:>6.0%}"
+            f"{storage['api']:>12} {row['entry_bytes']:>5}B {row['topics']:>6} {storage['entries_per_s']:>10,.0f} "
+            f"{storage['mb_per_s']:>7.1f} {storage['entries_per_commit']:>10.0f} {raw['entries_per_s']:>13,.0f} "
+            f"{raw['mb_per_s']:>8.1f} {row['ratio']:>6.0%}"
         )
     results = Path(__file__).with_name("results")
     results.mkdir(exist_ok=True)
     (results / "storage_append.json").write_text(
-        json.dumps({"machine": platform.platform(), "cpus": os.cpu_count(), "seconds": args.seconds, "rows": rows}, indent=2)
+        json.dumps(
+            {
+                "machine": platform.platform(),
+                "cpus": os.cpu_count(),
+                "seconds": args.seconds,
+                "load_average": os.getloadavg(),
+                "rows": rows,
+            },
+            indent=2,
+        )
     )
 
 

@@ -57,6 +57,13 @@ class EntryCache:
         if self.size_bytes > self.capacity_bytes:
             self._evict()
 
+    def put_new_many(self, entries: list[Entry]) -> None:
+        """`put_new` for a batch just appended, in C loops: one `append_many` costs per batch here."""
+        self._entries.update(zip(map(_position_of, entries), entries))
+        self.size_bytes += sum(map(len, map(_data_of, entries))) + ENTRY_OVERHEAD_BYTES * len(entries)
+        if self.size_bytes > self.capacity_bytes:
+            self._evict()
+
     def put_all(self, entries: list[Entry]) -> None:
         """Entries read from disk. In C loops when none is cached yet (the usual case for a read that
         missed): a backlog read inserts hundreds of thousands per second."""

@@ -23,7 +23,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from itertools import accumulate, repeat
+from typing import Any, Union
 
 from magnetar.core.positions import EARLIEST, LATEST, Position
 from magnetar.storage.config import StorageConfig
@@ -48,6 +49,13 @@ MB = 1024 * 1024
 # thread is busy with one request (Pulsar's dispatcherMaxReadBatchSize is 100; replays ask for more).
 READ_ENTRIES_MAX = 10_000
 
+# A pending append, oldest first in `ManagedLedger._pending`: (last position, future, payload, result,
+# payload bytes). The payload is one Entry for `append`, or the list of entries one `append_many` put
+# into one ledger (a batch is split where a ledger rolls over). `result` is what the future resolves
+# to once this item is durable: the position for `append`, every position of the batch on a batch's
+# last item, None on its earlier items (the future then waits for the last one).
+PendingAppend = tuple[Position, "asyncio.Future[Any]", Union[Entry, list[Entry]], Any, int]
+
 
 @dataclass(slots=True)
 class LedgerInfo:
@@ -71,7 +79,7 @@ class ManagedLedger:
         self._ledgers: dict[int, LedgerInfo] = {info.ledger_id: info for info in ledgers}
         self._ledger_ids: list[int] = [info.ledger_id for info in ledgers]
         self.cursors: dict[str, ManagedCursor] = {}
-        self._pending: deque[tuple[Entry, asyncio.Future[Position]]] = deque()
+        self._pending: deque[PendingAppend] = deque()
         self._unsubmitted: list[Entry] = []
         self._unsubmitted_size = 0
         self._waiters: list[asyncio.Future[None]] = []
@@ -137,7 +145,7 @@ class ManagedLedger:
         position = new_position((self._current_ledger_id, entry_id))
         entry = new_entry((position, data, sticky_key_hash, message_count, publish_time, producer_name, sequence_id))
         future: asyncio.Future[Position] = self._loop.create_future()
-        self._pending.append((entry, future))
+        self._pending.append((position, future, entry, position, len(data)))
         factory.pending_adds += 1
         unsubmitted = self._unsubmitted
         unsubmitted.append(entry)
@@ -147,6 +155,99 @@ class ManagedLedger:
             # from one socket read crosses the thread boundary once.
             self._loop.call_soon(self._submit)
         return future
+
+    def append_many(
+        self,
+        datas: list[bytes],
+        sticky_key_hashes: list[int],
+        message_counts: list[int],
+        publish_times: list[int],
+        producer_names: list[str],
+        sequence_ids: list[int],
+    ) -> asyncio.Future[list[Position]]:
+        """Queue a batch of entries given as parallel lists (entry i is `datas[i]`,
+        `sticky_key_hashes[i]`, ...): the SENDs of one socket read. One future for the batch resolves
+        to the list of their positions, in order, once every entry of the batch is durable; if any
+        part of the batch fails to commit, it fails (entries of the batch in another ledger may then
+        be durable, as when single appends fail: the producer's retry may duplicate them).
+
+        Positions are consecutive in call order, as for `append`; a batch that fills a ledger
+        continues in the next one. The per-entry work is C loops only, so the event loop pays per
+        batch, not per entry.
+        """
+        if self.state == "Closed":
+            raise StorageClosedError(f"managed ledger {self.name} is closed")
+        count = len(datas)
+        if not (
+            len(sticky_key_hashes) == len(message_counts) == len(publish_times) == len(producer_names)
+            == len(sequence_ids) == count
+        ):
+            raise ValueError("append_many needs lists of the same length")
+        future: asyncio.Future[list[Position]] = self._loop.create_future()
+        if not count:
+            future.set_result([])
+            return future
+        factory = self.factory
+        if factory.pending_adds + count > self._pending_adds_max:
+            raise StorageBusyError(
+                f"{factory.pending_adds} appends wait for a commit, {count} more would pass "
+                "managedLedgerMaxPendingAdds"
+            )
+        if "\0" in "".join(producer_names):
+            raise ValueError("producer name contains NUL")
+        lengths = list(map(len, datas))
+        batch_size = sum(lengths)
+        pending = self._pending
+        unsubmitted = self._unsubmitted
+        if not unsubmitted:
+            self._loop.call_soon(self._submit)
+        all_positions: list[Position] = []
+        start = 0
+        while start < count:
+            if (
+                self._next_entry_id >= self._entries_max
+                or self._assigned_size >= self._size_bytes_max
+                or self._roll_requested
+                or self._current is None
+            ) and self._current_is_full():
+                self._create_ledger()
+            first = self._next_entry_id
+            end = self._fitting_end(lengths, start, batch_size if start == 0 else sum(lengths[start:]))
+            ledger_id = self._current_ledger_id
+            positions = list(map(new_position, zip(repeat(ledger_id), range(first, first + end - start))))
+            entries = list(
+                map(
+                    new_entry,
+                    zip(
+                        positions, datas[start:end], sticky_key_hashes[start:end], message_counts[start:end],
+                        publish_times[start:end], producer_names[start:end], sequence_ids[start:end],
+                    ),
+                )
+            )
+            size = batch_size if end - start == count else sum(lengths[start:end])
+            self._next_entry_id = first + end - start
+            self._assigned_size += size
+            unsubmitted.extend(entries)
+            self._unsubmitted_size += size
+            all_positions.extend(positions)
+            pending.append((positions[-1], future, entries, all_positions if end == count else None, size))
+            start = end
+        factory.pending_adds += count
+        return future
+
+    def _fitting_end(self, lengths: list[int], start: int, remaining_size: int) -> int:
+        """Where the run of `lengths[start:]` that the current ledger takes ends: as `append` decides
+        per entry, an entry goes in while the ledger has fewer than the maximum entries and bytes."""
+        end = len(lengths)
+        room = self._entries_max - self._next_entry_id
+        if room <= 0 or self._assigned_size >= self._size_bytes_max:
+            return end  # full, but younger than managedLedgerMinLedgerRolloverTimeMinutes: no roll yet
+        end = min(end, start + room)
+        if self._assigned_size + remaining_size >= self._size_bytes_max:
+            # sizes before each entry: the entry at index i goes in while that is below the maximum
+            before = list(accumulate(lengths[start:end], initial=self._assigned_size))
+            end = start + min(bisect_left(before, self._size_bytes_max), end - start)
+        return end
 
     def _submit(self) -> None:
         entries, size = self._unsubmitted, self._unsubmitted_size
@@ -189,24 +290,32 @@ class ManagedLedger:
             self.factory.schedule_trim(self)
 
     def _has_pending(self, ledger_id: int) -> bool:
-        return any(entry.position[0] == ledger_id for entry, _ in self._pending)
+        return any(item[0][0] == ledger_id for item in self._pending)
 
     def _on_durable(self, ledger_id: int, last_entry_id: int) -> None:
         pending = self._pending
-        cache_put = self._cache.put_new
+        cache = self._cache
         info = self._ledgers.get(ledger_id)
         last = (ledger_id, last_entry_id)
         done = 0
-        while pending and pending[0][0].position <= last:
-            entry, future = pending.popleft()
-            done += 1
-            if info is not None:
-                info.entries += 1
-                info.size += len(entry.data)
-            cache_put(entry)
-            if not future.done():
-                future.set_result(entry.position)
-            self.last_confirmed_entry = entry.position
+        size = 0
+        last_position = None
+        while pending and pending[0][0] <= last:
+            last_position, future, payload, result, payload_size = pending.popleft()
+            if type(payload) is list:
+                done += len(payload)
+                cache.put_new_many(payload)
+            else:
+                done += 1
+                cache.put_new(payload)
+            size += payload_size
+            if result is not None and not future.done():
+                future.set_result(result)
+        if last_position is not None:
+            self.last_confirmed_entry = last_position
+        if info is not None:
+            info.entries += done
+            info.size += size
         self.entries_added_counter += done
         self.factory.pending_adds -= done
         if info is not None:
@@ -218,15 +327,17 @@ class ManagedLedger:
                     waiter.set_result(None)
 
     def _on_failed(self, ledger_id: int, error: StorageError) -> None:
-        kept: deque[tuple[Entry, asyncio.Future[Position]]] = deque()
+        kept: deque[PendingAppend] = deque()
         failed = 0
-        for entry, future in self._pending:
-            if entry.position[0] == ledger_id:
-                failed += 1
+        for item in self._pending:
+            if item[0][0] == ledger_id:
+                payload = item[2]
+                failed += len(payload) if type(payload) is list else 1
+                future = item[1]
                 if not future.done():
                     future.set_exception(error)
             else:
-                kept.append((entry, future))
+                kept.append(item)
         self._pending = kept
         self.factory.pending_adds -= failed
         if self._current is not None and self._current.ledger_id == ledger_id:
@@ -247,7 +358,7 @@ class ManagedLedger:
 
     @property
     def pending_add_entries_count(self) -> int:
-        return len(self._pending)
+        return sum(len(item[2]) if type(item[2]) is list else 1 for item in self._pending)
 
     @property
     def waiting_cursors_count(self) -> int:
@@ -651,7 +762,7 @@ class ManagedLedgerFactory:
         """Delete a topic's entries, ledgers and cursors."""
         ledger = await self.open_ledger(name)
         if ledger._pending:
-            await asyncio.gather(*(future for _, future in ledger._pending), return_exceptions=True)
+            await asyncio.gather(*{item[1] for item in ledger._pending}, return_exceptions=True)
         ledger.state = "Closed"
         del self.ledgers[name]
         topic_id = self._topic_ids.pop(name)
@@ -742,7 +853,7 @@ class ManagedLedgerFactory:
                 await self._background
             except asyncio.CancelledError:
                 pass
-        pending = [future for ledger in self.ledgers.values() for _, future in ledger._pending]
+        pending = list({item[1] for ledger in self.ledgers.values() for item in ledger._pending})
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         await self.flush_cursors()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import gc
 import os
 import queue
 import sqlite3
@@ -36,11 +37,14 @@ import threading
 import time
 import zlib
 from array import array
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import accumulate, repeat
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from magnetar.core.positions import Position
@@ -459,18 +463,18 @@ class SqliteEngine:
     def _insert_segments(
         writer: sqlite3.Connection, topic_id: int, ledger_id: int, entries: list[Entry], now_ms: int
     ) -> None:
+        # Cumulative sizes, then bisect: where each segment ends is found without a loop per entry.
+        # An entry joins a segment while the segment holds fewer than the maximum entries and bytes.
+        count = len(entries)
+        ends_at = list(accumulate(map(len, map(_data_of, entries)), initial=0))
         start = 0
-        total_size = 0
         rows = []
-        while start < len(entries):
-            end = start
-            size = 0
-            while end < len(entries) and end - start < SEGMENT_ENTRIES_MAX and size < SEGMENT_BYTES_MAX:
-                size += len(entries[end].data)
-                end += 1
+        while start < count:
+            limit = min(count, start + SEGMENT_ENTRIES_MAX)
+            end = bisect_left(ends_at, ends_at[start] + SEGMENT_BYTES_MAX, start + 1, limit)
             rows.append(_encode_segment(entries[start:end]))
-            total_size += size
             start = end
+        total_size = ends_at[-1]
         writer.executemany("INSERT INTO segments VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
         writer.execute(
             "INSERT INTO ledgers(id, topic_id, entries, size, timestamp_ms) VALUES (?,?,?,?,?) "
@@ -514,14 +518,15 @@ class SqliteEngine:
         ).fetchall()
         result: list[Entry] = []
         expected = first
-        for row in rows:
-            entries = self.decode_segment(row)
-            if entries[0].position[1] > expected:
-                break
-            skip = expected - entries[0].position[1]
-            take = entries[skip : skip + last - expected + 1]
-            result.extend(take)
-            expected += len(take)
+        with _gc_paused():
+            for row in rows:
+                entries = self.decode_segment(row)
+                if entries[0].position[1] > expected:
+                    break
+                skip = expected - entries[0].position[1]
+                take = entries[skip : skip + last - expected + 1]
+                result.extend(take)
+                expected += len(take)
         if expected != last + 1:
             raise StorageCorruptionError(
                 f"{self.db_path}: ledger {ledger_id} lost entry {expected} (asked for {first}..{last})"
@@ -560,10 +565,48 @@ class SqliteEngine:
         )
 
 
+class _GcPause:
+    """Holds Python's cyclic garbage collector off while any reader thread decodes.
+
+    A decode makes two GC-tracked tuples per entry (Entry, Position: tuple subclasses, which the
+    collector never untracks), ten thousand or more per read. Each 700 allocations start a young
+    collection, and every few hundred thousand survivors a full one that walks every Entry the entry
+    cache holds: measured, that was two thirds of a cold backlog read (300 000 entries/s with the
+    collector, 730 000 without). A decode creates no reference cycles, so holding the collector off
+    for its few milliseconds loses nothing: objects allocated meanwhile are examined at the next
+    collection, which runs once instead of dozens of times. Process-wide by nature (the collector
+    is), so it is counted across threads and restores the collector only if it was enabled before.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._was_enabled = False
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._holders == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._holders += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holders -= 1
+                if self._holders == 0 and self._was_enabled:
+                    gc.enable()
+
+
+_gc_paused = _GcPause()
+
+
 # `tuple.__new__` bound to the class: the same object the NamedTuple constructor makes, without its
 # Python-level __new__ (the field count is fixed by the zip that feeds it).
 new_position = partial(tuple.__new__, Position)
 new_entry = partial(tuple.__new__, Entry)
+_data_of = itemgetter(1)
 
 
 def _segment_crc(*parts: Any) -> int:
@@ -575,13 +618,16 @@ def _segment_crc(*parts: Any) -> int:
 
 def _encode_segment(entries: list[Entry]) -> tuple[Any, ...]:
     first = entries[0].position
-    data = b"".join([entry.data for entry in entries])
-    lengths = array("I", [len(entry.data) for entry in entries]).tobytes()
-    hashes = array("i", [entry.sticky_key_hash for entry in entries]).tobytes()
-    counts = array("i", [entry.message_count for entry in entries]).tobytes()
-    times = array("q", [entry.publish_time for entry in entries])
-    sequences = array("q", [entry.sequence_id for entry in entries]).tobytes()
-    names = "\0".join([entry.producer_name for entry in entries])
+    # zip(*) turns the entries into columns in C; a comprehension per field costs the commit thread,
+    # which shares the GIL with the event loop, ~0.3 us per entry.
+    _, datas, hash_column, count_column, time_column, name_column, sequence_column = zip(*entries)
+    data = b"".join(datas)
+    lengths = array("I", map(len, datas)).tobytes()
+    hashes = array("i", hash_column).tobytes()
+    counts = array("i", count_column).tobytes()
+    times = array("q", time_column)
+    sequences = array("q", sequence_column).tobytes()
+    names = "\0".join(name_column)
     time_bytes = times.tobytes()
     crc = _segment_crc(data, lengths, hashes, counts, time_bytes, sequences, names)
     return (
