@@ -19,6 +19,7 @@ from magnetar.core.events import (
     DispatchDue,
     Entry,
     Flow,
+    KeySharedMeta,
     MarkDeleteAdvanced,
     ReadCancelled,
     ReadCompleted,
@@ -56,9 +57,9 @@ def keys_routed(routes: list[tuple[list[str], str]], count: int = 1, exclude: tu
 
 class Script:
     def __init__(self, mode: str, mark_delete: Position = Position(1, 5), **settings: int) -> None:
+        settings.setdefault("key_shared_unblocking_interval_ms", 0)
         self.dispatcher = KeySharedDispatcher(
-            DispatcherSettings(key_shared_ordering_mode=mode, key_shared_unblocking_interval_ms=0, **settings),
-            mark_delete,
+            DispatcherSettings(key_shared_ordering_mode=mode, **settings), mark_delete
         )
         self.now_ms = 0
         self.mark_delete = mark_delete
@@ -94,10 +95,12 @@ class Script:
 
     # ------------------------------------------------------------------ steps
 
-    def add(self, name: str, permits: int = 0) -> None:
-        self.ids[name] = self.next_id
+    def add(self, name: str, permits: int = 0, meta: KeySharedMeta | None = None, consumer_name: str | None = None) -> None:
+        """Subscribe `name` (the test's handle; `consumer_name` is what the client calls itself)."""
+        consumer_id = self.next_id
         self.next_id += 1
-        self.feed(ConsumerAdded(self.ids[name], name))
+        self.feed(ConsumerAdded(consumer_id, consumer_name or name, 0, meta))
+        self.ids[name] = consumer_id
         if permits:
             self.flow(name, permits)
         self.settle()
@@ -109,6 +112,21 @@ class Script:
     def remove(self, name: str) -> None:
         self.feed(ConsumerRemoved(self.ids.pop(name)))
         self.settle()
+
+    def publish(self, *keys: str) -> list[tuple[Position, str]]:
+        """Positions for new entries with these keys, after everything read so far."""
+        last = self.sequence[-1] if self.sequence else self.mark_delete
+        return [(Position(last[0], last[1] + 1 + i), key) for i, key in enumerate(keys)]
+
+    def read_available(self, *entries: tuple[Position, str]) -> None:
+        """Serve pending normal reads from `entries` (in order) until they are used up or no read waits."""
+        queue = list(entries)
+        while queue and isinstance(self.read, ReadEntries) and not self.cancel_requested:
+            count = self.read.max_entries
+            batch, queue = queue[:count], queue[count:]
+            self.read_completes(*batch)
+            self.dispatch()
+        assert not queue, f"{len(queue)} entries left unread: no normal read was issued for them"
 
     def read_completes(self, *entries: tuple[Position, str]) -> None:
         """The pending normal read returns these entries; the dispatcher has not sent them yet."""
@@ -137,6 +155,13 @@ class Script:
             moved = True
         if moved:
             self.feed(MarkDeleteAdvanced(self.mark_delete))
+        self.settle()
+
+    def expire(self, up_to: Position) -> None:
+        """Message TTL expired everything up to `up_to`: the cursor moves there without consumer acks."""
+        self.acked.update(p for p in self.sequence if p <= up_to)
+        self.mark_delete = max(self.mark_delete, up_to)
+        self.feed(MarkDeleteAdvanced(up_to, by_ack=False))
         self.settle()
 
     def settle(self) -> None:

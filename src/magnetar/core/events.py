@@ -142,7 +142,14 @@ class RedeliverRequested:
 
 @dataclass(frozen=True, slots=True)
 class MarkDeleteAdvanced:
+    """The cursor's mark-delete position moved to `position`.
+
+    `by_ack=False` when something other than consumer acks moved it (message TTL expiry, skip): what
+    consumers still hold up to it counts as acknowledged from then on.
+    """
+
     position: Position
+    by_ack: bool = True
 
 
 @dataclass(frozen=True, slots=True)

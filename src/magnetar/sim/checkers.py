@@ -53,8 +53,10 @@ class OrderingChecker:
         self.violations: list[Violation] = []
         self.first_max: dict[str, tuple[int, int]] = {}
         self.session_max: dict[tuple[int, str], tuple[int, int]] = {}
-        # sticky hash -> {session: unacked deliveries}
+        # sticky hash -> {session: unacked deliveries}, and each counted delivery, so a release
+        # (ack, nack, expiry, disconnect) is counted once whatever order they come in.
         self.holders: dict[int, dict[int, int]] = {}
+        self.counted: set[tuple[int, tuple[int, int]]] = set()
 
     def fail(self, world: World, kind: str, message: str) -> None:
         """Record the first violation of each kind; later ones of the same kind add nothing to read."""
@@ -93,7 +95,9 @@ class OrderingChecker:
             self.session_max[slot] = delivery.position
         sticky_hash = self._sticky_hash(world, delivery.key)
         holders = self.holders.setdefault(sticky_hash, {})
-        holders[delivery.session] = holders.get(delivery.session, 0) + 1
+        if (delivery.session, delivery.position) not in self.counted:
+            self.counted.add((delivery.session, delivery.position))
+            holders[delivery.session] = holders.get(delivery.session, 0) + 1
         if len(holders) > 1:
             self.fail(
                 world,
@@ -102,12 +106,11 @@ class OrderingChecker:
             )
 
     def _release(self, world: World, delivery: Delivery) -> None:
-        if not self.ordered:
+        if not self.ordered or (delivery.session, delivery.position) not in self.counted:
             return
+        self.counted.discard((delivery.session, delivery.position))
         sticky_hash = self._sticky_hash(world, delivery.key)
-        holders = self.holders.get(sticky_hash)
-        if holders is None or delivery.session not in holders:
-            return
+        holders = self.holders[sticky_hash]
         holders[delivery.session] -= 1
         if not holders[delivery.session]:
             del holders[delivery.session]
@@ -133,6 +136,13 @@ class OrderingChecker:
 
     def on_nack(self, world: World, client: Client, delivery: Delivery) -> None:
         self._release(world, delivery)
+
+    def on_expire(self, world: World, up_to: object) -> None:
+        """TTL acknowledged everything up to `up_to`: what clients hold of it is no longer unacked."""
+        for client in world.clients.values():
+            for delivery in list(client.incoming) + [d for d, _at in client.held.values()]:
+                if delivery.position <= up_to:
+                    self._release(world, delivery)
 
     def on_disconnect(self, world: World, client: Client) -> None:
         for delivery in list(client.incoming) + [d for d, _at in client.held.values()]:

@@ -73,6 +73,7 @@ class SimOptions:
     unblocking_interval_ms: int = 10
     nack_percent: int = 0
     redeliver_all_percent: int = 0
+    expire_percent: int = 0
     churn_percent: int = 10
     ack_delay_ms_max: int = 50
     safety_steps: int = 400
@@ -101,6 +102,7 @@ class SimOptions:
             unblocking_interval_ms=rng.choice((0, 10)),
             nack_percent=rng.choice((0, 0, 0, 5)),
             redeliver_all_percent=rng.choice((0, 0, 0, 2)),
+            expire_percent=rng.choice((0, 0, 0, 1)),
             churn_percent=rng.choice((2, 5, 15)),
             ack_delay_ms_max=rng.choice((0, 20, 200)),
             safety_steps=rng.randint(100, 400),
@@ -407,6 +409,18 @@ class World:
         if cleared:
             self.feed(Flow(client.consumer_id, cleared))
 
+    def expire(self) -> None:
+        """Message TTL: the cursor skips to a produced entry; everything up to it counts as acknowledged."""
+        index = self.rng.randrange(self.mark_delete_index + 1, len(self.log))
+        for i in range(self.mark_delete_index + 1, index + 1):
+            self.acked.add(i)
+        while self.mark_delete_index + 1 in self.acked:
+            self.mark_delete_index += 1
+        position = self.log[self.mark_delete_index].position
+        for listener in self.listeners:
+            listener.on_expire(self, position)
+        self.feed(MarkDeleteAdvanced(position, by_ack=False))
+
     def tick(self) -> None:
         due = [t for t in self.wakeups if t > self.now_ms]
         acks = [at for c in self.clients.values() for _d, at in c.held.values() if at > self.now_ms]
@@ -437,6 +451,8 @@ class World:
                     actions.append((options.nack_percent, lambda c=client, p=position: self.nack(c, p)))
             if not liveness and options.redeliver_all_percent and (client.held or client.incoming):
                 actions.append((options.redeliver_all_percent, lambda c=client: self.redeliver_all(c)))
+        if not liveness and options.expire_percent and self.mark_delete_index + 1 < len(self.log):
+            actions.append((options.expire_percent, self.expire))
         if not liveness and options.churn_percent:
             churn = options.churn_percent
             if len(self.clients) < options.consumers_max:

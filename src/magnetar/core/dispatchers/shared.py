@@ -166,6 +166,9 @@ class SharedDispatcher:
         if is_replay:
             # Positions acknowledged while the replay read was in flight are no longer queued.
             entries = tuple(e for e in entries if e.position in self.replay)
+        elif entries and entries[0].position <= self.mark_delete_position:
+            # Message TTL or a skip moved the cursor past part of the read while it was in flight.
+            entries = tuple(e for e in entries if e.position > self.mark_delete_position)
         sent = self._dispatch(entries, is_replay) if entries else 0
         if sent or (not is_replay and entries):
             # Progress, or a look-ahead read whose entries all went to the replay queue: keep reading.
@@ -467,6 +470,19 @@ class SharedDispatcher:
             return
         self.mark_delete_position = event.position
         self.replay.remove_up_to(event.position)
+        if not event.by_ack:
+            # Message TTL or a skip acknowledged messages consumers still hold: they are no longer
+            # pending, so their hashes stop draining and their consumers' unacked counts fall.
+            unblocked = False
+            for consumer in self.consumers.values():
+                released = 0
+                for position, batch_size, _hash in consumer.pending_acks.remove_all_up_to(event.position):
+                    released += batch_size - consumer.partially_acked.pop(position, 0)
+                    self.redelivery_counts.pop(position, None)
+                if released:
+                    unblocked |= self._unacked_released(consumer, released)
+            if unblocked:
+                self._read_more()
         self._mark_delete_moved()
 
     def _mark_delete_moved(self) -> None:

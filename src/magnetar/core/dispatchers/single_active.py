@@ -219,6 +219,9 @@ class SingleActiveConsumerDispatcher:
     def _on_mark_delete_advanced(self, event: MarkDeleteAdvanced) -> None:
         if event.position > self.mark_delete_position:
             self.mark_delete_position = event.position
+            if self._completed:
+                # Message TTL or a skip moved the cursor past entries that wait for dispatch.
+                self._completed = tuple(e for e in self._completed if e.position > event.position)
 
     def _on_tick(self, _event: Tick) -> None:
         self._read_more()
