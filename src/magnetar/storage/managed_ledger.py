@@ -35,10 +35,11 @@ from magnetar.storage.metadata import MetadataStore
 from magnetar.storage.sqlite_engine import (
     CommitReport,
     Entry,
+    Run,
     SqliteEngine,
     WriteOp,
-    new_entry,
     new_position,
+    runs_of_records,
     segment_id,
 )
 
@@ -49,12 +50,15 @@ MB = 1024 * 1024
 # thread is busy with one request (Pulsar's dispatcherMaxReadBatchSize is 100; replays ask for more).
 READ_ENTRIES_MAX = 10_000
 
-# A pending append, oldest first in `ManagedLedger._pending`: (last position, future, payload, result,
-# payload bytes). The payload is one Entry for `append`, or the list of entries one `append_many` put
-# into one ledger (a batch is split where a ledger rolls over). `result` is what the future resolves
-# to once this item is durable: the position for `append`, every position of the batch on a batch's
-# last item, None on its earlier items (the future then waits for the last one).
-PendingAppend = tuple[Position, "asyncio.Future[Any]", Union[Entry, list[Entry]], Any, int]
+# A single append's entry before it becomes part of a Run: (ledger_id, entry_id, data,
+# sticky_key_hash, message_count, publish_time, producer_name, sequence_id).
+Record = tuple[int, int, bytes, int, int, int, str, int]
+# A pending append, oldest first in `ManagedLedger._pending`: (last position, future, payload,
+# result, payload bytes). The payload is the Record of an `append`, or the Run of entries one
+# `append_many` put into one ledger (a batch is split where a ledger rolls over). `result` is what
+# the future resolves to once this item is durable: the position for `append`, every position of
+# the batch on a batch's last item, None on its earlier items (the future waits for the last one).
+PendingAppend = tuple[Position, "asyncio.Future[Any]", Union[Record, Run], Any, int]
 
 
 @dataclass(slots=True)
@@ -80,7 +84,9 @@ class ManagedLedger:
         self._ledger_ids: list[int] = [info.ledger_id for info in ledgers]
         self.cursors: dict[str, ManagedCursor] = {}
         self._pending: deque[PendingAppend] = deque()
-        self._unsubmitted: list[Entry] = []
+        # Appended since the last hand-off to the commit thread: Records (`append`), Runs (`append_many`).
+        self._unsubmitted: list[Record | Run] = []
+        self._unsubmitted_runs = 0
         self._unsubmitted_size = 0
         self._waiters: list[asyncio.Future[None]] = []
         self.entries_added_counter = sum(info.entries for info in ledgers)
@@ -142,13 +148,14 @@ class ManagedLedger:
             entry_id = 0
         self._next_entry_id = entry_id + 1
         self._assigned_size += len(data)
-        position = new_position((self._current_ledger_id, entry_id))
-        entry = new_entry((position, data, sticky_key_hash, message_count, publish_time, producer_name, sequence_id))
+        ledger_id = self._current_ledger_id
+        position = new_position((ledger_id, entry_id))
+        record = (ledger_id, entry_id, data, sticky_key_hash, message_count, publish_time, producer_name, sequence_id)
         future: asyncio.Future[Position] = self._loop.create_future()
-        self._pending.append((position, future, entry, position, len(data)))
+        self._pending.append((position, future, record, position, len(data)))
         factory.pending_adds += 1
         unsubmitted = self._unsubmitted
-        unsubmitted.append(entry)
+        unsubmitted.append(record)
         self._unsubmitted_size += len(data)
         if len(unsubmitted) == 1:
             # One hand-off to the commit thread per loop iteration, not per entry: a burst of appends
@@ -214,23 +221,19 @@ class ManagedLedger:
             first = self._next_entry_id
             end = self._fitting_end(lengths, start, batch_size if start == 0 else sum(lengths[start:]))
             ledger_id = self._current_ledger_id
-            positions = list(map(new_position, zip(repeat(ledger_id), range(first, first + end - start))))
-            entries = list(
-                map(
-                    new_entry,
-                    zip(
-                        positions, datas[start:end], sticky_key_hashes[start:end], message_counts[start:end],
-                        publish_times[start:end], producer_names[start:end], sequence_ids[start:end],
-                    ),
-                )
+            run = Run(
+                ledger_id, first, datas[start:end], sticky_key_hashes[start:end],
+                message_counts[start:end], publish_times[start:end], producer_names[start:end],
+                sequence_ids[start:end],
             )
             size = batch_size if end - start == count else sum(lengths[start:end])
+            all_positions.extend(map(new_position, zip(repeat(ledger_id), range(first, first + end - start))))
             self._next_entry_id = first + end - start
             self._assigned_size += size
-            unsubmitted.extend(entries)
+            unsubmitted.append(run)
+            self._unsubmitted_runs += 1
             self._unsubmitted_size += size
-            all_positions.extend(positions)
-            pending.append((positions[-1], future, entries, all_positions if end == count else None, size))
+            pending.append((all_positions[-1], future, run, all_positions if end == count else None, size))
             start = end
         factory.pending_adds += count
         return future
@@ -250,9 +253,26 @@ class ManagedLedger:
         return end
 
     def _submit(self) -> None:
-        entries, size = self._unsubmitted, self._unsubmitted_size
-        self._unsubmitted, self._unsubmitted_size = [], 0
-        self._engine.submit((self, entries, size))
+        pieces, runs_count, size = self._unsubmitted, self._unsubmitted_runs, self._unsubmitted_size
+        self._unsubmitted, self._unsubmitted_runs, self._unsubmitted_size = [], 0, 0
+        if runs_count == len(pieces):
+            runs = pieces
+        elif runs_count == 0:
+            runs = runs_of_records(pieces)
+        else:
+            runs = []
+            records: list[Record] = []
+            for piece in pieces:
+                if type(piece) is Run:
+                    if records:
+                        runs.extend(runs_of_records(records))
+                        records = []
+                    runs.append(piece)
+                else:
+                    records.append(piece)
+            if records:
+                runs.extend(runs_of_records(records))
+        self._engine.submit((self, runs, size))
 
     def _current_is_full(self) -> bool:
         # Counts first: they are what usually decides, and reading the clock on every append costs
@@ -300,17 +320,25 @@ class ManagedLedger:
         done = 0
         size = 0
         last_position = None
+        singles: list[Record] = []
         while pending and pending[0][0] <= last:
             last_position, future, payload, result, payload_size = pending.popleft()
-            if type(payload) is list:
-                done += len(payload)
-                cache.put_new_many(payload)
+            if type(payload) is Run:
+                if singles:
+                    for run in runs_of_records(singles):
+                        cache.put(run)
+                    singles = []
+                done += len(payload.datas)
+                cache.put(payload, payload_size)
             else:
                 done += 1
-                cache.put_new(payload)
+                singles.append(payload)
             size += payload_size
             if result is not None and not future.done():
                 future.set_result(result)
+        if singles:
+            for run in runs_of_records(singles):
+                cache.put(run)
         if last_position is not None:
             self.last_confirmed_entry = last_position
         if info is not None:
@@ -332,7 +360,7 @@ class ManagedLedger:
         for item in self._pending:
             if item[0][0] == ledger_id:
                 payload = item[2]
-                failed += len(payload) if type(payload) is list else 1
+                failed += len(payload.datas) if type(payload) is Run else 1
                 future = item[1]
                 if not future.done():
                     future.set_exception(error)
@@ -358,7 +386,7 @@ class ManagedLedger:
 
     @property
     def pending_add_entries_count(self) -> int:
-        return sum(len(item[2]) if type(item[2]) is list else 1 for item in self._pending)
+        return sum(len(item[2].datas) if type(item[2]) is Run else 1 for item in self._pending)
 
     @property
     def waiting_cursors_count(self) -> int:
@@ -447,10 +475,11 @@ class ManagedLedger:
             cached = self._cache.get_run(ledger_id, first, last)
             result.extend(cached)
             if len(cached) < last - first + 1:
-                entries = await self._engine.run_read(
+                runs, entries = await self._engine.run_read(
                     self._engine.read_entries, ledger_id, first + len(cached), last
                 )
-                self._cache.put_all(entries)
+                for run in runs:
+                    self._cache.put(run)
                 result.extend(entries)
         return result
 
@@ -495,12 +524,13 @@ class ManagedLedger:
             ):
                 end += 1
             last = missing[end][1]
-            entries = await self._engine.run_read(self._engine.read_entries, ledger_id, first, last)
+            runs, entries = await self._engine.run_read(self._engine.read_entries, ledger_id, first, last)
+            for run in runs:
+                self._cache.put(run)
             wanted = set(missing[index : end + 1])
             for entry in entries:
                 if entry.position in wanted:
                     found[entry.position] = entry
-                    self._cache.put(entry)
             index = end + 1
         return [found[p] for p in map(Position._make, positions) if p in found]
 
