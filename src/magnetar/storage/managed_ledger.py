@@ -55,10 +55,23 @@ READ_ENTRIES_MAX = 10_000
 Record = tuple[int, int, bytes, int, int, int, str, int]
 # A pending append, oldest first in `ManagedLedger._pending`: (last position, future, payload,
 # result, payload bytes). The payload is the Record of an `append`, or the Run of entries one
-# `append_many` put into one ledger (a batch is split where a ledger rolls over). `result` is what
-# the future resolves to once this item is durable: the position for `append`, every position of
-# the batch on a batch's last item, None on its earlier items (the future waits for the last one).
+# `append_many` put into one ledger (a batch is split where a ledger rolls over). `result` says what
+# the future resolves to once this item is durable: the position for `append`; on a batch's last
+# item, the batch's `(ledger_id, first_entry_id, count)` spans, from which the list of positions is
+# made only then, so that it is young when the caller drops it (see docs/performance.md); None on a
+# batch's earlier items (the future waits for the last one).
 PendingAppend = tuple[Position, "asyncio.Future[Any]", Union[Record, Run], Any, int]
+
+
+def _positions_of_spans(spans: list[tuple[int, int, int]]) -> list[Position]:
+    if len(spans) == 1:
+        ledger_id, first, count = spans[0]
+        return list(map(new_position, zip(repeat(ledger_id), range(first, first + count))))
+    return [
+        new_position((ledger_id, entry_id))
+        for ledger_id, first, count in spans
+        for entry_id in range(first, first + count)
+    ]
 
 
 @dataclass(slots=True)
@@ -208,7 +221,7 @@ class ManagedLedger:
         unsubmitted = self._unsubmitted
         if not unsubmitted:
             self._loop.call_soon(self._submit)
-        all_positions: list[Position] = []
+        spans: list[tuple[int, int, int]] = []
         start = 0
         while start < count:
             if (
@@ -221,19 +234,20 @@ class ManagedLedger:
             first = self._next_entry_id
             end = self._fitting_end(lengths, start, batch_size if start == 0 else sum(lengths[start:]))
             ledger_id = self._current_ledger_id
-            run = Run(
-                ledger_id, first, datas[start:end], sticky_key_hashes[start:end],
-                message_counts[start:end], publish_times[start:end], producer_names[start:end],
-                sequence_ids[start:end],
-            )
+            columns = (datas, sticky_key_hashes, message_counts, publish_times, producer_names, sequence_ids)
+            if end - start == count:
+                run = Run(ledger_id, first, *map(tuple, columns))
+            else:
+                run = Run(ledger_id, first, *[tuple(column[start:end]) for column in columns])
             size = batch_size if end - start == count else sum(lengths[start:end])
-            all_positions.extend(map(new_position, zip(repeat(ledger_id), range(first, first + end - start))))
+            spans.append((ledger_id, first, end - start))
             self._next_entry_id = first + end - start
             self._assigned_size += size
             unsubmitted.append(run)
             self._unsubmitted_runs += 1
             self._unsubmitted_size += size
-            pending.append((all_positions[-1], future, run, all_positions if end == count else None, size))
+            last = new_position((ledger_id, first + end - start - 1))
+            pending.append((last, future, run, spans if end == count else None, size))
             start = end
         factory.pending_adds += count
         return future
@@ -330,12 +344,14 @@ class ManagedLedger:
                     singles = []
                 done += len(payload.datas)
                 cache.put(payload, payload_size)
+                if result is not None and not future.done():
+                    future.set_result(_positions_of_spans(result))
             else:
                 done += 1
                 singles.append(payload)
+                if not future.done():
+                    future.set_result(result)
             size += payload_size
-            if result is not None and not future.done():
-                future.set_result(result)
         if singles:
             for run in runs_of_records(singles):
                 cache.put(run)

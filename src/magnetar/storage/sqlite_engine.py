@@ -140,7 +140,9 @@ class Run(NamedTuple):
     """Consecutive entries of one ledger as columns: how appends travel to the commit thread, how
     segments come back from disk, and how the entry cache holds entries. One object per column
     instead of an Entry and a Position per entry: fewer allocations, and nothing per entry for the
-    cyclic garbage collector to track (see entry_cache)."""
+    cyclic garbage collector to track (see entry_cache). Columns are tuples or arrays, never lists:
+    the collector stops tracking a tuple of atomic values, and would walk every slot of a list in
+    every full collection."""
 
     ledger_id: int
     first_entry_id: int
@@ -275,6 +277,8 @@ class SqliteEngine:
             connection.execute(f"PRAGMA synchronous={'FULL' if self.journal_sync_data else 'NORMAL'}")
             # No checkpoint inside a commit: the checkpoint thread does them (CHECKPOINT_EVERY_BYTES).
             connection.execute("PRAGMA wal_autocheckpoint=0")
+            # When the WAL starts over after a checkpoint, a file grown past the bound is cut back.
+            connection.execute(f"PRAGMA journal_size_limit={WAL_BYTES_MAX}")
         except sqlite3.DatabaseError as error:
             raise self._corruption(error) from error
         return connection
@@ -642,10 +646,10 @@ class SqliteEngine:
         # Built with map over C callables only: a Python loop here costs ~3 us per entry and would
         # cap a backlog read near 300 000 entries/s.
         offsets = list(accumulate(length_array, initial=0))
-        payloads = list(map(data.__getitem__, map(slice, offsets, offsets[1:])))
+        payloads = tuple(map(data.__getitem__, map(slice, offsets, offsets[1:])))
         return Run(
             seg_id >> _ENTRY_SHIFT, seg_id & _ENTRY_MASK, payloads, hash_array, count_array, time_array,
-            names.split("\0"), sequence_array,
+            tuple(names.split("\0")), sequence_array,
         )
 
 
