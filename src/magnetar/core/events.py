@@ -34,6 +34,7 @@ __all__ = [
     "MarkDeleteAdvanced",
     "Tick",
     "Event",
+    "HANDLER_NAMES",
     "Dispatch",
     "ReadEntries",
     "ReplayEntries",
@@ -171,6 +172,22 @@ Event = (
     | MarkDeleteAdvanced
     | Tick
 )
+
+# Each dispatcher handles event X in its method HANDLER_NAMES[X].
+HANDLER_NAMES: dict[type, str] = {
+    ConsumerAdded: "_on_consumer_added",
+    ConsumerRemoved: "_on_consumer_removed",
+    Flow: "_on_flow",
+    ReadCompleted: "_on_read_completed",
+    ReadCancelled: "_on_read_cancelled",
+    DispatchDue: "_on_dispatch_due",
+    Acked: "_on_acked",
+    BatchIndexAcked: "_on_batch_index_acked",
+    CumulativeAcked: "_on_cumulative_acked",
+    RedeliverRequested: "_on_redeliver_requested",
+    MarkDeleteAdvanced: "_on_mark_delete_advanced",
+    Tick: "_on_tick",
+}
 
 # ------------------------------------------------------------------------------------------- decisions
 

@@ -14,8 +14,6 @@ allowed; everything else lives here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from magnetar.core.consumers import Consumer
 from magnetar.core.errors import CoreError
 from magnetar.core.events import (
@@ -29,6 +27,7 @@ from magnetar.core.events import (
     Dispatch,
     DispatchDue,
     Entry,
+    HANDLER_NAMES,
     Event,
     Flow,
     MarkDeleteAdvanced,
@@ -93,7 +92,7 @@ class SharedDispatcher:
         """Apply one event; return the decisions it leads to, in the order they must be carried out."""
         self.now_ms = now_ms
         out = self._out = []
-        self._handlers[type(event)](self, event)
+        getattr(self, HANDLER_NAMES[type(event)])(event)
         return out
 
     # ---------------------------------------------------------------------------------- consumers
@@ -488,20 +487,6 @@ class SharedDispatcher:
     def _mark_delete_moved(self) -> None:
         """Hook: Key_Shared's classic and pip282 modes release joining consumers here."""
 
-    _handlers: dict[type, Callable[[SharedDispatcher, object], None]] = {
-        ConsumerAdded: _on_consumer_added,
-        ConsumerRemoved: _on_consumer_removed,
-        Flow: _on_flow,
-        ReadCompleted: _on_read_completed,
-        ReadCancelled: _on_read_cancelled,
-        DispatchDue: _on_dispatch_due,
-        Acked: _on_acked,
-        BatchIndexAcked: _on_batch_index_acked,
-        CumulativeAcked: _on_cumulative_acked,
-        RedeliverRequested: _on_redeliver_requested,
-        MarkDeleteAdvanced: _on_mark_delete_advanced,
-        Tick: _on_tick,
-    }
 
     # --------------------------------------------------------------------------------------- stats
 

@@ -16,8 +16,6 @@ of the cursor to the first unacknowledged entry.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable
-
 from magnetar.core.consumers import Consumer
 from magnetar.core.errors import ConsumerBusyError, CoreError
 from magnetar.core.events import (
@@ -32,6 +30,7 @@ from magnetar.core.events import (
     Dispatch,
     DispatchDue,
     Entry,
+    HANDLER_NAMES,
     Event,
     Flow,
     MarkDeleteAdvanced,
@@ -86,7 +85,7 @@ class SingleActiveConsumerDispatcher:
     def handle(self, event: Event, now_ms: int) -> list[Decision]:
         self.now_ms = now_ms
         out = self._out = []
-        self._handlers[type(event)](self, event)
+        getattr(self, HANDLER_NAMES[type(event)])(event)
         return out
 
     # ------------------------------------------------------------------------------- consumers
@@ -226,20 +225,6 @@ class SingleActiveConsumerDispatcher:
     def _on_tick(self, _event: Tick) -> None:
         self._read_more()
 
-    _handlers: dict[type, Callable[[SingleActiveConsumerDispatcher, object], None]] = {
-        ConsumerAdded: _on_consumer_added,
-        ConsumerRemoved: _on_consumer_removed,
-        Flow: _on_flow,
-        ReadCompleted: _on_read_completed,
-        ReadCancelled: _on_read_cancelled,
-        DispatchDue: _on_dispatch_due,
-        Acked: _on_acked,
-        BatchIndexAcked: _on_batch_index_acked,
-        CumulativeAcked: _on_cumulative_acked,
-        RedeliverRequested: _on_redeliver_requested,
-        MarkDeleteAdvanced: _on_mark_delete_advanced,
-        Tick: _on_tick,
-    }
 
     # --------------------------------------------------------------------------------- stats
 
