@@ -67,15 +67,15 @@ def encode_ranges(ranges: PositionRangeSet, max_ranges: int) -> bytes:
 
 
 def decode_ranges(raw: bytes) -> PositionRangeSet:
+    """The ranges `encode_ranges` wrote. They were written sorted, disjoint and merged, so they go
+    in through the bulk constructor, which checks that instead of merging range by range: a
+    restart loads a million of them (100 cursors x 10 000 holes). Raises ValueError on bounds that
+    break the range set's invariants."""
     flat = array("q")
     flat.frombytes(raw)
-    ranges = PositionRangeSet()
-    add_range = ranges.add_range
-    values = iter(flat)
-    # Ranges come back in the sorted order they were written in, so each add appends at the end.
-    for lower_ledger, lower_entry, upper_ledger, upper_entry in zip(values, values, values, values):
-        add_range((lower_ledger, lower_entry), (upper_ledger, upper_entry))
-    return ranges
+    lowers = list(zip(flat[0::4], flat[1::4]))
+    uppers = list(zip(flat[2::4], flat[3::4]))
+    return PositionRangeSet.from_sorted_bounds(lowers, uppers)
 
 
 class ManagedCursor:

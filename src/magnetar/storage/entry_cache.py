@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 
-from magnetar.storage.sqlite_engine import ENTRY_KEY_SHIFT, Entry, Run, entries_of_run
+from magnetar.storage.sqlite_engine import ENTRY_KEY_SHIFT, Entry, Run, entries_of_run, gc_paused
 
 __all__ = ["EntryCache", "ENTRY_OVERHEAD_BYTES"]
 
@@ -106,15 +106,16 @@ class EntryCache:
             return []
         index = bisect_right(starts, first) - 1
         result: list[Entry] = []
-        while 0 <= index < len(starts) and first <= last:
-            start = starts[index]
-            run = self._runs[ledger_id << ENTRY_KEY_SHIFT | start][0]
-            end = start + len(run.datas) - 1
-            if not start <= first <= end:
-                break
-            result.extend(entries_of_run(run, first - start, min(last, end) - start + 1))
-            first = end + 1
-            index += 1
+        with gc_paused():
+            while 0 <= index < len(starts) and first <= last:
+                start = starts[index]
+                run = self._runs[ledger_id << ENTRY_KEY_SHIFT | start][0]
+                end = start + len(run.datas) - 1
+                if not start <= first <= end:
+                    break
+                result.extend(entries_of_run(run, first - start, min(last, end) - start + 1))
+                first = end + 1
+                index += 1
         return result
 
     def invalidate_ledger(self, ledger_id: int, entries: int) -> None:

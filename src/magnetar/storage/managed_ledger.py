@@ -30,7 +30,7 @@ from magnetar.core.positions import EARLIEST, LATEST, Position
 from magnetar.storage.config import StorageConfig
 from magnetar.storage.cursor import CursorRecord, ManagedCursor, decode_ranges
 from magnetar.storage.entry_cache import EntryCache
-from magnetar.storage.errors import StorageBusyError, StorageClosedError, StorageError
+from magnetar.storage.errors import StorageBusyError, StorageClosedError, StorageCorruptionError, StorageError
 from magnetar.storage.metadata import MetadataStore
 from magnetar.storage.sqlite_engine import (
     CommitReport,
@@ -38,6 +38,7 @@ from magnetar.storage.sqlite_engine import (
     Run,
     SqliteEngine,
     WriteOp,
+    gc_paused,
     new_position,
     runs_of_records,
     segment_id,
@@ -635,10 +636,11 @@ class ManagedLedger:
             self.factory.schedule_trim(self)
 
     def _restore_cursors(self, records: list[tuple[Any, ...]]) -> None:
+        """Cursors as `_load_topic` read them (acknowledged ranges already decoded)."""
         for name, md_ledger, md_entry, ranges, batch, properties in records:
             batch_deleted = {Position(l, e): (size, mask) for l, e, size, mask in json.loads(batch)}
             cursor = ManagedCursor(
-                self, name, True, Position(md_ledger, md_entry), decode_ranges(ranges), batch_deleted,
+                self, name, True, Position(md_ledger, md_entry), ranges, batch_deleted,
                 json.loads(properties),
             )
             self.cursors[name] = cursor
@@ -795,7 +797,7 @@ class ManagedLedgerFactory:
             ledgers: list[LedgerInfo] = []
             cursors: list[tuple[Any, ...]] = []
         else:
-            ledgers, cursors = await self.engine.run_read(_load_topic, topic_id)
+            ledgers, cursors = await self.engine.run_read(_load_topic, topic_id, self.engine.db_path)
         ledger = ManagedLedger(self, name, topic_id, ledgers)
         ledger._restore_cursors(cursors)
         self.schedule_trim(ledger)
@@ -915,7 +917,9 @@ def _remember_deleted_ledger(connection: Any, ledger_id: int) -> None:
     )
 
 
-def _load_topic(connection: Any, topic_id: int) -> tuple[list[LedgerInfo], list[tuple[Any, ...]]]:
+def _load_topic(connection: Any, topic_id: int, db_path: str) -> tuple[list[LedgerInfo], list[tuple[Any, ...]]]:
+    """A topic's ledgers and cursors, on a reader thread; the cursors' acknowledged ranges are decoded
+    here too, off the event loop (a restart decodes a million of them)."""
     ledgers = [
         LedgerInfo(*row)
         for row in connection.execute(
@@ -928,4 +932,14 @@ def _load_topic(connection: Any, topic_id: int) -> tuple[list[LedgerInfo], list[
         "FROM cursors WHERE topic_id=? ORDER BY name",
         (topic_id,),
     ).fetchall()
-    return ledgers, cursors
+    decoded = []
+    with gc_paused():
+        for name, md_ledger, md_entry, ranges, batch, properties in cursors:
+            try:
+                individually_deleted = decode_ranges(ranges)
+            except ValueError as error:
+                raise StorageCorruptionError(
+                    f"{db_path}: cursor {name!r} of topic {topic_id}: damaged acknowledged ranges: {error}"
+                ) from error
+            decoded.append((name, md_ledger, md_entry, individually_deleted, batch, properties))
+    return ledgers, decoded

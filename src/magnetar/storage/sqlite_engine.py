@@ -64,6 +64,7 @@ __all__ = [
     "COMMIT_SEQ_FILE",
     "ENTRY_KEY_SHIFT",
     "entries_of_run",
+    "gc_paused",
     "runs_of_records",
 ]
 
@@ -606,7 +607,7 @@ class SqliteEngine:
         runs: list[Run] = []
         entries: list[Entry] = []
         expected = first
-        with _gc_paused():
+        with gc_paused():
             for row in rows:
                 run = self.decode_segment(row)
                 if run.first_entry_id > expected:
@@ -654,16 +655,18 @@ class SqliteEngine:
 
 
 class _GcPause:
-    """Holds Python's cyclic garbage collector off while any reader thread decodes.
+    """Holds Python's cyclic garbage collector off while entries are made in bulk: a reader thread
+    decoding segments, the event loop making Entry objects out of cached runs.
 
-    A decode makes two GC-tracked tuples per entry (Entry, Position: tuple subclasses, which the
-    collector never untracks), ten thousand or more per read. Each 700 allocations start a young
-    collection, and every few hundred thousand survivors a full one that walks every Entry the entry
-    cache holds: measured, that was two thirds of a cold backlog read (300 000 entries/s with the
-    collector, 730 000 without). A decode creates no reference cycles, so holding the collector off
-    for its few milliseconds loses nothing: objects allocated meanwhile are examined at the next
-    collection, which runs once instead of dozens of times. Process-wide by nature (the collector
-    is), so it is counted across threads and restores the collector only if it was enabled before.
+    Making an entry makes two GC-tracked objects (Entry, Position: tuple subclasses, which the
+    collector never untracks), ten thousand or more per read. Every 700 allocations start a young
+    collection, every ten of those an older one, and so on up to full collections that walk every
+    tracked object in the process: measured, that was two thirds of a cold backlog read (300 000
+    entries/s with the collector running, 730 000 without). Making entries creates no reference
+    cycles, so holding the collector off for these few milliseconds loses nothing: the objects
+    allocated meanwhile are examined by the next collection, once instead of dozens of times.
+    Process-wide by nature (the collector is), so it is counted across threads and restores the
+    collector only if it was enabled before.
     """
 
     def __init__(self) -> None:
@@ -687,7 +690,7 @@ class _GcPause:
                     gc.enable()
 
 
-_gc_paused = _GcPause()
+gc_paused = _GcPause()
 
 
 # `tuple.__new__` bound to the class: the same object the NamedTuple constructor makes, without its
