@@ -30,4 +30,4 @@ class ConsumerBusyError(CoreError):
 class NotAllowedError(CoreError):
     """The request conflicts with the subscription's settings (e.g. another Key_Shared policy)."""
 
-    server_error = "NotAllowed"
+    server_error = "NotAllowedError"

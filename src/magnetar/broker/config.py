@@ -1,0 +1,160 @@
+"""Broker configuration: `broker.conf` with Pulsar's setting names and defaults, plus overrides.
+
+Owns: the one table of broker-level keys (key, default, meaning, dynamic), reading a broker.conf-style
+file (`key=value`, `#` comments), applying command-line overrides, and handing each layer its part:
+`DispatcherSettings` for the core, `StorageConfig` for storage.
+Must not touch: sockets or files other than the configuration file it is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from magnetar.core.settings import PULSAR_KEYS, DispatcherSettings
+from magnetar.storage import StorageConfig
+
+__all__ = ["BrokerConfig", "ConfigError", "BROKER_KEYS", "load_config"]
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    default: Any
+    doc: str
+    dynamic: bool = False
+
+
+# Broker-level keys. Dispatcher keys live in core/settings.py (PULSAR_KEYS), storage keys in
+# storage/config.py (StorageConfig); all three are read from the same broker.conf.
+BROKER_KEYS: tuple[Setting, ...] = (
+    Setting("bindAddress", "127.0.0.1", "Address the binary and HTTP ports listen on (Pulsar: 0.0.0.0)."),
+    Setting("brokerServicePort", 6650, "Binary protocol port; 0 picks a free port."),
+    Setting("webServicePort", 8080, "HTTP port (health, readiness); 0 picks a free port."),
+    Setting("advertisedAddress", "", "Host name given to clients in lookups; empty: the bind address."),
+    Setting("clusterName", "standalone", "This cluster's name."),
+    Setting("maxMessageSize", 5 * 1024 * 1024, "Largest message; frames may exceed it by 10 KiB of padding."),
+    Setting("allowAutoTopicCreation", True, "Create a topic on first use by a producer or consumer.", True),
+    Setting(
+        "allowAutoTopicCreationType",
+        "non-partitioned",
+        "Type of auto-created topics: non-partitioned or partitioned.",
+        True,
+    ),
+    Setting("defaultNumPartitions", 1, "Partitions of an auto-created partitioned topic.", True),
+    Setting("brokerDeduplicationEnabled", False, "Drop messages whose producer sequence id was already stored."),
+    Setting("keepAliveIntervalSeconds", 30, "Ping idle clients this often; close them after two silent intervals."),
+    Setting("ttlDurationDefaultInSeconds", 0, "Default message TTL (0: none).", True),
+    Setting("messageExpiryCheckIntervalInMinutes", 5, "How often message TTL is applied.", False),
+    Setting("delayedDeliveryEnabled", True, "Honour deliver_at_time for Shared and Key_Shared.", True),
+    Setting(
+        "subscriptionTypesEnabled",
+        "Exclusive,Shared,Failover,Key_Shared",
+        "Subscription types clients may use.",
+        True,
+    ),
+    Setting("brokerShutdownTimeoutMs", 60000, "How long a clean shutdown waits for in-flight work."),
+    Setting(
+        "subscriptionKeySharedUseClassicPersistentImplementation",
+        False,
+        "true selects keySharedOrderingMode=classic (Pulsar 3.x Key_Shared).",
+        True,
+    ),
+)
+
+
+def _parse(key: str, raw: Any, default: Any) -> Any:
+    """Convert a broker.conf string to the type of the setting's default."""
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip()
+    try:
+        if isinstance(default, bool):
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+    except ValueError as error:
+        raise ConfigError(f"{key}: cannot read {raw!r} as {type(default).__name__}") from error
+    return text
+
+
+def _all_defaults() -> dict[str, Any]:
+    defaults = {s.key: s.default for s in BROKER_KEYS}
+    for field in dataclasses.fields(StorageConfig):
+        defaults.setdefault(field.name, field.default)
+    settings = DispatcherSettings()
+    for name, (key, _doc, _dynamic) in PULSAR_KEYS.items():
+        defaults.setdefault(key, getattr(settings, name))
+    return defaults
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    values: Mapping[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def dispatcher_settings(self) -> DispatcherSettings:
+        return DispatcherSettings.from_pulsar(
+            {k: v for k, v in self.values.items() if k in _DISPATCHER_KEYS}
+            | {
+                "subscriptionKeySharedUseClassicPersistentImplementation": self.values[
+                    "subscriptionKeySharedUseClassicPersistentImplementation"
+                ]
+            }
+        )
+
+    def storage_config(self) -> StorageConfig:
+        return StorageConfig.from_mapping(self.values)
+
+    def subscription_types_enabled(self) -> set[str]:
+        return {t.strip() for t in str(self.values["subscriptionTypesEnabled"]).split(",") if t.strip()}
+
+    @property
+    def advertised_url(self) -> str:
+        host = self.values["advertisedAddress"] or self.values["bindAddress"]
+        return f"pulsar://{host}:{self.values['brokerServicePort']}"
+
+
+_DISPATCHER_KEYS = {key for key, _doc, _dynamic in PULSAR_KEYS.values()}
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[tuple[str, str]] | Mapping[str, Any] = ()) -> BrokerConfig:
+    """Defaults, then the file (if any), then overrides; unknown keys in the file are kept but unused,
+    as Pulsar tolerates keys of features it does not have."""
+    defaults = _all_defaults()
+    values = dict(defaults)
+    if path is not None:
+        for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, sep, raw = line.partition("=")
+            if not sep:
+                raise ConfigError(f"{path}:{number}: expected key=value, got {line!r}")
+            key = key.strip()
+            values[key] = _parse(key, raw, defaults[key]) if key in defaults else raw.strip()
+    items = overrides.items() if isinstance(overrides, Mapping) else overrides
+    for key, raw in items:
+        if key not in defaults:
+            raise ConfigError(f"unknown setting {key!r}")
+        values[key] = _parse(key, raw, defaults[key])
+    config = BrokerConfig(values)
+    try:
+        config.dispatcher_settings()
+        config.storage_config()
+    except (TypeError, ValueError) as error:
+        raise ConfigError(str(error)) from error
+    return config

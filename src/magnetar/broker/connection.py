@@ -1,0 +1,423 @@
+"""One client connection: one task reads frames and answers them; writes go to the stream in order.
+
+Owns: the commands of one TCP connection (lookups, producers, consumers, acks, pings), its producers
+and consumers by the client's ids, keep-alive, and closing only this connection on bad input.
+Must not touch: ordering decisions (subscriptions' dispatchers), storage internals, other connections.
+
+Requests that must wait (topic loading, subscribing, seeking) run as tasks so that the connection keeps
+reading; everything else is answered inline, in arrival order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from typing import Any
+
+from magnetar.broker.consumer import ServerConsumer
+from magnetar.broker.producer import ServerProducer
+from magnetar.broker.service import BrokerService
+from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.core.errors import CoreError
+from magnetar.core.events import KeySharedMeta
+from magnetar.core.positions import EARLIEST, LATEST, Position
+from magnetar.protocol import commands, messages
+from magnetar.protocol.connection import ServerProtocol
+from magnetar.protocol.framing import Frame, ProtocolError, command_field_name
+from magnetar.protocol.pulsar_api_pb2 import BaseCommand, CommandSubscribe, Schema
+
+__all__ = ["ServerConnection", "SERVER_VERSION"]
+
+log = logging.getLogger(__name__)
+
+SERVER_VERSION = "magnetar-0.1.0"
+_SUB_TYPES = {
+    CommandSubscribe.Exclusive: "Exclusive",
+    CommandSubscribe.Shared: "Shared",
+    CommandSubscribe.Failover: "Failover",
+    CommandSubscribe.Key_Shared: "Key_Shared",
+}
+_ACCESS_MODES = {0: "Shared", 1: "Exclusive", 2: "WaitForExclusive", 3: "ExclusiveWithFencing"}
+_producer_names = itertools.count()
+# Read size per socket read: large enough that a burst of SENDs is parsed in one go.
+_READ_SIZE = 256 * 1024
+
+
+def _signed(value: int) -> int:
+    """Ledger and entry ids are uint64 on the wire; -1 travels as 2**64 - 1."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _position(message_id: Any) -> Position:
+    return Position(_signed(message_id.ledgerId), _signed(message_id.entryId))
+
+
+class ServerConnection:
+    def __init__(self, service: BrokerService, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.service = service
+        self.reader = reader
+        self.writer = writer
+        self.protocol = ServerProtocol(service.config["maxMessageSize"])
+        self.producers: dict[int, ServerProducer] = {}
+        self.consumers: dict[int, ServerConsumer] = {}
+        self.peer = writer.get_extra_info("peername")
+        self.closed = False
+        self.last_received = time.monotonic()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ----------------------------------------------------------------------------- lifecycle
+
+    def is_alive(self) -> bool:
+        return not self.closed
+
+    def write(self, data: bytes) -> None:
+        if not self.closed:
+            self.writer.write(data)
+
+    async def run(self) -> None:
+        keep_alive = asyncio.get_running_loop().create_task(self._keep_alive())
+        try:
+            while not self.closed:
+                data = await self.reader.read(_READ_SIZE)
+                if not data:
+                    break
+                self.last_received = time.monotonic()
+                try:
+                    frames = self.protocol.receive_data(data)
+                except ProtocolError as error:
+                    log.warning("closing connection from %s: %s", self.peer, error)
+                    break
+                for frame in frames:
+                    try:
+                        self._dispatch(frame)
+                    except ProtocolError as error:
+                        log.warning("closing connection from %s: %s", self.peer, error)
+                        self.closed = True
+                        break
+                if self.writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
+                    # Bounded output: a slow reader must not make the broker buffer without limit.
+                    await self.writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            keep_alive.cancel()
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        self.closed = True
+        for task in self._tasks:
+            task.cancel()
+        for consumer in list(self.consumers.values()):
+            self._detach_consumer(consumer)
+        self.consumers.clear()
+        for producer in list(self.producers.values()):
+            producer.close_silently()
+        self.producers.clear()
+        self.writer.close()
+
+    def close_gracefully(self) -> None:
+        """Shutdown: tell each producer and consumer to go elsewhere, then close."""
+        for producer in list(self.producers.values()):
+            producer.close_by_broker()
+        for consumer in list(self.consumers.values()):
+            consumer.close_by_broker()
+        self.abort()
+
+    def abort(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.writer.close()
+
+    async def _keep_alive(self) -> None:
+        interval = self.service.config["keepAliveIntervalSeconds"]
+        while True:
+            await asyncio.sleep(interval)
+            idle = time.monotonic() - self.last_received
+            if idle > 2 * interval:
+                log.warning("closing connection from %s: no frame for %.0f s", self.peer, idle)
+                self.abort()
+                return
+            if idle > interval:
+                self.write(commands.ping())
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def forget_producer(self, producer_id: int) -> None:
+        self.producers.pop(producer_id, None)
+
+    def forget_consumer(self, consumer_id: int) -> None:
+        self.consumers.pop(consumer_id, None)
+
+    def _detach_consumer(self, consumer: ServerConsumer) -> None:
+        consumer.detach()
+        subscription = consumer.subscription
+        if not subscription.durable and not subscription.consumers:
+            self._spawn(subscription.topic.drop_reader(subscription))
+
+    # ------------------------------------------------------------------------------ commands
+
+    def _dispatch(self, frame: Frame) -> None:
+        command = frame.command
+        kind = command.type
+        if kind == BaseCommand.SEND:
+            self._on_send(command.send, frame.payload)
+        elif kind == BaseCommand.ACK:
+            self._on_ack(command.ack)
+        elif kind == BaseCommand.FLOW:
+            consumer = self.consumers.get(command.flow.consumer_id)
+            if consumer is not None:
+                consumer.flow(command.flow.messagePermits)
+        elif kind == BaseCommand.CONNECT:
+            self.write(
+                commands.connected(SERVER_VERSION, self.protocol.protocol_version, self.service.config["maxMessageSize"])
+            )
+        elif kind == BaseCommand.PING:
+            self.write(commands.pong())
+        elif kind == BaseCommand.PONG:
+            pass
+        elif kind == BaseCommand.PARTITIONED_METADATA:
+            self._spawn(self._on_partitioned_metadata(command.partitionMetadata))
+        elif kind == BaseCommand.LOOKUP:
+            self._on_lookup(command.lookupTopic)
+        elif kind == BaseCommand.PRODUCER:
+            self._spawn(self._on_producer(command.producer))
+        elif kind == BaseCommand.SUBSCRIBE:
+            self._spawn(self._on_subscribe(command.subscribe))
+        elif kind == BaseCommand.REDELIVER_UNACKNOWLEDGED_MESSAGES:
+            request = command.redeliverUnacknowledgedMessages
+            consumer = self.consumers.get(request.consumer_id)
+            if consumer is not None:
+                ids = [_position(m) for m in request.message_ids]
+                consumer.redeliver(ids or None)
+        elif kind == BaseCommand.CLOSE_PRODUCER:
+            producer = self.producers.pop(command.close_producer.producer_id, None)
+            if producer is not None:
+                producer.close_silently()
+            self.write(commands.success(command.close_producer.request_id))
+        elif kind == BaseCommand.CLOSE_CONSUMER:
+            consumer = self.consumers.pop(command.close_consumer.consumer_id, None)
+            if consumer is not None:
+                self._detach_consumer(consumer)
+            self.write(commands.success(command.close_consumer.request_id))
+        elif kind == BaseCommand.UNSUBSCRIBE:
+            self._spawn(self._on_unsubscribe(command.unsubscribe))
+        elif kind == BaseCommand.SEEK:
+            self._spawn(self._on_seek(command.seek))
+        elif kind == BaseCommand.GET_LAST_MESSAGE_ID:
+            self._on_get_last_message_id(command.getLastMessageId)
+        elif kind == BaseCommand.GET_TOPICS_OF_NAMESPACE:
+            request = command.getTopicsOfNamespace
+            topics = self.service.topics_of_namespace(request.namespace) if request.mode != 1 else []
+            self.write(commands.get_topics_of_namespace_response(request.request_id, topics))
+        elif kind == BaseCommand.GET_SCHEMA:
+            self._spawn(self._on_get_schema(command.getSchema))
+        else:
+            self._not_allowed(command)
+
+    def _not_allowed(self, command: BaseCommand) -> None:
+        """An unsupported request gets ERROR{NotAllowed} with its request id, so the client does not wait."""
+        body = getattr(command, command_field_name(command.type), None)
+        request_id = getattr(body, "request_id", None)
+        name = BaseCommand.Type.Name(command.type)
+        if request_id is None:
+            log.info("ignoring %s from %s: not supported", name, self.peer)
+            return
+        self.write(commands.error(request_id, "NotAllowedError", f"{name} is not supported by magnetar"))
+
+    def _error(self, request_id: int, error: BaseException) -> None:
+        code = getattr(error, "server_error", None)
+        if isinstance(error, InvalidTopicName):
+            code = "InvalidTopicName"
+        if code is None:
+            log.exception("request %d from %s failed", request_id, self.peer, exc_info=error)
+            code = "UnknownError"
+        self.write(commands.error(request_id, code, str(error) or type(error).__name__))
+
+    # ------------------------------------------------------------------------------ lookups
+
+    async def _on_partitioned_metadata(self, request: Any) -> None:
+        try:
+            name = TopicName.parse(request.topic)
+            partitions = await self.service.partitions_for_lookup(name)
+        except InvalidTopicName as error:
+            self.write(
+                commands.partitioned_metadata_response(request.request_id, error_code="InvalidTopicName", message=str(error))
+            )
+            return
+        self.write(commands.partitioned_metadata_response(request.request_id, partitions))
+
+    def _on_lookup(self, request: Any) -> None:
+        try:
+            TopicName.parse(request.topic)
+        except InvalidTopicName as error:
+            self.write(commands.lookup_response(request.request_id, error_code="InvalidTopicName", message=str(error)))
+            return
+        self.write(commands.lookup_response(request.request_id, self.service.config.advertised_url))
+
+    # ---------------------------------------------------------------------------- producers
+
+    async def _on_producer(self, request: Any) -> None:
+        try:
+            name = TopicName.parse(request.topic)
+            topic = await self.service.get_topic(name)
+            existing = self.producers.get(request.producer_id)
+            if existing is not None:
+                # The client retried a create that already succeeded: answer the same way again.
+                self.write(commands.producer_success(request.request_id, existing.name, topic.last_sequence_id(existing.name)))
+                return
+            producer_name = request.producer_name or f"{self.service.config['clusterName']}-0-{next(_producer_names)}"
+            access_mode = _ACCESS_MODES.get(request.producer_access_mode, "Shared")
+            producer = ServerProducer(self, topic, request.producer_id, producer_name, access_mode)
+            topic.add_producer(producer, access_mode)
+            if request.HasField("schema"):
+                topic.schema = Schema()
+                topic.schema.CopyFrom(request.schema)
+        except Exception as error:  # answered to the client with its ServerError code
+            self._error(request.request_id, error)
+            return
+        if self.closed:
+            producer.close_silently()
+            return
+        self.producers[request.producer_id] = producer
+        self.write(commands.producer_success(request.request_id, producer_name, topic.last_sequence_id(producer_name)))
+
+    def _on_send(self, send: Any, payload: bytes) -> None:
+        producer = self.producers.get(send.producer_id)
+        if producer is None:
+            raise ProtocolError(f"SEND for unknown producer id {send.producer_id}")
+        try:
+            parsed = messages.parse_entry(payload)
+        except messages.ChecksumError as error:
+            self.write(commands.send_error(send.producer_id, send.sequence_id, "ChecksumError", str(error)))
+            return
+        if parsed.marker_type is not None:
+            raise ProtocolError("a client does not publish internal marker entries")
+        producer.publish(
+            send.sequence_id,
+            send.highest_sequence_id,
+            parsed.entry,
+            parsed.key_hash,
+            parsed.num_messages,
+            parsed.publish_time,
+        )
+
+    # ---------------------------------------------------------------------------- consumers
+
+    async def _on_subscribe(self, request: Any) -> None:
+        try:
+            subscription_type = _SUB_TYPES[request.subType]
+            if subscription_type not in self.service.subscription_types_enabled:
+                raise _NotAllowed(f"{subscription_type} subscriptions are disabled on this broker")
+            if request.consumer_id in self.consumers:
+                self.write(commands.success(request.request_id))
+                return
+            name = TopicName.parse(request.topic)
+            topic = await self.service.get_topic(name, create=request.force_topic_creation)
+            start = _position(request.start_message_id) if request.HasField("start_message_id") else None
+            inclusive = bool(start is not None and request.start_message_id.batch_index >= 0)
+            initial = "earliest" if request.initialPosition == 1 else "latest"
+            subscription = await topic.subscribe(request.subscription, request.durable, initial, start, inclusive)
+            meta = None
+            if subscription_type == "Key_Shared":
+                ksm = request.keySharedMeta
+                meta = KeySharedMeta(
+                    "STICKY" if ksm.keySharedMode == 1 else "AUTO_SPLIT",
+                    ksm.allowOutOfOrderDelivery,
+                    tuple((r.start, r.end) for r in ksm.hashRanges),
+                )
+            consumer = ServerConsumer(
+                self, subscription, request.consumer_id, request.consumer_name, name.partition_index
+            )
+            consumer.consumer_id = subscription.add_consumer(consumer, subscription_type, request.priority_level, meta)
+        except Exception as error:  # answered to the client with its ServerError code
+            self._error(request.request_id, error)
+            return
+        if self.closed:
+            consumer.detach()
+            return
+        self.consumers[request.consumer_id] = consumer
+        self.write(commands.success(request.request_id))
+
+    def _on_ack(self, ack: Any) -> None:
+        consumer = self.consumers.get(ack.consumer_id)
+        if consumer is None:
+            return
+        ids = [(_position(m), list(m.ack_set)) for m in ack.message_id]
+        consumer.acknowledge(ids, cumulative=ack.ack_type == 1)
+        if ack.HasField("request_id"):
+            self.write(commands.ack_response(ack.consumer_id, ack.request_id))
+
+    async def _on_unsubscribe(self, request: Any) -> None:
+        consumer = self.consumers.get(request.consumer_id)
+        if consumer is None:
+            self.write(commands.error(request.request_id, "ConsumerNotFound", "unknown consumer"))
+            return
+        subscription = consumer.subscription
+        others = [c for c in subscription.consumers.values() if c is not consumer]
+        if others:
+            self.write(
+                commands.error(request.request_id, "UnknownError", f"Subscription {subscription.name} has other connected consumers")
+            )
+            return
+        self.consumers.pop(request.consumer_id, None)
+        consumer.detach()
+        await subscription.topic.unsubscribe(subscription.name)
+        self.write(commands.success(request.request_id))
+
+    async def _on_seek(self, request: Any) -> None:
+        consumer = self.consumers.get(request.consumer_id)
+        if consumer is None:
+            self.write(commands.error(request.request_id, "ConsumerNotFound", "unknown consumer"))
+            return
+        subscription = consumer.subscription
+        cursor = subscription.cursor
+        try:
+            if request.HasField("message_publish_time"):
+                await cursor.reset_to_publish_time(request.message_publish_time)
+            else:
+                target = _position(request.message_id)
+                if target == EARLIEST or target[0] < 0:
+                    target = subscription.topic.ledger.first_position()
+                elif target == LATEST:
+                    target = subscription.topic.ledger.next_valid_position(subscription.topic.ledger.last_confirmed_entry)
+                await cursor.reset(target)
+        except Exception as error:  # answered with its ServerError code
+            self._error(request.request_id, error)
+            return
+        self.write(commands.success(request.request_id))
+        # Pulsar closes the subscription's consumers after a seek; each re-subscribes from the new position.
+        subscription.disconnect_consumers()
+
+    def _on_get_last_message_id(self, request: Any) -> None:
+        consumer = self.consumers.get(request.consumer_id)
+        if consumer is None:
+            self.write(commands.error(request.request_id, "ConsumerNotFound", "unknown consumer"))
+            return
+        topic = consumer.subscription.topic
+        last = topic.last_message_id()
+        mark_delete = consumer.subscription.cursor.mark_delete_position
+        self.write(
+            commands.get_last_message_id_response(
+                request.request_id, last[0], last[1], partition=consumer.partition_index, mark_delete_position=mark_delete
+            )
+        )
+
+    async def _on_get_schema(self, request: Any) -> None:
+        try:
+            topic = await self.service.get_topic(TopicName.parse(request.topic), create=False)
+        except Exception as error:  # no topic, no schema
+            self.write(commands.get_schema_response(request.request_id, error_code="TopicNotFound", message=str(error)))
+            return
+        if topic.schema is None:
+            self.write(commands.get_schema_response(request.request_id, error_code="TopicNotFound", message="Topic has no schema"))
+        else:
+            self.write(commands.get_schema_response(request.request_id, topic.schema))
+
+
+class _NotAllowed(CoreError):
+    server_error = "NotAllowedError"

@@ -1,0 +1,137 @@
+"""A consumer on a connection: the bridge between a client's consumer id and its subscription.
+
+Owns: writing MESSAGE frames for what the dispatcher sends it (with redelivery counts and the ack set
+of partly acknowledged batches), remembering the batch size of batch entries it sent (to read ack sets),
+and turning the client's ACK / FLOW / REDELIVER into subscription calls.
+Must not touch: the cursor or the dispatcher directly.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from magnetar.core.events import Entry
+from magnetar.core.positions import Position
+from magnetar.protocol import commands
+
+if TYPE_CHECKING:
+    from magnetar.broker.connection import ServerConnection
+    from magnetar.broker.subscription import PersistentSubscription
+
+__all__ = ["ServerConsumer"]
+
+_WORD = 64
+
+
+def unacked_words(batch_size: int, acked_mask: int) -> list[int]:
+    """Java BitSet words with a bit set for each index still unacked, as signed int64 values."""
+    unacked = ((1 << batch_size) - 1) & ~acked_mask
+    words = []
+    while unacked:
+        word = unacked & 0xFFFFFFFFFFFFFFFF
+        words.append(word - (1 << 64) if word >= 1 << 63 else word)
+        unacked >>= _WORD
+    return words
+
+
+class ServerConsumer:
+    def __init__(
+        self,
+        connection: ServerConnection,
+        subscription: PersistentSubscription,
+        client_consumer_id: int,
+        name: str,
+        partition_index: int,
+    ) -> None:
+        self.connection = connection
+        self.subscription = subscription
+        self.client_consumer_id = client_consumer_id
+        self.name = name
+        self.partition_index = partition_index
+        self.consumer_id = 0  # the subscription's id for it, set once attached
+        # position -> batch size, for batch entries sent and not yet fully acked
+        self.batch_sizes: dict[Position, int] = {}
+        self.msg_out_counter = 0
+        self.closed = False
+
+    def send_entries(self, entries: list[Entry], redelivery_counts: list[int] | None) -> None:
+        """MESSAGE frames for a `Dispatch`: the stored SEND bytes follow each command verbatim."""
+        cursor = self.subscription.cursor
+        frames = []
+        consumer_id, partition = self.client_consumer_id, self.partition_index
+        for index, entry in enumerate(entries):
+            stored: Any = entry.payload
+            ack_set = None
+            if stored.message_count > 1:
+                self.batch_sizes[entry.position] = stored.message_count
+                partial = cursor.acked_batch_indexes(entry.position)
+                if partial is not None:
+                    ack_set = unacked_words(*partial)
+            frames.append(
+                commands.message_frame(
+                    consumer_id,
+                    entry.position[0],
+                    entry.position[1],
+                    stored.data,
+                    redelivery_counts[index] if redelivery_counts else 0,
+                    ack_set,
+                    partition,
+                )
+            )
+            self.msg_out_counter += entry.message_count
+        self.connection.write(b"".join(frames))
+
+    def send_active_change(self, is_active: bool) -> None:
+        self.connection.write(commands.active_consumer_change(self.client_consumer_id, is_active))
+
+    def acknowledge(self, message_ids: list[tuple[Position, list[int]]], cumulative: bool) -> None:
+        subscription = self.subscription
+        if cumulative:
+            if message_ids:
+                position = message_ids[0][0]
+                for sent in [p for p in self.batch_sizes if p <= position]:
+                    del self.batch_sizes[sent]
+                subscription.acknowledge_cumulative(self.consumer_id, position)
+            return
+        whole: list[Position] = []
+        partial: list[tuple[Position, int, list[int]]] = []
+        merged: dict[Position, list[int]] = {}
+        for position, ack_set in message_ids:
+            if not ack_set:
+                whole.append(position)
+                continue
+            size = self.batch_sizes.get(position)
+            if size is None:
+                continue
+            # Several ack sets for one entry in one ACK are ANDed: a bit stays set (unacked) only if
+            # every one of them leaves it unacked (reference §2.3).
+            if position in merged:
+                merged[position] = [a & b for a, b in zip(merged[position], ack_set)]
+            else:
+                merged[position] = list(ack_set)
+        for position, ack_set in merged.items():
+            if not any(ack_set):
+                whole.append(position)
+            else:
+                partial.append((position, self.batch_sizes[position], ack_set))
+        for position in whole:
+            self.batch_sizes.pop(position, None)
+        subscription.acknowledge(self.consumer_id, whole, partial)
+
+    def flow(self, permits: int) -> None:
+        self.subscription.flow(self.consumer_id, permits)
+
+    def redeliver(self, positions: list[Position] | None) -> None:
+        self.subscription.redeliver(self.consumer_id, positions)
+
+    def detach(self) -> None:
+        """The consumer goes (closed by the client, or its connection dropped)."""
+        if not self.closed:
+            self.closed = True
+            self.subscription.remove_consumer(self.consumer_id)
+
+    def close_by_broker(self) -> None:
+        """Pulsar's way to make a client re-subscribe (after a seek): CLOSE_CONSUMER with request id -1."""
+        self.detach()
+        self.connection.forget_consumer(self.client_consumer_id)
+        self.connection.write(commands.close_consumer(self.client_consumer_id))

@@ -1,0 +1,116 @@
+"""`magnetar standalone`: the broker process — listeners, the HTTP health port, and a staged shutdown.
+
+Owns: starting the service and its listeners, the set of live connections, and stopping in stages on
+SIGTERM/SIGINT: stop accepting, close clients cleanly, flush cursors, close storage, exit 0.
+Must not touch: protocol handling (connection.py) or topics (service.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from pathlib import Path
+
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.connection import ServerConnection
+from magnetar.broker.service import BrokerService
+
+__all__ = ["Broker", "run_standalone"]
+
+log = logging.getLogger("magnetar.broker")
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, data_dir: str | Path) -> None:
+        self.config = config
+        self.service = BrokerService(config, data_dir)
+        self.connections: set[ServerConnection] = set()
+        self._binary: asyncio.Server | None = None
+        self._http: asyncio.Server | None = None
+        self.ready = False
+        self.binary_port = 0
+        self.http_port = 0
+
+    async def start(self) -> None:
+        started = time.perf_counter()
+        await self.service.start()
+        host = self.config["bindAddress"]
+        self._binary = await asyncio.start_server(
+            self._on_client, host, self.config["brokerServicePort"], limit=2**20
+        )
+        self.binary_port = self._binary.sockets[0].getsockname()[1]
+        if self.config["brokerServicePort"] == 0:
+            # The advertised URL must name the port really bound.
+            self.config = type(self.config)(dict(self.config.values) | {"brokerServicePort": self.binary_port})
+            self.service.config = self.config
+        self._http = await asyncio.start_server(self._on_http, host, self.config["webServicePort"])
+        self.http_port = self._http.sockets[0].getsockname()[1]
+        self.ready = True
+        log.info(
+            "magnetar ready in %.0f ms: pulsar://%s:%d, http://%s:%d, data %s",
+            (time.perf_counter() - started) * 1000,
+            host,
+            self.binary_port,
+            host,
+            self.http_port,
+            self.service.data_dir,
+        )
+
+    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = ServerConnection(self.service, reader, writer)
+        self.connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            self.connections.discard(connection)
+
+    async def _on_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Health and readiness only (the admin API is issue 5): GET /admin/v2/brokers/health, /ready."""
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+            path = request.split(b" ", 2)[1].decode("latin-1") if request.count(b" ") >= 2 else ""
+            if path.split("?")[0] in ("/admin/v2/brokers/health", "/ready", "/health") and self.ready:
+                status, body = "200 OK", b"ok"
+            elif path.split("?")[0] in ("/admin/v2/brokers/health", "/ready", "/health"):
+                status, body = "503 Service Unavailable", b"starting"
+            else:
+                status, body = "404 Not Found", b"not found"
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+                f"Connection: close\r\n\r\n".encode() + body
+            )
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        """Staged shutdown: stop accepting, close clients, wait (bounded), flush cursors, close storage."""
+        self.ready = False
+        for server in (self._binary, self._http):
+            if server is not None:
+                server.close()
+        for connection in list(self.connections):
+            connection.close_gracefully()
+        deadline = time.monotonic() + self.config["brokerShutdownTimeoutMs"] / 1000
+        while self.connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for connection in list(self.connections):
+            connection.abort()
+        await self.service.close()
+        log.info("magnetar stopped")
+
+
+async def run_standalone(config: BrokerConfig, data_dir: str | Path) -> int:
+    broker = Broker(config, data_dir)
+    await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await broker.stop()
+    return 0

@@ -1,0 +1,322 @@
+"""A persistent subscription: a storage cursor, a core dispatcher, and the consumers attached to it.
+
+Owns: carrying out the dispatcher's decisions (reads from the cursor or the ledger, MESSAGE frames via
+the consumers, timers, rewinds) and turning what consumers do (flow, acks, redelivery requests) into
+cursor updates and dispatcher events.
+Must not touch: ordering decisions (the dispatcher makes them) or the wire format (consumers write).
+
+The dispatcher is created with the first consumer, with that consumer's subscription type. When the
+last consumer leaves it is dropped and the cursor rewound to the first unacknowledged entry, as
+Pulsar's dispatchers do, so a later consumer (of any type) receives everything still unacknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from magnetar.core.dispatchers import Dispatcher, new_dispatcher
+from magnetar.core.errors import ConsumerBusyError
+from magnetar.core.events import (
+    Acked,
+    ActiveConsumerChanged,
+    BatchIndexAcked,
+    CancelRead,
+    ConsumerAdded,
+    ConsumerRemoved,
+    CumulativeAcked,
+    Dispatch,
+    DispatchDue,
+    Entry,
+    Flow,
+    KeySharedMeta,
+    MarkDeleteAdvanced,
+    ReadCancelled,
+    ReadCompleted,
+    ReadEntries,
+    RedeliverRequested,
+    ReplayEntries,
+    RewindCursor,
+    Tick,
+    WakeUp,
+)
+from magnetar.core.positions import Position
+from magnetar.storage import ManagedCursor
+
+if TYPE_CHECKING:
+    from magnetar.broker.consumer import ServerConsumer
+    from magnetar.broker.topic import PersistentTopic
+
+__all__ = ["PersistentSubscription", "MARKER_PRODUCER_NAME"]
+
+# Pulsar writes internal markers (replicated-subscription snapshots, transaction markers) with this
+# producer name; clients never publish under it (connections refuse SENDs that carry a marker type).
+MARKER_PRODUCER_NAME = "pulsar.marker"
+
+log = logging.getLogger(__name__)
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def unacked_count(batch_size: int, acked_mask: int) -> int:
+    return batch_size - bin(acked_mask).count("1")
+
+
+class PersistentSubscription:
+    """Invariants:
+    - a dispatcher exists exactly while consumers are attached;
+    - at most one read task runs, and only while the dispatcher has a read in flight.
+    """
+
+    def __init__(self, topic: PersistentTopic, name: str, cursor: ManagedCursor) -> None:
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.dispatcher: Dispatcher | None = None
+        self.subscription_type: str | None = None
+        self.consumers: dict[int, ServerConsumer] = {}
+        self._next_consumer_id = 1
+        self._read_task: asyncio.Task[None] | None = None
+        self._read_waiting = False
+        self._wakeup: asyncio.TimerHandle | None = None
+        self._wakeup_at_ms: int | None = None
+
+    @property
+    def durable(self) -> bool:
+        return self.cursor.durable
+
+    # --------------------------------------------------------------------------- consumers
+
+    def add_consumer(
+        self, consumer: ServerConsumer, subscription_type: str, priority_level: int, meta: KeySharedMeta | None
+    ) -> int:
+        """Attach a consumer; returns its id within the subscription. Raises CoreError subclasses."""
+        if self.dispatcher is not None and subscription_type != self.subscription_type:
+            raise ConsumerBusyError(
+                f"Subscription {self.name} is of type {self.subscription_type}, not {subscription_type}"
+            )
+        if self.dispatcher is None:
+            self.cursor.rewind()
+            self.dispatcher = new_dispatcher(
+                subscription_type,
+                self.topic.service.dispatcher_settings,
+                self.cursor.mark_delete_position,
+                topic_name=str(self.topic.name),
+                partition_index=self.topic.name.partition_index,
+            )
+            self.subscription_type = subscription_type
+        consumer_id = self._next_consumer_id
+        self._next_consumer_id += 1
+        try:
+            self._handle(ConsumerAdded(consumer_id, consumer.name, priority_level, meta))
+        except Exception:
+            if not self.consumers:
+                self._drop_dispatcher()
+            raise
+        self.consumers[consumer_id] = consumer
+        return consumer_id
+
+    def remove_consumer(self, consumer_id: int) -> None:
+        if self.consumers.pop(consumer_id, None) is None or self.dispatcher is None:
+            return
+        self._handle(ConsumerRemoved(consumer_id))
+        if not self.consumers:
+            self._drop_dispatcher()
+
+    def _drop_dispatcher(self) -> None:
+        self.dispatcher = None
+        self.subscription_type = None
+        self._cancel_read()
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+            self._wakeup = None
+            self._wakeup_at_ms = None
+
+    def disconnect_consumers(self) -> None:
+        """Close every consumer (after a seek or reset, as Pulsar does): each reconnects on its own."""
+        for consumer in list(self.consumers.values()):
+            consumer.close_by_broker()
+
+    # ------------------------------------------------------------------------- client actions
+
+    def flow(self, consumer_id: int, permits: int) -> None:
+        self._handle(Flow(consumer_id, permits))
+
+    def acknowledge(
+        self, consumer_id: int, positions: list[Position], batch_acks: list[tuple[Position, int, list[int]]]
+    ) -> None:
+        """Individual acks: whole entries, and batch entries of which only some indexes are acked now.
+
+        `batch_acks` holds (position, batch size, ack_set words): a set bit means that index is still
+        unacked (Java BitSet words, as the client sends them).
+        """
+        cursor = self.cursor
+        before = cursor.mark_delete_position
+        whole: list[Position] = []
+        last = self.topic.ledger.last_confirmed_entry
+        for position in positions:
+            if position <= last and not cursor.is_deleted(position):
+                whole.append(position)
+        for position, size, ack_set in batch_acks:
+            if position > last or cursor.is_deleted(position):
+                continue
+            still_unacked = 0
+            for word_index, word in enumerate(ack_set):
+                still_unacked |= (word & 0xFFFFFFFFFFFFFFFF) << (64 * word_index)
+            acked = [i for i in range(size) if not (still_unacked >> i) & 1]
+            previous = cursor.acked_batch_indexes(position)
+            previous_mask = previous[1] if previous else 0
+            if len(acked) == size:
+                whole.append(position)
+                continue
+            cursor.delete_batch_indexes(position, size, acked)
+            now = cursor.acked_batch_indexes(position)
+            if now is None:
+                whole.append(position)
+            else:
+                newly = bin(now[1]).count("1") - bin(previous_mask).count("1")
+                if newly > 0:
+                    self._handle(BatchIndexAcked(consumer_id, position, newly))
+        if whole:
+            cursor.delete(whole)
+            self._handle(Acked(consumer_id, tuple(whole)))
+        self._mark_delete_moved(before)
+
+    def acknowledge_cumulative(self, consumer_id: int, position: Position) -> None:
+        cursor = self.cursor
+        before = cursor.mark_delete_position
+        position = min(position, self.topic.ledger.last_confirmed_entry)
+        if position > before:
+            cursor.mark_delete(position)
+            self._handle(CumulativeAcked(consumer_id, position))
+        self._mark_delete_moved(before)
+
+    def _mark_delete_moved(self, before: Position) -> None:
+        after = self.cursor.mark_delete_position
+        if after > before:
+            self._handle(MarkDeleteAdvanced(after))
+            self.topic.service.storage.schedule_trim(self.topic.ledger)
+
+    def redeliver(self, consumer_id: int, positions: list[Position] | None) -> None:
+        self._handle(RedeliverRequested(consumer_id, None if positions is None else tuple(positions)))
+
+    def skip_to(self, position: Position) -> None:
+        """Message TTL or skip: the cursor moves to `position` without consumer acks."""
+        before = self.cursor.mark_delete_position
+        if position <= before:
+            return
+        self.cursor.mark_delete(position)
+        after = self.cursor.mark_delete_position
+        if after > before:
+            self._handle(MarkDeleteAdvanced(after, by_ack=False))
+
+    # ----------------------------------------------------------------------- decisions
+
+    def _handle(self, event: object) -> None:
+        dispatcher = self.dispatcher
+        if dispatcher is None:
+            return
+        for decision in dispatcher.handle(event, _now_ms()):
+            kind = type(decision)
+            if kind is Dispatch:
+                consumer = self.consumers.get(decision.consumer_id)
+                if consumer is not None:
+                    consumer.send_entries(decision.entries, decision.redelivery_counts)
+            elif kind is ReadEntries or kind is ReplayEntries:
+                self._read_task = asyncio.get_running_loop().create_task(self._read(decision))
+            elif kind is CancelRead:
+                if self._read_waiting and self._read_task is not None:
+                    self._read_task.cancel()
+            elif kind is WakeUp:
+                self._arm_wakeup(decision.at_ms)
+            elif kind is RewindCursor:
+                self.cursor.rewind()
+            elif kind is ActiveConsumerChanged:
+                for consumer_id, consumer in self.consumers.items():
+                    consumer.send_active_change(consumer_id == decision.active_consumer_id)
+
+    def _arm_wakeup(self, at_ms: int) -> None:
+        if self._wakeup is not None and self._wakeup_at_ms is not None and self._wakeup_at_ms <= at_ms:
+            return
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+        self._wakeup_at_ms = at_ms
+        delay = max(at_ms - _now_ms(), 0) / 1000
+        self._wakeup = asyncio.get_running_loop().call_later(delay, self._on_wakeup)
+
+    def _on_wakeup(self) -> None:
+        self._wakeup = None
+        self._wakeup_at_ms = None
+        self._handle(Tick())
+
+    def _cancel_read(self) -> None:
+        if self._read_task is not None and not self._read_task.done():
+            self._read_task.cancel()
+        self._read_task = None
+        self._read_waiting = False
+
+    async def _read(self, request: ReadEntries | ReplayEntries) -> None:
+        dispatcher = self.dispatcher
+        try:
+            if type(request) is ReplayEntries:
+                stored = await self.topic.ledger.read_positions(list(request.positions))
+            else:
+                stored = await self._read_new(request.max_entries)
+        except asyncio.CancelledError:
+            self._read_waiting = False
+            if self.dispatcher is dispatcher and dispatcher is not None:
+                self._handle(ReadCancelled())
+            raise
+        except Exception:
+            log.exception("read failed on %s/%s", self.topic.name, self.name)
+            self._read_waiting = False
+            if self.dispatcher is dispatcher:
+                self._handle(ReadCancelled())
+            return
+        if self.dispatcher is not dispatcher:
+            return
+        markers = [e.position for e in stored if e.producer_name == MARKER_PRODUCER_NAME]
+        if markers:
+            # Internal markers (replication) are stored but never sent: the subscription acks them.
+            before = self.cursor.mark_delete_position
+            self.cursor.delete(markers)
+            stored = [e for e in stored if e.producer_name != MARKER_PRODUCER_NAME]
+            self._mark_delete_moved(before)
+        entries = tuple(self._core_entry(e) for e in stored)
+        self._handle(ReadCompleted(entries))
+        self._handle(DispatchDue())
+
+    async def _read_new(self, max_entries: int) -> list[Any]:
+        """Entries from the cursor's read position, skipping acknowledged ones; waits while none."""
+        cursor, ledger = self.cursor, self.topic.ledger
+        while True:
+            if cursor.has_more_entries():
+                stored = await cursor.read_entries(max_entries)
+                fresh = [e for e in stored if not cursor.is_deleted(e.position)]
+                if fresh:
+                    return fresh
+                continue
+            self._read_waiting = True
+            try:
+                await ledger.wait_for_new_entries(ledger.last_confirmed_entry)
+            finally:
+                self._read_waiting = False
+
+    def _core_entry(self, stored: Any) -> Entry:
+        count = stored.message_count
+        partial = self.cursor.acked_batch_indexes(stored.position) if count > 1 else None
+        if partial is not None:
+            count = unacked_count(*partial)
+        return Entry(stored.position, stored.sticky_key_hash, count, stored)
+
+    # ------------------------------------------------------------------------------ stats
+
+    def stats(self) -> dict[str, Any]:
+        base = self.dispatcher.stats() if self.dispatcher is not None else {"consumers": [], "msgInReplay": 0}
+        base["isDurable"] = self.durable
+        base["msgBacklog"] = self.cursor.number_of_entries_in_backlog()
+        return base

@@ -1,0 +1,131 @@
+"""A persistent topic: its managed ledger, producers and subscriptions.
+
+Owns: which producers may publish (names, epochs, access modes), appending their messages with
+receipts in order after the durable append, deduplication by producer name and sequence id, and the
+topic's subscriptions (durable cursors and readers' non-durable ones).
+Must not touch: the wire (producers and consumers write frames) or ordering (subscriptions' dispatchers).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from magnetar.broker.subscription import PersistentSubscription
+from magnetar.broker.topic_name import TopicName
+from magnetar.core.positions import EARLIEST, LATEST, Position
+from magnetar.storage import ManagedLedger
+
+if TYPE_CHECKING:
+    from magnetar.broker.producer import ServerProducer
+    from magnetar.broker.service import BrokerService
+
+__all__ = ["PersistentTopic", "ProducerBusyError", "ProducerFencedError"]
+
+log = logging.getLogger(__name__)
+
+
+class ProducerBusyError(Exception):
+    server_error = "ProducerBusy"
+
+
+class ProducerFencedError(Exception):
+    server_error = "ProducerFenced"
+
+
+class PersistentTopic:
+    """Invariants:
+    - at most one live producer per producer name;
+    - an Exclusive producer is the only producer while it lives;
+    - every subscription's cursor belongs to this topic's ledger.
+    """
+
+    def __init__(self, service: BrokerService, name: TopicName, ledger: ManagedLedger) -> None:
+        self.service = service
+        self.name = name
+        self.ledger = ledger
+        self.producers: dict[str, ServerProducer] = {}
+        self.subscriptions: dict[str, PersistentSubscription] = {}
+        self.schema: Any = None  # the Schema a producer declared, returned by GET_SCHEMA
+        # Highest sequence id per producer name that is durable, and the highest accepted (appended or
+        # appending): Pulsar's highestSequencedPersisted / highestSequencedPushed.
+        self.sequence_persisted: dict[str, int] = {}
+        self.sequence_pushed: dict[str, int] = {}
+        for name_ in ledger.cursors:
+            cursor = ledger.cursors[name_]
+            if cursor.durable:
+                self.subscriptions[name_] = PersistentSubscription(self, name_, cursor)
+
+    # ----------------------------------------------------------------------------- producers
+
+    def add_producer(self, producer: ServerProducer, access_mode: str) -> None:
+        existing = self.producers.get(producer.name)
+        if existing is not None and existing is not producer:
+            if existing.connection.is_alive():
+                raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
+            existing.close_silently()
+        others = [p for p in self.producers.values() if p.name != producer.name]
+        if access_mode in ("Exclusive", "ExclusiveWithFencing") and others:
+            raise ProducerFencedError(f"Topic has {len(others)} other producers; Exclusive access refused")
+        if any(p.access_mode in ("Exclusive", "ExclusiveWithFencing") for p in others):
+            raise ProducerBusyError(f"Topic {self.name} has an exclusive producer")
+        self.producers[producer.name] = producer
+
+    def remove_producer(self, producer: ServerProducer) -> None:
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+
+    def last_sequence_id(self, producer_name: str) -> int:
+        if not self.service.config["brokerDeduplicationEnabled"]:
+            return -1
+        return self.sequence_persisted.get(producer_name, -1)
+
+    # ------------------------------------------------------------------------- subscriptions
+
+    async def subscribe(
+        self,
+        name: str,
+        durable: bool,
+        initial_position: str,
+        start_message_id: Position | None,
+        inclusive: bool,
+    ) -> PersistentSubscription:
+        subscription = self.subscriptions.get(name)
+        if subscription is not None:
+            return subscription
+        if durable:
+            cursor = await self.ledger.open_cursor(name, initial_position)
+        else:
+            cursor = self.ledger.new_non_durable_cursor(self._reader_start(start_message_id, inclusive, initial_position), name)
+        subscription = PersistentSubscription(self, name, cursor)
+        self.subscriptions[name] = subscription
+        return subscription
+
+    def _reader_start(self, start: Position | None, inclusive: bool, initial_position: str) -> Position:
+        """Where a reader's cursor starts (reference §2.3): earliest, latest, or after the given id."""
+        if start is None:
+            return EARLIEST if initial_position == "earliest" else LATEST
+        if start == EARLIEST or start[0] < 0:
+            return EARLIEST
+        if start == LATEST:
+            return LATEST
+        if inclusive:
+            return Position(*start)
+        return self.ledger.next_valid_position(start)
+
+    async def unsubscribe(self, name: str) -> None:
+        subscription = self.subscriptions.pop(name, None)
+        if subscription is None:
+            return
+        subscription.disconnect_consumers()
+        await self.ledger.delete_cursor(name)
+
+    async def drop_reader(self, subscription: PersistentSubscription) -> None:
+        """A non-durable subscription goes with its last consumer."""
+        if not subscription.durable and not subscription.consumers:
+            if self.subscriptions.get(subscription.name) is subscription:
+                del self.subscriptions[subscription.name]
+                await self.ledger.delete_cursor(subscription.name)
+
+    def last_message_id(self) -> Position:
+        return self.ledger.last_confirmed_entry
