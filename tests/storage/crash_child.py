@@ -10,7 +10,8 @@ Verification checks the facts the parent gathered from earlier rounds' output:
   the mark-delete position, and every individually deleted entry, was acknowledged by the workload.
 
 Output lines (written with one os.write each, so a SIGKILL leaves only whole lines or a torn last one):
-`A topic L E writer seq` after an append completed; `I topic L E` before an individual ack;
+`A topic L E writer seq` after an append completed (half the writers use `append_many`: one
+write of all the lines of a batch once its future completed); `I topic L E` before an individual ack;
 `C topic L E` before a cumulative ack; `P topic L E` after a cursor flush of mark-delete L:E completed;
 `VERIFIED n`, or `FAIL reason` and exit status 1.
 """
@@ -141,6 +142,20 @@ async def work(factory: ManagedLedgerFactory, round_: int, seed: int, out: int) 
             emit(f"A {index} {position[0]} {position[1]} {number} {seq}")
             seq += 1
 
+    async def batch_writer(number: int) -> None:
+        # Batches of up to 60 entries in ledgers of 40: many span a rollover. A batch's future may
+        # complete only once all of its entries are durable, so every line emitted here is checked.
+        generator = random.Random(f"{seed}/{round_}/writer/{number}")
+        seq = 0
+        while True:
+            index = generator.randrange(len(TOPICS))
+            seqs = range(seq, seq + generator.randint(1, 60))
+            datas = [payload(round_, number, n) for n in seqs]
+            columns = list(zip(*(fields(round_, number, n, data) for n, data in zip(seqs, datas))))
+            positions = await ledgers[index].append_many(datas, *map(list, columns))
+            emit("".join(f"A {index} {p[0]} {p[1]} {number} {n}\n" for p, n in zip(positions, seqs)).rstrip("\n"))
+            seq = seqs[-1] + 1
+
     async def acker(index: int) -> None:
         generator = random.Random(f"{seed}/{round_}/acker/{index}")
         cursor = cursors[index]
@@ -172,7 +187,8 @@ async def work(factory: ManagedLedgerFactory, round_: int, seed: int, out: int) 
             emit(f"P {index} {md[0]} {md[1]}")
 
     await asyncio.gather(
-        *(writer(number) for number in range(WRITERS)),
+        *(writer(number) for number in range(0, WRITERS, 2)),
+        *(batch_writer(number) for number in range(1, WRITERS, 2)),
         *(acker(index) for index in range(len(TOPICS))),
         *(flusher(index) for index in range(len(TOPICS))),
     )

@@ -1,4 +1,5 @@
-"""Appends until the file-size limit makes the disk "full", then checks the process survives.
+"""Appends (single and batches) until the file-size limit makes the disk "full", then checks the
+process survives.
 
 Run as `python disk_full_child.py DATA_DIR`. RLIMIT_FSIZE makes every write past the limit fail with
 EFBIG, as a full disk fails with ENOSPC: SQLite reports an I/O error for the commit. Prints one JSON
@@ -34,9 +35,18 @@ async def main() -> None:
     _soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (used + 64 * 1024, hard))
     errors = []
-    for index in range(20, 400):
+    index = 20
+    while index < 400:
+        # Single appends and batches of three alternate: a failed commit must fail either kind.
+        batch = [index] if index % 2 == 0 else [index, index + 1, index + 2]
+        index += len(batch)
+        datas = [b"%06d" % number + os.urandom(4000) for number in batch]
         try:
-            completed.append((await ledger.append(b"%06d" % index + os.urandom(4000)), index))
+            if len(batch) == 1:
+                positions = [await ledger.append(datas[0])]
+            else:
+                positions = await ledger.append_many(datas, [0] * 3, [1] * 3, [0] * 3, [""] * 3, batch)
+            completed.extend(zip(positions, batch))
         except StorageWriteError as error:
             errors.append(str(error))
             if len(errors) == 3:
