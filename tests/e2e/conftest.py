@@ -1,0 +1,137 @@
+"""A real broker process for black-box tests: free ports, a temporary data directory, always stopped.
+
+Tests talk to it only as a user would: the official `pulsar-client`, HTTP, the CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+from pulsar.exceptions import AlreadyClosed
+
+READY = re.compile(r"magnetar ready in \d+ ms: (pulsar://[\d.]+:(\d+)), (http://[\d.]+:(\d+))")
+START_TIMEOUT_S = 20
+
+
+class BrokerProcess:
+    """`magnetar standalone` in a child process; `restart()` keeps the data directory and the ports."""
+
+    def __init__(self, data_dir: Path, settings: dict[str, str]) -> None:
+        self.data_dir = data_dir
+        self.settings = dict(settings)
+        self.log_path = data_dir.parent / f"broker-{uuid.uuid4().hex[:6]}.log"
+        self.process: subprocess.Popen | None = None
+        self.url = ""
+        self.http_url = ""
+        self.port = 0
+        self.http_port = 0
+
+    def start(self) -> None:
+        args = [sys.executable, "-m", "magnetar.cli.main", "standalone", "--data-dir", str(self.data_dir)]
+        args += ["--port", str(self.port), "--http-port", str(self.http_port)]
+        for key, value in self.settings.items():
+            args += ["-c", f"{key}={value}"]
+        self.log = open(self.log_path, "a")
+        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            match = READY.search(self.log_path.read_text())
+            if match and (self.port == 0 or int(match.group(2)) == self.port):
+                self.url, self.port = match.group(1), int(match.group(2))
+                self.http_url, self.http_port = match.group(3), int(match.group(4))
+                return
+            if self.process.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.log_path.read_text()}")
+            time.sleep(0.02)
+        raise RuntimeError(f"broker not ready in {START_TIMEOUT_S} s:\n{self.log_path.read_text()}")
+
+    def stop(self) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self.log.close()
+        return code
+
+    def kill(self) -> None:
+        """kill -9: no shutdown at all."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.log.close()
+
+    def restart(self, kill: bool = False) -> None:
+        """Stop (SIGTERM, or SIGKILL with `kill`) and start again on the same ports and data."""
+        self.kill() if kill else self.stop()
+        # The next READY line must be the new process's: keep the old output under another name.
+        self.log_path.rename(self.log_path.with_suffix(f".{uuid.uuid4().hex[:4]}.old"))
+        self.start()
+
+    def output(self) -> str:
+        return self.log_path.read_text()
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator:
+    """Start brokers with given settings; every one is stopped at the end of the test."""
+    started: list[BrokerProcess] = []
+
+    def start(**settings: object) -> BrokerProcess:
+        broker = BrokerProcess(tmp_path / f"data-{len(started)}", {k: str(v) for k, v in settings.items()})
+        broker.start()
+        started.append(broker)
+        return broker
+
+    yield start
+    for broker in started:
+        broker.stop()
+
+
+@pytest.fixture
+def broker(broker_factory) -> BrokerProcess:
+    return broker_factory()
+
+
+@pytest.fixture
+def client_factory():
+    """Official clients, closed at the end of the test."""
+    clients: list[pulsar.Client] = []
+
+    def make(url: str, **options: object) -> pulsar.Client:
+        options.setdefault("logger", pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        options.setdefault("operation_timeout_seconds", 10)
+        client = pulsar.Client(url, **options)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        with contextlib.suppress(AlreadyClosed):  # a test may have closed it already
+            client.close()
+
+
+@pytest.fixture
+def client(broker: BrokerProcess, client_factory) -> pulsar.Client:
+    return client_factory(broker.url)
+
+
+@pytest.fixture
+def topic() -> str:
+    """A fresh topic name per test."""
+    return f"persistent://public/default/t-{uuid.uuid4().hex[:10]}"
