@@ -15,9 +15,9 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# Until the broker exists (issue 4), `run` runs the deterministic simulator and prints its report.
+# The broker on pulsar://127.0.0.1:6650 and http://127.0.0.1:8080, data in ./data; Ctrl-C stops it cleanly.
 run: setup
-	$(BIN)/magnetar sim
+	$(BIN)/magnetar standalone --data-dir data
 
 test: setup
 	$(BIN)/python -m pytest tests -q
@@ -36,3 +36,13 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
+
+# Regenerates src/magnetar/protocol/pulsar_api_pb2.py, which is committed so that running magnetar needs
+# only `protobuf`. grpcio-tools 1.63.0 carries protoc 26.1, whose output loads on every protobuf >= 5
+# that pyproject allows (newer protoc output refuses runtimes older than itself); it installs into
+# build/ so that the venv's own protobuf stays as pyproject resolved it.
+PROTO_TOOLS := build/grpc-tools
+.PHONY: proto
+proto: setup
+	$(BIN)/pip install --quiet --no-deps --target $(PROTO_TOOLS) 'grpcio-tools==1.63.0'
+	PYTHONPATH=$(PROTO_TOOLS) $(BIN)/python -m grpc_tools.protoc -Isrc --python_out=src src/magnetar/protocol/pulsar_api.proto
