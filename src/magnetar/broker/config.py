@@ -52,7 +52,12 @@ BROKER_KEYS: tuple[Setting, ...] = (
     Setting("brokerDeduplicationEnabled", False, "Drop messages whose producer sequence id was already stored."),
     Setting("keepAliveIntervalSeconds", 30, "Ping idle clients this often; close them after two silent intervals."),
     Setting("ttlDurationDefaultInSeconds", 0, "Default message TTL (0: none).", True),
-    Setting("messageExpiryCheckIntervalInMinutes", 5, "How often message TTL is applied.", False),
+    Setting(
+        "messageExpiryCheckIntervalInMinutes",
+        5.0,
+        "How often message TTL is applied (fractions allowed, for tests).",
+        False,
+    ),
     Setting("delayedDeliveryEnabled", True, "Honour deliver_at_time for Shared and Key_Shared.", True),
     Setting(
         "subscriptionTypesEnabled",

@@ -273,6 +273,14 @@ class ServerConnection:
             producer_name = request.producer_name or f"{self.service.config['clusterName']}-0-{next(_producer_names)}"
             access_mode = _ACCESS_MODES.get(request.producer_access_mode, "Shared")
             producer = ServerProducer(self, topic, request.producer_id, producer_name, access_mode)
+            if access_mode == "WaitForExclusive" and topic.producers:
+                # Parked: the client waits for a second PRODUCER_SUCCESS with producer_ready=true.
+                self.write(
+                    commands.producer_success(
+                        request.request_id, producer_name, topic.last_sequence_id(producer_name), producer_ready=False
+                    )
+                )
+                await topic.wait_until_free()
             topic.add_producer(producer, access_mode)
             if request.HasField("schema"):
                 topic.schema = Schema()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 
 from magnetar.broker.config import BrokerConfig
@@ -35,13 +36,39 @@ class BrokerService:
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
         self.subscription_types_enabled = config.subscription_types_enabled()
+        self._expiry: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.storage = await ManagedLedgerFactory.open(str(self.data_dir), self.config.storage_config())
         await self.storage.metadata.ensure_defaults(self.config["clusterName"])
+        self._expiry = asyncio.get_running_loop().create_task(self._expire_periodically())
+
+    async def _expire_periodically(self) -> None:
+        interval = float(self.config["messageExpiryCheckIntervalInMinutes"]) * 60
+        while True:
+            await asyncio.sleep(interval)
+            now_ms = int(time.time() * 1000)
+            for topic in list(self.topics.values()):
+                ttl = self.message_ttl_seconds(topic.name)
+                if ttl > 0:
+                    try:
+                        await topic.expire_messages(ttl, now_ms)
+                    except Exception:
+                        log.exception("message expiry failed on %s", topic.name)
+
+    def message_ttl_seconds(self, name: TopicName) -> int:
+        """The namespace's message_ttl_in_seconds policy, else ttlDurationDefaultInSeconds."""
+        try:
+            policies = self.metadata.namespace_policies(name.namespace_name)
+        except Exception:  # a namespace without a policy record uses the broker default
+            policies = {}
+        ttl = policies.get("message_ttl_in_seconds")
+        return int(ttl) if ttl is not None else int(self.config["ttlDurationDefaultInSeconds"])
 
     async def close(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
         if self.storage is not None:
             await self.storage.flush_cursors()
             await self.storage.close()
@@ -99,6 +126,8 @@ class BrokerService:
         try:
             ledger = await self.storage.open_ledger(key)
             topic = PersistentTopic(self, name, ledger)
+            if self.config["brokerDeduplicationEnabled"]:
+                await topic.restore_deduplication()
             self.topics[key] = topic
             future.set_result(topic)
             return topic

@@ -8,7 +8,9 @@ Must not touch: the wire (producers and consumers write frames) or ordering (sub
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.subscription import PersistentSubscription
@@ -23,6 +25,11 @@ if TYPE_CHECKING:
 __all__ = ["PersistentTopic", "ProducerBusyError", "ProducerFencedError"]
 
 log = logging.getLogger(__name__)
+
+_EXCLUSIVE_MODES = ("Exclusive", "ExclusiveWithFencing", "WaitForExclusive")
+# A restart rebuilds deduplication state from at most this many of the newest entries: producers
+# silent for longer lose it (Pulsar snapshots it every brokerDeduplicationEntriesInterval instead).
+DEDUP_SCAN_ENTRIES_MAX = 100_000
 
 
 class ProducerBusyError(Exception):
@@ -51,6 +58,7 @@ class PersistentTopic:
         # appending): Pulsar's highestSequencedPersisted / highestSequencedPushed.
         self.sequence_persisted: dict[str, int] = {}
         self.sequence_pushed: dict[str, int] = {}
+        self._exclusive_waiters: deque[asyncio.Future[None]] = deque()
         for name_ in ledger.cursors:
             cursor = ledger.cursors[name_]
             if cursor.durable:
@@ -65,15 +73,63 @@ class PersistentTopic:
                 raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
             existing.close_silently()
         others = [p for p in self.producers.values() if p.name != producer.name]
-        if access_mode in ("Exclusive", "ExclusiveWithFencing") and others:
+        if access_mode in _EXCLUSIVE_MODES and others:
             raise ProducerFencedError(f"Topic has {len(others)} other producers; Exclusive access refused")
-        if any(p.access_mode in ("Exclusive", "ExclusiveWithFencing") for p in others):
+        if any(p.access_mode in _EXCLUSIVE_MODES for p in others):
             raise ProducerBusyError(f"Topic {self.name} has an exclusive producer")
         self.producers[producer.name] = producer
+
+    async def wait_until_free(self) -> None:
+        """WaitForExclusive: return once no other producer is connected (first come, first served)."""
+        while self.producers:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._exclusive_waiters.append(waiter)
+            await waiter
 
     def remove_producer(self, producer: ServerProducer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+        while not self.producers and self._exclusive_waiters:
+            waiter = self._exclusive_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+
+    async def restore_deduplication(self) -> None:
+        """Rebuild the highest sequence id per producer from the newest entries (at most the last
+        `DEDUP_SCAN_ENTRIES_MAX`): what a restart needs to keep dropping resends."""
+        ledger = self.ledger
+        if ledger.number_of_entries == 0:
+            return
+        last = ledger.last_confirmed_entry
+        start = ledger.first_position()
+        skip = ledger.number_of_entries - DEDUP_SCAN_ENTRIES_MAX
+        position = start
+        if skip > 0:
+            for info in ledger.ledgers:
+                if skip < info.entries:
+                    position = Position(info.ledger_id, skip)
+                    break
+                skip -= info.entries
+        highest: dict[str, int] = {}
+        while position <= last:
+            entries = await ledger.read_entries(position, 10_000)
+            if not entries:
+                break
+            for entry in entries:
+                if entry.sequence_id > highest.get(entry.producer_name, -1):
+                    highest[entry.producer_name] = entry.sequence_id
+            position = ledger.next_valid_position(entries[-1].position)
+        self.sequence_persisted.update(highest)
+        self.sequence_pushed.update(highest)
+
+    async def expire_messages(self, ttl_seconds: int, now_ms: int) -> None:
+        """Message TTL: every subscription skips what was published more than `ttl_seconds` ago."""
+        first_alive = await self.ledger.find_first_published_at_or_after(now_ms - ttl_seconds * 1000)
+        expired_up_to = self.ledger.previous_position(first_alive)
+        for subscription in list(self.subscriptions.values()):
+            if expired_up_to > subscription.cursor.mark_delete_position:
+                subscription.skip_to(expired_up_to)
 
     def last_sequence_id(self, producer_name: str) -> int:
         if not self.service.config["brokerDeduplicationEnabled"]:
