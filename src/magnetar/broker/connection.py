@@ -26,7 +26,7 @@ from magnetar.core.positions import EARLIEST, LATEST, Position
 from magnetar.protocol import commands, messages
 from magnetar.protocol.connection import ServerProtocol
 from magnetar.protocol.framing import Frame, ProtocolError, command_field_name
-from magnetar.protocol.pulsar_api_pb2 import BaseCommand, CommandSubscribe, Schema
+from magnetar.protocol.pulsar_api_pb2 import BaseCommand, CommandSubscribe
 
 __all__ = ["ServerConnection", "SERVER_VERSION"]
 
@@ -283,8 +283,7 @@ class ServerConnection:
                 await topic.wait_until_free()
             topic.add_producer(producer, access_mode)
             if request.HasField("schema"):
-                topic.schema = Schema()
-                topic.schema.CopyFrom(request.schema)
+                await topic.set_schema(request.schema)
         except Exception as error:  # answered to the client with its ServerError code
             self._error(request.request_id, error)
             return

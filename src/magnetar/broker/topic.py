@@ -9,13 +9,15 @@ Must not touch: the wire (producers and consumers write frames) or ordering (sub
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from magnetar.broker.subscription import PersistentSubscription
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.positions import EARLIEST, LATEST, Position
+from magnetar.protocol.pulsar_api_pb2 import Schema
 from magnetar.storage import ManagedLedger
 
 if TYPE_CHECKING:
@@ -53,7 +55,10 @@ class PersistentTopic:
         self.ledger = ledger
         self.producers: dict[str, ServerProducer] = {}
         self.subscriptions: dict[str, PersistentSubscription] = {}
-        self.schema: Any = None  # the Schema a producer declared, returned by GET_SCHEMA
+        self.schema: Schema | None = None  # the Schema a producer declared, returned by GET_SCHEMA
+        record = service.metadata.get(self._schema_path)
+        if record is not None:
+            self.schema = Schema.FromString(base64.b64decode(record[0]["schema"]))
         # Highest sequence id per producer name that is durable, and the highest accepted (appended or
         # appending): Pulsar's highestSequencedPersisted / highestSequencedPushed.
         self.sequence_persisted: dict[str, int] = {}
@@ -135,6 +140,19 @@ class PersistentTopic:
         if not self.service.config["brokerDeduplicationEnabled"]:
             return -1
         return self.sequence_persisted.get(producer_name, -1)
+
+    @property
+    def _schema_path(self) -> str:
+        return f"/schemas/{self.name.tenant}/{self.name.namespace}/{self.name.domain}/{self.name.local}"
+
+    async def set_schema(self, schema: Schema) -> None:
+        """Keep the schema a producer declares (the first one; later ones are not checked for
+        compatibility yet) so that GET_SCHEMA answers it, across restarts too."""
+        if self.schema is not None:
+            return
+        self.schema = Schema()
+        self.schema.CopyFrom(schema)
+        await self.service.metadata.put(self._schema_path, {"schema": base64.b64encode(schema.SerializeToString()).decode()})
 
     # ------------------------------------------------------------------------- subscriptions
 
