@@ -1,0 +1,424 @@
+"""Ready-to-write frames for every command the broker sends, and the signed view of Pulsar's 64-bit ids.
+
+Owns: one builder per command in the list the official C++ client accepts from a broker (reference §3:
+anything else, REACHED_END_OF_TOPIC included, makes pulsar-client 4.2.0 drop the connection), and the
+conversion between the uint64 wire form and the signed ids magnetar uses. Must not touch: decoding
+(framing.py, messages.py), connection state, sockets or clocks. Builders take plain values, so callers
+never handle protobuf objects; MESSAGE, sent once per dispatched entry, is encoded by hand.
+
+Ids: ledger, entry and request ids are uint64 on the wire, but clients mean -1 by 2^64-1 (cumulative ack
+of "nothing", seek to earliest, empty GetLastMessageId, broker-initiated CLOSE_*). Builders accept signed
+values; `signed_id` reads a received one.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping
+
+from magnetar.protocol.framing import encode_frame
+from magnetar.protocol.pulsar_api_pb2 import (
+    BaseCommand,
+    CommandLookupTopicResponse,
+    CommandPartitionedTopicMetadataResponse,
+    MessageIdData,
+    Schema,
+    ServerError,
+)
+
+__all__ = [
+    "BROKER_REQUEST_ID",
+    "ack_response",
+    "active_consumer_change",
+    "close_consumer",
+    "close_producer",
+    "connected",
+    "consumer_stats_response",
+    "error",
+    "get_last_message_id_response",
+    "get_schema_response",
+    "get_topics_of_namespace_response",
+    "lookup_response",
+    "message_frame",
+    "partitioned_metadata_response",
+    "ping",
+    "pong",
+    "producer_success",
+    "send_error",
+    "send_receipt",
+    "signed_id",
+    "success",
+    "wire_id",
+]
+
+_U64 = (1 << 64) - 1
+_INT64_SIGN = 1 << 63
+
+# The request id of a command the broker starts on its own (CLOSE_* after SEEK or on unload): Java's -1.
+BROKER_REQUEST_ID = -1
+
+
+def signed_id(wire: int) -> int:
+    """A received uint64 id as the int64 Pulsar means (2^64-1 -> -1; INT64_MAX stays "latest")."""
+    return wire - (1 << 64) if wire & _INT64_SIGN else wire
+
+
+def wire_id(value: int) -> int:
+    """A signed id as the uint64 the wire carries (-1 -> 2^64-1)."""
+    return value & _U64
+
+
+def _error_code(code: int | str) -> int:
+    """A ServerError given by value or by name ("ChecksumError"), as core errors carry it."""
+    return ServerError.Value(code) if isinstance(code, str) else code
+
+
+def _message_id(target: MessageIdData, ledger_id: int, entry_id: int, batch_index: int = -1, partition: int = -1) -> None:
+    target.ledgerId = wire_id(ledger_id)
+    target.entryId = wire_id(entry_id)
+    # -1 is the schema default for both, so leaving them unset keeps the frame as small as Java's.
+    if partition != -1:
+        target.partition = partition
+    if batch_index != -1:
+        target.batch_index = batch_index
+
+
+def _frame(command_type: int, field: str, **fields: object) -> bytes:
+    command = BaseCommand(type=command_type, **{field: fields})
+    return encode_frame(command)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Connection
+
+
+def connected(server_version: str, protocol_version: int, max_message_size: int) -> bytes:
+    """CONNECTED: the first frame a broker sends; `server_version` must be present or the client fails."""
+    return _frame(
+        BaseCommand.CONNECTED,
+        "connected",
+        server_version=server_version,
+        protocol_version=protocol_version,
+        max_message_size=max_message_size,
+    )
+
+
+# PING and PONG carry an empty sub-message, which the client expects to be present (reference §5).
+_PING = encode_frame(BaseCommand(type=BaseCommand.PING, ping={}))
+_PONG = encode_frame(BaseCommand(type=BaseCommand.PONG, pong={}))
+
+
+def ping() -> bytes:
+    return _PING
+
+
+def pong() -> bytes:
+    return _PONG
+
+
+# ---------------------------------------------------------------------------------------------------
+# Generic replies
+
+
+def success(request_id: int, schema: Schema | None = None) -> bytes:
+    fields: dict[str, object] = {"request_id": wire_id(request_id)}
+    if schema is not None:
+        fields["schema"] = schema
+    return _frame(BaseCommand.SUCCESS, "success", **fields)
+
+
+def error(request_id: int, code: int | str, message: str) -> bytes:
+    """ERROR: fails the client's pending request; all three fields are required by the client."""
+    return _frame(
+        BaseCommand.ERROR, "error", request_id=wire_id(request_id), error=_error_code(code), message=message
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Lookup and discovery
+
+
+def partitioned_metadata_response(
+    request_id: int, partitions: int = 0, *, error_code: int | str | None = None, message: str = ""
+) -> bytes:
+    """PARTITIONED_METADATA_RESPONSE with `response` always set (the client reads its absence as failure).
+
+    With `error_code` the answer is Failed, carrying the code and `message`.
+    """
+    command = BaseCommand(type=BaseCommand.PARTITIONED_METADATA_RESPONSE)
+    response = command.partitionMetadataResponse
+    response.request_id = wire_id(request_id)
+    if error_code is None:
+        response.response = CommandPartitionedTopicMetadataResponse.Success
+        response.partitions = partitions
+    else:
+        response.response = CommandPartitionedTopicMetadataResponse.Failed
+        response.error = _error_code(error_code)
+        response.message = message
+    return encode_frame(command)
+
+
+def lookup_response(
+    request_id: int,
+    broker_service_url: str = "",
+    *,
+    broker_service_url_tls: str | None = None,
+    authoritative: bool = True,
+    redirect: bool = False,
+    proxy_through_service_url: bool = False,
+    error_code: int | str | None = None,
+    message: str = "",
+) -> bytes:
+    """LOOKUP_RESPONSE: Connect (or Redirect) to `broker_service_url`, or Failed with `error_code`.
+
+    The client refuses a Connect without a URL ("Invalid Url"), so one is required unless failing.
+    """
+    command = BaseCommand(type=BaseCommand.LOOKUP_RESPONSE)
+    response = command.lookupTopicResponse
+    response.request_id = wire_id(request_id)
+    if error_code is not None:
+        response.response = CommandLookupTopicResponse.Failed
+        response.error = _error_code(error_code)
+        response.message = message
+        return encode_frame(command)
+    if not broker_service_url:
+        raise ValueError("a Connect or Redirect lookup answer needs broker_service_url")
+    response.response = CommandLookupTopicResponse.Redirect if redirect else CommandLookupTopicResponse.Connect
+    response.brokerServiceUrl = broker_service_url
+    if broker_service_url_tls is not None:
+        response.brokerServiceUrlTls = broker_service_url_tls
+    response.authoritative = authoritative
+    if proxy_through_service_url:
+        response.proxy_through_service_url = True
+    return encode_frame(command)
+
+
+def get_topics_of_namespace_response(
+    request_id: int,
+    topics: Iterable[str],
+    *,
+    filtered: bool = False,
+    topics_hash: str | None = None,
+    changed: bool = True,
+) -> bytes:
+    fields: dict[str, object] = {"request_id": wire_id(request_id), "topics": list(topics)}
+    if filtered:
+        fields["filtered"] = True
+    if topics_hash is not None:
+        fields["topics_hash"] = topics_hash
+    if not changed:
+        fields["changed"] = False
+    return _frame(BaseCommand.GET_TOPICS_OF_NAMESPACE_RESPONSE, "getTopicsOfNamespaceResponse", **fields)
+
+
+def get_schema_response(
+    request_id: int,
+    schema: Schema | None = None,
+    schema_version: bytes | None = None,
+    *,
+    error_code: int | str | None = None,
+    message: str = "",
+) -> bytes:
+    """GET_SCHEMA_RESPONSE with the schema, or with `error_code` (TopicNotFound when there is none)."""
+    fields: dict[str, object] = {"request_id": wire_id(request_id)}
+    if error_code is not None:
+        fields["error_code"] = _error_code(error_code)
+        fields["error_message"] = message
+    if schema is not None:
+        fields["schema"] = schema
+    if schema_version is not None:
+        fields["schema_version"] = schema_version
+    return _frame(BaseCommand.GET_SCHEMA_RESPONSE, "getSchemaResponse", **fields)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Producers
+
+
+def producer_success(
+    request_id: int,
+    producer_name: str,
+    last_sequence_id: int = -1,
+    *,
+    schema_version: bytes | None = None,
+    topic_epoch: int | None = None,
+    producer_ready: bool = True,
+) -> bytes:
+    """PRODUCER_SUCCESS; `last_sequence_id` >= 0 seeds the client's next sequence id (deduplication)."""
+    fields: dict[str, object] = {
+        "request_id": wire_id(request_id),
+        "producer_name": producer_name,
+        "last_sequence_id": last_sequence_id,
+    }
+    if schema_version is not None:
+        fields["schema_version"] = schema_version
+    if topic_epoch is not None:
+        fields["topic_epoch"] = topic_epoch
+    if not producer_ready:
+        fields["producer_ready"] = False
+    return _frame(BaseCommand.PRODUCER_SUCCESS, "producer_success", **fields)
+
+
+def send_receipt(
+    producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, highest_sequence_id: int | None = None
+) -> bytes:
+    """SEND_RECEIPT echoing the SEND's sequence id (a batch's first; the client also accepts its last)."""
+    command = BaseCommand(type=BaseCommand.SEND_RECEIPT)
+    receipt = command.send_receipt
+    receipt.producer_id = producer_id
+    receipt.sequence_id = sequence_id
+    _message_id(receipt.message_id, ledger_id, entry_id)
+    if highest_sequence_id is not None:
+        receipt.highest_sequence_id = highest_sequence_id
+    return encode_frame(command)
+
+
+def send_error(producer_id: int, sequence_id: int, code: int | str, message: str) -> bytes:
+    """SEND_ERROR. Only ChecksumError fails just that message; any other code makes the client reconnect."""
+    return _frame(
+        BaseCommand.SEND_ERROR,
+        "send_error",
+        producer_id=producer_id,
+        sequence_id=sequence_id,
+        error=_error_code(code),
+        message=message,
+    )
+
+
+def close_producer(
+    producer_id: int, request_id: int = BROKER_REQUEST_ID, assigned_broker_service_url: str | None = None
+) -> bytes:
+    """CLOSE_PRODUCER from the broker: the client reconnects (to the assigned URL if given)."""
+    fields: dict[str, object] = {"producer_id": producer_id, "request_id": wire_id(request_id)}
+    if assigned_broker_service_url is not None:
+        fields["assignedBrokerServiceUrl"] = assigned_broker_service_url
+    return _frame(BaseCommand.CLOSE_PRODUCER, "close_producer", **fields)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Consumers
+
+
+def close_consumer(
+    consumer_id: int, request_id: int = BROKER_REQUEST_ID, assigned_broker_service_url: str | None = None
+) -> bytes:
+    """CLOSE_CONSUMER from the broker (after SEEK, reference §2.3): the client re-subscribes."""
+    fields: dict[str, object] = {"consumer_id": consumer_id, "request_id": wire_id(request_id)}
+    if assigned_broker_service_url is not None:
+        fields["assignedBrokerServiceUrl"] = assigned_broker_service_url
+    return _frame(BaseCommand.CLOSE_CONSUMER, "close_consumer", **fields)
+
+
+def active_consumer_change(consumer_id: int, is_active: bool) -> bytes:
+    return _frame(
+        BaseCommand.ACTIVE_CONSUMER_CHANGE, "active_consumer_change", consumer_id=consumer_id, is_active=is_active
+    )
+
+
+def get_last_message_id_response(
+    request_id: int,
+    ledger_id: int,
+    entry_id: int,
+    *,
+    batch_index: int = -1,
+    partition: int = -1,
+    mark_delete_position: tuple[int, int] | None = None,
+) -> bytes:
+    """GET_LAST_MESSAGE_ID_RESPONSE; entry_id -1 tells a reader the topic is empty."""
+    command = BaseCommand(type=BaseCommand.GET_LAST_MESSAGE_ID_RESPONSE)
+    response = command.getLastMessageIdResponse
+    response.request_id = wire_id(request_id)
+    _message_id(response.last_message_id, ledger_id, entry_id, batch_index, partition)
+    if mark_delete_position is not None:
+        _message_id(response.consumer_mark_delete_position, *mark_delete_position)
+    return encode_frame(command)
+
+
+def ack_response(
+    consumer_id: int, request_id: int, code: int | str | None = None, message: str | None = None
+) -> bytes:
+    """ACK_RESPONSE, owed only to an ACK that carried a request_id (ack-receipt mode)."""
+    fields: dict[str, object] = {"consumer_id": consumer_id, "request_id": wire_id(request_id)}
+    if code is not None:
+        fields["error"] = _error_code(code)
+    if message is not None:
+        fields["message"] = message
+    return _frame(BaseCommand.ACK_RESPONSE, "ackResponse", **fields)
+
+
+def consumer_stats_response(
+    request_id: int,
+    stats: Mapping[str, object] | None = None,
+    *,
+    error_code: int | str | None = None,
+    message: str = "",
+) -> bytes:
+    """CONSUMER_STATS_RESPONSE; `stats` keys are the schema's field names (msgRateOut, availablePermits, …)."""
+    fields: dict[str, object] = {"request_id": wire_id(request_id), **(stats or {})}
+    if error_code is not None:
+        fields["error_code"] = _error_code(error_code)
+        fields["error_message"] = message
+    return _frame(BaseCommand.CONSUMER_STATS_RESPONSE, "consumerStatsResponse", **fields)
+
+
+# MESSAGE by hand: it goes out once per dispatched entry, and collecting its few varints in a list of ints
+# costs about 1.2 µs against 1.9 µs for building and serialising the protobuf objects (timeit, CPython 3.11,
+# upb backend). The bytes equal protobuf's serialisation exactly (fields in number order, proto2's unpacked
+# ack_set); the tests compare the two.
+_HEADER = struct.Struct(">II")
+_TAG_BASE_TYPE = 0x08  # BaseCommand.type (field 1, varint)
+_TAG_BASE_MESSAGE = 0x4A  # BaseCommand.message (field 9, length-delimited)
+_TAG_CONSUMER_ID = 0x08  # CommandMessage.consumer_id (1, varint)
+_TAG_MESSAGE_ID = 0x12  # CommandMessage.message_id (2, length-delimited)
+_TAG_REDELIVERY_COUNT = 0x18  # CommandMessage.redelivery_count (3, varint)
+_TAG_ACK_SET = 0x20  # CommandMessage.ack_set (4, varint, one tag per word)
+_TAG_LEDGER_ID = 0x08  # MessageIdData.ledgerId (1, varint)
+_TAG_ENTRY_ID = 0x10  # MessageIdData.entryId (2, varint)
+_TAG_PARTITION = 0x18  # MessageIdData.partition (3, varint)
+
+
+def _put_varint(out: list[int], value: int) -> None:
+    """Append the base-128 varint of `value`, which must lie in [0, 2^64) (negatives come as `& 2^64-1`)."""
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def message_frame(
+    consumer_id: int,
+    ledger_id: int,
+    entry_id: int,
+    payload: bytes,
+    redelivery_count: int = 0,
+    ack_set: Iterable[int] | None = None,
+    partition: int = -1,
+) -> bytes:
+    """MESSAGE for one entry, with its stored payload section appended verbatim.
+
+    `ack_set` holds the batch's still-unacked bits (Java long words) so the client skips acked indexes
+    on redelivery; `partition` is the partition index of a partitioned topic, as the Java broker sets it.
+    """
+    message_id = [_TAG_LEDGER_ID]
+    _put_varint(message_id, ledger_id & _U64)
+    message_id.append(_TAG_ENTRY_ID)
+    _put_varint(message_id, entry_id & _U64)
+    if partition != -1:
+        message_id.append(_TAG_PARTITION)
+        _put_varint(message_id, partition & _U64)
+    body = [_TAG_CONSUMER_ID]
+    _put_varint(body, consumer_id)
+    body.append(_TAG_MESSAGE_ID)
+    _put_varint(body, len(message_id))
+    body += message_id
+    if redelivery_count:
+        body.append(_TAG_REDELIVERY_COUNT)
+        _put_varint(body, redelivery_count)
+    if ack_set:
+        for word in ack_set:
+            body.append(_TAG_ACK_SET)
+            _put_varint(body, word & _U64)
+    command = [_TAG_BASE_TYPE, BaseCommand.MESSAGE, _TAG_BASE_MESSAGE]
+    _put_varint(command, len(body))
+    command += body
+    return _HEADER.pack(4 + len(command) + len(payload), len(command)) + bytes(command) + payload

@@ -1,0 +1,222 @@
+"""Framing and the connection handshake: each frame whole, byte by byte, with trailing bytes; every way a
+peer can break the framing raises ProtocolError and nothing else."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from magnetar.protocol import commands
+from magnetar.protocol.connection import PROTOCOL_VERSION_MAX, ConnectionState, ServerProtocol
+from magnetar.protocol.framing import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    MESSAGE_SIZE_FRAME_PADDING,
+    Frame,
+    FrameDecoder,
+    ProtocolError,
+    command_field_name,
+    encode_frame,
+)
+from magnetar.protocol.messages import encode_entry
+from magnetar.protocol.pulsar_api_pb2 import BaseCommand, MessageMetadata
+
+# reference §1: pulsar-client 3.13 (C++ 4.2.0), the first bytes it ever sends.
+CLIENT_CONNECT = bytes.fromhex(
+    "00000029" "00000025" "080212210a1150756c7361722d4350502d76342e322e3020142a046e6f6e65520408011001"
+)
+
+
+def _send_frame(sequence_id: int = 0, body: bytes = b"hello-1") -> bytes:
+    metadata = MessageMetadata(producer_name="p", sequence_id=sequence_id, publish_time=1)
+    command = BaseCommand(type=BaseCommand.SEND, send={"producer_id": 0, "sequence_id": sequence_id})
+    return encode_frame(command, encode_entry(metadata, body))
+
+
+FLOW = encode_frame(BaseCommand(type=BaseCommand.FLOW, flow={"consumer_id": 0, "messagePermits": 1000}))
+PING = commands.ping()
+SAMPLES = [CLIENT_CONNECT, FLOW, PING, _send_frame()]
+
+
+def _header(total_size: int, command_size: int) -> bytes:
+    return struct.pack(">II", total_size, command_size)
+
+
+def test_client_first_bytes_decode_to_connect() -> None:
+    [frame] = FrameDecoder().receive_data(CLIENT_CONNECT)
+    assert frame.type == BaseCommand.CONNECT
+    assert frame.payload == b""
+    connect = frame.body
+    assert connect.client_version == "Pulsar-CPP-v4.2.0"
+    assert connect.protocol_version == 20
+    assert connect.auth_method_name == "none"
+    assert connect.feature_flags.supports_auth_refresh
+    assert connect.feature_flags.supports_broker_entry_metadata
+    assert not connect.HasField("auth_data")
+
+
+@pytest.mark.parametrize("data", SAMPLES, ids=["connect", "flow", "ping", "send"])
+def test_frame_whole_byte_by_byte_and_with_trailing_bytes(data: bytes) -> None:
+    [whole] = FrameDecoder().receive_data(data)
+
+    decoder = FrameDecoder()
+    frames: list[Frame] = []
+    for index in range(len(data)):
+        frames += decoder.receive_data(data[index : index + 1])
+        assert decoder.buffered_bytes == (0 if index == len(data) - 1 else index + 1)
+    assert frames == [whole]
+
+    decoder = FrameDecoder()
+    trailing = data + data[:5]
+    assert decoder.receive_data(trailing) == [whole]
+    assert decoder.buffered_bytes == 5
+    assert decoder.receive_data(data[5:]) == [whole]
+    assert decoder.buffered_bytes == 0
+
+
+def test_send_frame_keeps_payload_section_verbatim() -> None:
+    data = _send_frame(7, b"body")
+    [frame] = FrameDecoder().receive_data(data)
+    assert frame.body.sequence_id == 7
+    metadata = MessageMetadata(producer_name="p", sequence_id=7, publish_time=1)
+    assert frame.payload == encode_entry(metadata, b"body")
+
+
+def test_many_frames_in_one_chunk_and_split_anywhere() -> None:
+    stream = b"".join(SAMPLES * 3)
+    expected = FrameDecoder().receive_data(stream)
+    assert [frame.type for frame in expected] == [frame.type for frame in FrameDecoder().receive_data(b"".join(SAMPLES))] * 3
+    for cut in range(len(stream)):
+        decoder = FrameDecoder()
+        assert decoder.receive_data(stream[:cut]) + decoder.receive_data(stream[cut:]) == expected
+
+
+def test_frame_at_the_limit_passes_and_one_byte_more_fails() -> None:
+    limit = 64
+    decoder = FrameDecoder(max_frame_size=limit)
+    command = BaseCommand(type=BaseCommand.SEND, send={"producer_id": 0, "sequence_id": 0})
+    head = encode_frame(command)
+    payload = b"x" * (limit - len(head))
+    assert len(decoder.receive_data(encode_frame(command, payload))) == 1
+    with pytest.raises(ProtocolError, match="exceeds the limit of 64"):
+        FrameDecoder(max_frame_size=limit).receive_data(encode_frame(command, payload + b"x"))
+
+
+def test_oversized_frame_is_refused_from_its_size_alone() -> None:
+    too_big = DEFAULT_MAX_MESSAGE_SIZE + MESSAGE_SIZE_FRAME_PADDING - 4 + 1
+    with pytest.raises(ProtocolError, match="max message size plus 10240 bytes of padding"):
+        FrameDecoder().receive_data(struct.pack(">I", too_big))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_header(0, 0), "cannot hold a command"),
+        (_header(4, 0), "cannot hold a command"),
+        (_header(10, 0), "command size 0"),
+        (_header(10, 7), "command size 7 does not fit"),
+        (_header(10, 6) + b"\xff" * 6, "unparsable BaseCommand"),
+        (_header(6, 2) + b"\x08\x45", "lacks required fields"),  # type 69 is no command
+        (_header(6, 2) + b"\x10\x01", "lacks required fields"),  # no type at all
+        (_header(6, 2) + b"\x08\x0b", "lacks its `flow` field"),
+        (_header(8, 4) + b"\x08\x0b\x5a\x00", "lacks required fields"),  # FLOW {} without consumer_id
+        (_header(4 + len(PING[8:]) + 2, len(PING[8:])) + PING[8:] + b"\x00\x00", "PING frame carries 2 bytes"),
+        (encode_frame(BaseCommand(type=BaseCommand.SEND, send={"producer_id": 0, "sequence_id": 0})), "no payload"),
+    ],
+)
+def test_malformed_frames_raise_protocol_error(data: bytes, message: str) -> None:
+    decoder = FrameDecoder()
+    with pytest.raises(ProtocolError, match=message):
+        decoder.receive_data(data)
+    with pytest.raises(ProtocolError, match="already failed"):
+        decoder.receive_data(PING)
+
+
+def test_truncated_frame_waits_instead_of_failing() -> None:
+    decoder = FrameDecoder()
+    assert decoder.receive_data(CLIENT_CONNECT[:-1]) == []
+    assert decoder.buffered_bytes == len(CLIENT_CONNECT) - 1
+
+
+def test_command_field_name_follows_the_schema() -> None:
+    assert command_field_name(BaseCommand.LOOKUP) == "lookupTopic"
+    assert command_field_name(BaseCommand.ACTIVE_CONSUMER_CHANGE) == "active_consumer_change"
+
+
+# --- connection handshake
+
+
+def test_connection_requires_connect_first_and_negotiates_the_version() -> None:
+    protocol = ServerProtocol()
+    assert protocol.state is ConnectionState.AWAITING_CONNECT
+    frames = protocol.receive_data(CLIENT_CONNECT + PING + FLOW)
+    assert [frame.type for frame in frames] == [BaseCommand.CONNECT, BaseCommand.PING, BaseCommand.FLOW]
+    assert protocol.state is ConnectionState.CONNECTED
+    assert protocol.client_version == "Pulsar-CPP-v4.2.0"
+    assert protocol.protocol_version == 20
+
+
+def test_newer_client_gets_our_max_version() -> None:
+    connect = BaseCommand(type=BaseCommand.CONNECT, connect={"client_version": "future", "protocol_version": 21})
+    protocol = ServerProtocol()
+    protocol.receive_data(encode_frame(connect))
+    assert protocol.protocol_version == PROTOCOL_VERSION_MAX == 20
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (PING, "expected CONNECT as the first command, got PING"),
+        (CLIENT_CONNECT + CLIENT_CONNECT, "already connected"),
+        (CLIENT_CONNECT + commands.message_frame(0, 1, 2, b"\x00\x00\x00\x00"), "does not send MESSAGE"),
+        (CLIENT_CONNECT + commands.success(1), "does not send SUCCESS"),
+    ],
+)
+def test_connection_state_violations(data: bytes, message: str) -> None:
+    protocol = ServerProtocol()
+    with pytest.raises(ProtocolError, match=message):
+        protocol.receive_data(data)
+    assert protocol.state is ConnectionState.FAILED
+    with pytest.raises(ProtocolError, match="already failed"):
+        protocol.receive_data(PING)
+
+
+def test_connection_limit_follows_max_message_size() -> None:
+    protocol = ServerProtocol(max_message_size=100)
+    protocol.receive_data(CLIENT_CONNECT)
+    with pytest.raises(ProtocolError, match="exceeds the limit of 10340"):
+        protocol.receive_data(struct.pack(">I", 100 + MESSAGE_SIZE_FRAME_PADDING))
+
+
+# --- fuzz: whatever arrives, the codec returns frames or raises ProtocolError
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=200), st.integers(min_value=1, max_value=8))
+def test_random_bytes_parse_or_raise_protocol_error(data: bytes, chunk: int) -> None:
+    protocol = ServerProtocol()
+    try:
+        for start in range(0, len(data), chunk):
+            protocol.receive_data(data[start : start + chunk])
+    except ProtocolError:
+        assert protocol.state is ConnectionState.FAILED
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.binary(min_size=1, max_size=120), st.binary(max_size=40), st.booleans())
+def test_random_commands_in_valid_frames_parse_or_raise_protocol_error(
+    command: bytes, payload: bytes, after_connect: bool
+) -> None:
+    frame = struct.pack(">II", 4 + len(command) + len(payload), len(command)) + command + payload
+    protocol = ServerProtocol()
+    if after_connect:
+        protocol.receive_data(CLIENT_CONNECT)
+    try:
+        frames = protocol.receive_data(frame)
+    except ProtocolError:
+        return
+    [decoded] = frames
+    assert decoded.command.IsInitialized()
+    assert decoded.command.HasField(command_field_name(decoded.type))
