@@ -143,13 +143,13 @@ async def work(factory: ManagedLedgerFactory, round_: int, seed: int, out: int) 
             seq += 1
 
     async def batch_writer(number: int) -> None:
-        # Batches of up to 60 entries in ledgers of 40: many span a rollover. A batch's future may
+        # Batches of up to 20 entries in ledgers of 40: many span a rollover. A batch's future may
         # complete only once all of its entries are durable, so every line emitted here is checked.
         generator = random.Random(f"{seed}/{round_}/writer/{number}")
         seq = 0
         while True:
             index = generator.randrange(len(TOPICS))
-            seqs = range(seq, seq + generator.randint(1, 60))
+            seqs = range(seq, seq + generator.randint(1, 20))
             datas = [payload(round_, number, n) for n in seqs]
             columns = list(zip(*(fields(round_, number, n, data) for n, data in zip(seqs, datas))))
             positions = await ledgers[index].append_many(datas, *map(list, columns))
