@@ -9,7 +9,21 @@ from __future__ import annotations
 import pytest
 
 from magnetar.core.errors import ConsumerAssignError, NotAllowedError
-from magnetar.core.events import Acked, KeySharedMeta, ReadEntries, WakeUp
+from magnetar.core.events import (
+    Acked,
+    CancelRead,
+    Dispatch,
+    DispatchDue,
+    Entry,
+    KeySharedMeta,
+    ReadCancelled,
+    ReadCompleted,
+    ReadEntries,
+    ReplayEntries,
+    Tick,
+    WakeUp,
+)
+from magnetar.core.sticky_key import key_hash
 from magnetar.core.positions import Position
 from scripted import Script, keys_routed
 
@@ -209,3 +223,23 @@ def test_draining_stats_sum_and_return_to_zero() -> None:
     stats = s.dispatcher.stats()
     assert stats["drainingHashesCount"] == stats["drainingHashesUnackedMessages"] == 0
     assert stats["consumers"][0]["drainingHashesClearedTotal"] == len(set(MOVING))
+
+
+def test_delayed_message_waits_for_its_time_without_holding_its_key() -> None:
+    """deliver_at_time (Shared and Key_Shared): held until due, later messages of the key still flow."""
+    s = Script("pip379")
+    s.add("c1", 100)
+    d = s.dispatcher
+    assert isinstance(s.read, ReadEntries)
+    s.read = None
+    entries = (Entry(P(1, 6), key_hash(b"k"), 1, None, 1_000), Entry(P(1, 7), key_hash(b"k")))
+    s.keys.update({P(1, 6): "k", P(1, 7): "k"})
+    s.sequence += [P(1, 6), P(1, 7)]
+    decisions = d.handle(ReadCompleted(entries), 0) + d.handle(DispatchDue(), 0)
+    assert [e.position for x in decisions if isinstance(x, Dispatch) for e in x.entries] == [P(1, 7)]
+    assert WakeUp(1_000) in decisions
+    assert d.stats()["msgDelayed"] == 1
+    # Due: it joins the replay queue; the normal read waiting for new entries is cancelled for it.
+    assert d.handle(Tick(), 1_000) == [CancelRead()]
+    assert d.handle(ReadCancelled(), 1_000) == [ReplayEntries((P(1, 6),))]
+    d.check_invariants()

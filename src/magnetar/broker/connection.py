@@ -304,6 +304,8 @@ class ServerConnection:
             return
         if parsed.marker_type is not None:
             raise ProtocolError("a client does not publish internal marker entries")
+        if parsed.deliver_at_time is not None:
+            producer.topic.note_delayed_delivery()
         producer.publish(
             send.sequence_id,
             send.highest_sequence_id,

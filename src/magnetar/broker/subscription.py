@@ -43,6 +43,7 @@ from magnetar.core.events import (
     WakeUp,
 )
 from magnetar.core.positions import Position
+from magnetar.protocol import messages
 from magnetar.storage import ManagedCursor
 
 if TYPE_CHECKING:
@@ -59,7 +60,8 @@ log = logging.getLogger(__name__)
 
 
 def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
+    """The dispatcher's clock: epoch milliseconds, the unit of a message's deliver_at_time."""
+    return int(time.time() * 1000)
 
 
 def unacked_count(batch_size: int, acked_mask: int) -> int:
@@ -311,7 +313,19 @@ class PersistentSubscription:
         partial = self.cursor.acked_batch_indexes(stored.position) if count > 1 else None
         if partial is not None:
             count = unacked_count(*partial)
-        return Entry(stored.position, stored.sticky_key_hash, count, stored)
+        deliver_at = 0
+        if self._honours_delays:
+            deliver_at = messages.parse_entry(stored.data).deliver_at_time or 0
+        return Entry(stored.position, stored.sticky_key_hash, count, stored, deliver_at)
+
+    @property
+    def _honours_delays(self) -> bool:
+        """deliver_at_time applies to Shared and Key_Shared (as in Pulsar) on topics that used it."""
+        return (
+            self.topic.uses_delayed_delivery
+            and self.subscription_type in ("Shared", "Key_Shared")
+            and self.topic.service.config["delayedDeliveryEnabled"]
+        )
 
     # ------------------------------------------------------------------------------ stats
 

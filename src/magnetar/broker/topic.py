@@ -59,6 +59,9 @@ class PersistentTopic:
         record = service.metadata.get(self._schema_path)
         if record is not None:
             self.schema = Schema.FromString(base64.b64decode(record[0]["schema"]))
+        # Set once a message with deliver_at_time is stored: from then on reads look for it (stored
+        # entries do not index it, and parsing every entry's metadata for it would cost every topic).
+        self.uses_delayed_delivery = service.metadata.get(self._delayed_path) is not None
         # Highest sequence id per producer name that is durable, and the highest accepted (appended or
         # appending): Pulsar's highestSequencedPersisted / highestSequencedPushed.
         self.sequence_persisted: dict[str, int] = {}
@@ -140,6 +143,18 @@ class PersistentTopic:
         if not self.service.config["brokerDeduplicationEnabled"]:
             return -1
         return self.sequence_persisted.get(producer_name, -1)
+
+    @property
+    def _delayed_path(self) -> str:
+        return f"/delayed-delivery/{self.name.tenant}/{self.name.namespace}/{self.name.domain}/{self.name.local}"
+
+    def note_delayed_delivery(self) -> asyncio.Future[int] | None:
+        """A message with deliver_at_time arrived: reads look for it from now on (set before the append,
+        so its own read sees it), and the fact is persisted for restarts."""
+        if self.uses_delayed_delivery:
+            return None
+        self.uses_delayed_delivery = True
+        return asyncio.ensure_future(self.service.metadata.put(self._delayed_path, {"used": True}))
 
     @property
     def _schema_path(self) -> str:

@@ -52,13 +52,15 @@ class Entry(NamedTuple):
     `key_hash` is Murmur3 of the entry's sticky key masked to 31 bits (see `sticky_key.key_hash`); each
     selector maps it into its own hash space. `message_count` is the number of messages the entry still
     holds for this subscription (a batch minus the indexes already acknowledged); it is what the entry
-    costs in permits. `payload` is opaque to the core and handed back in `Dispatch`.
+    costs in permits. `payload` is opaque to the core and handed back in `Dispatch`. `deliver_at_ms`
+    (the message's deliver_at_time, 0 for none) holds it back until then on Shared and Key_Shared.
     """
 
     position: Position
     key_hash: int = 0
     message_count: int = 1
     payload: object = None
+    deliver_at_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

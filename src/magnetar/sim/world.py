@@ -74,6 +74,7 @@ class SimOptions:
     nack_percent: int = 0
     redeliver_all_percent: int = 0
     expire_percent: int = 0
+    delayed_percent: int = 0
     churn_percent: int = 10
     ack_delay_ms_max: int = 50
     safety_steps: int = 400
@@ -103,6 +104,7 @@ class SimOptions:
             nack_percent=rng.choice((0, 0, 0, 5)),
             redeliver_all_percent=rng.choice((0, 0, 0, 2)),
             expire_percent=rng.choice((0, 0, 0, 1)),
+            delayed_percent=rng.choice((0, 0, 0, 10)),
             churn_percent=rng.choice((2, 5, 15)),
             ack_delay_ms_max=rng.choice((0, 20, 200)),
             safety_steps=rng.randint(100, 400),
@@ -129,6 +131,7 @@ class Delivery:
     message_count: int
     redelivery_count: int
     session: int
+    delayed: bool = False
 
 
 @dataclass
@@ -236,7 +239,12 @@ class World:
             index = self.index_of[entry.position]
             assert index not in self.acked, f"dispatched {entry.position}, which is acknowledged"
             delivery = Delivery(
-                entry.position, self.log_keys[index], entry.message_count, count, self.session_of[client.consumer_id]
+                entry.position,
+                self.log_keys[index],
+                entry.message_count,
+                count,
+                self.session_of[client.consumer_id],
+                entry.deliver_at_ms > 0,
             )
             client.incoming.append(delivery)
             self.deliveries += 1
@@ -252,16 +260,17 @@ class World:
         for _ in range(count):
             if len(self.log) >= self.options.messages:
                 break
-            self.publish(self.keys[self.rng.randrange(len(self.keys))])
+            delay = self.rng.randint(1, 300) if self.rng.randrange(100) < self.options.delayed_percent else 0
+            self.publish(self.keys[self.rng.randrange(len(self.keys))], self.now_ms + delay if delay else 0)
         self.note(f"produced up to {self.log[-1].position}")
 
-    def publish(self, key: str) -> Position:
+    def publish(self, key: str, deliver_at_ms: int = 0) -> Position:
         """Append one entry with `key` (a batch of 1..batch_max messages) to the topic."""
         index = len(self.log)
         ledger, entry_id = divmod(index, self.options.entries_per_ledger)
         position = Position(ledger + 1, entry_id)
         size = self.rng.randint(1, self.options.batch_max)
-        self.log.append(Entry(position, key_hash(key.encode()), size))
+        self.log.append(Entry(position, key_hash(key.encode()), size, None, deliver_at_ms))
         self.log_keys.append(key)
         self.index_of[position] = index
         return position

@@ -421,6 +421,7 @@ class KeySharedDispatcher(SharedDispatcher):
             "keySharedMode": meta.mode,
             "allowOutOfOrderDelivery": meta.allow_out_of_order_delivery,
             "msgInReplay": len(self.replay),
+            "msgDelayed": len(self.delayed),
             "unackedMessages": self.total_unacked,
             "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
             "msgOutCounter": sum(c["msgOutCounter"] for c in consumers),

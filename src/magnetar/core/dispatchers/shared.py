@@ -14,6 +14,8 @@ allowed; everything else lives here.
 
 from __future__ import annotations
 
+from sortedcontainers import SortedDict
+
 from magnetar.core.consumers import Consumer
 from magnetar.core.errors import CoreError
 from magnetar.core.events import (
@@ -68,6 +70,8 @@ class SharedDispatcher:
         self.settings = settings or DispatcherSettings()
         self.consumers: dict[int, Consumer] = {}
         self.replay = ReplayQueue()
+        # (deliver_at_ms, position) -> key hash: messages held until their deliver_at_time.
+        self.delayed: SortedDict = SortedDict()
         self.redelivery_counts: dict[Position, int] = {}
         self.mark_delete_position = mark_delete_position
         # The last entry a normal read returned: the cursor's read position is just after it.
@@ -165,9 +169,13 @@ class SharedDispatcher:
         if is_replay:
             # Positions acknowledged while the replay read was in flight are no longer queued.
             entries = tuple(e for e in entries if e.position in self.replay)
-        elif entries and entries[0].position <= self.mark_delete_position:
-            # Message TTL or a skip moved the cursor past part of the read while it was in flight.
-            entries = tuple(e for e in entries if e.position > self.mark_delete_position)
+        else:
+            if entries and entries[0].position <= self.mark_delete_position:
+                # Message TTL or a skip moved the cursor past part of the read while it was in flight.
+                entries = tuple(e for e in entries if e.position > self.mark_delete_position)
+            now_ms = self.now_ms
+            if any(e.deliver_at_ms > now_ms for e in entries):
+                entries = self._hold_delayed(entries)
         sent = self._dispatch(entries, is_replay) if entries else 0
         if sent or (not is_replay and entries):
             # Progress, or a look-ahead read whose entries all went to the replay queue: keep reading.
@@ -175,6 +183,31 @@ class SharedDispatcher:
         else:
             self._back_off()
         self._read_more()
+
+    def _hold_delayed(self, entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
+        """Keep messages whose deliver_at_time is ahead until then; they join the replay queue when due.
+
+        As in Pulsar, a delayed message does not hold back later messages of its key.
+        """
+        now_ms = self.now_ms
+        ready = []
+        for entry in entries:
+            if entry.deliver_at_ms > now_ms:
+                self.delayed[(entry.deliver_at_ms, entry.position)] = entry.key_hash
+            else:
+                ready.append(entry)
+        self._wake_up_at(self.delayed.peekitem(0)[0][0])
+        return tuple(ready)
+
+    def _release_delayed(self) -> None:
+        delayed, now_ms = self.delayed, self.now_ms
+        while delayed and delayed.peekitem(0)[0][0] <= now_ms:
+            (_at, position), key_hash = delayed.popitem(0)
+            self.replay.add(position, key_hash)
+
+    def _forget_delayed_up_to(self, position: Position) -> None:
+        for key in [k for k in self.delayed if k[1] <= position]:
+            del self.delayed[key]
 
     def _dispatch(self, entries: tuple[Entry, ...], is_replay: bool) -> int:
         groups, to_replay = self._assign(entries, is_replay)
@@ -337,6 +370,8 @@ class SharedDispatcher:
     def _on_tick(self, _event: Tick) -> None:
         if self._wakeup_at_ms is not None and self.now_ms >= self._wakeup_at_ms:
             self._wakeup_at_ms = None
+        if self.delayed:
+            self._release_delayed()
         self._timers_due()
         self._read_more()
         # One WakeUp is outstanding at a time: re-arm it for the earliest timer still ahead.
@@ -349,7 +384,10 @@ class SharedDispatcher:
 
     def _timer_deadlines(self) -> list[int]:
         """Every time at which a timer of this dispatcher is due."""
-        return [] if self._retry_at_ms is None else [self._retry_at_ms]
+        deadlines = [] if self._retry_at_ms is None else [self._retry_at_ms]
+        if self.delayed:
+            deadlines.append(self.delayed.peekitem(0)[0][0])
+        return deadlines
 
     # ---------------------------------------------------------------------------------------- acks
 
@@ -439,6 +477,8 @@ class SharedDispatcher:
             if self.redelivery_counts:
                 self.redelivery_counts.pop(position, None)
         self.replay.remove_up_to(event.position)
+        if self.delayed:
+            self._forget_delayed_up_to(event.position)
         if released and self._unacked_released(consumer, released):
             self._read_more()
 
@@ -469,6 +509,8 @@ class SharedDispatcher:
             return
         self.mark_delete_position = event.position
         self.replay.remove_up_to(event.position)
+        if self.delayed:
+            self._forget_delayed_up_to(event.position)
         if not event.by_ack:
             # Message TTL or a skip acknowledged messages consumers still hold: they are no longer
             # pending, so their hashes stop draining and their consumers' unacked counts fall.
@@ -486,7 +528,6 @@ class SharedDispatcher:
 
     def _mark_delete_moved(self) -> None:
         """Hook: Key_Shared's classic and pip282 modes release joining consumers here."""
-
 
     # --------------------------------------------------------------------------------------- stats
 
@@ -513,6 +554,7 @@ class SharedDispatcher:
         return {
             "type": self.subscription_type,
             "msgInReplay": len(self.replay),
+            "msgDelayed": len(self.delayed),
             "unackedMessages": self.total_unacked,
             "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
             "msgOutCounter": sum(c["msgOutCounter"] for c in consumers),
@@ -538,3 +580,5 @@ class SharedDispatcher:
         assert total == self.total_unacked, f"total_unacked {self.total_unacked} but consumers hold {total}"
         assert not (self._read_type and self._completed is not None), "a read in flight while entries await dispatch"
         self.replay.check_invariants()
+        for _at, position in self.delayed:
+            assert position not in owners and position not in self.replay, f"{position} delayed and queued or pending"

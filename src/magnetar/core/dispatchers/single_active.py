@@ -225,7 +225,6 @@ class SingleActiveConsumerDispatcher:
     def _on_tick(self, _event: Tick) -> None:
         self._read_more()
 
-
     # --------------------------------------------------------------------------------- stats
 
     @property
