@@ -191,7 +191,12 @@ class PersistentSubscription:
     def acknowledge_cumulative(self, consumer_id: int, position: Position) -> None:
         cursor = self.cursor
         before = cursor.mark_delete_position
-        position = min(position, self.topic.ledger.last_confirmed_entry)
+        ledger = self.topic.ledger
+        if position[1] < 0:
+            # (ledger, -1): the client acks "nothing of this ledger" (index 0 of a batch was acked
+            # cumulatively, reference §2.3): everything before the ledger's first entry.
+            position = ledger.previous_position(Position(position[0], 0))
+        position = min(position, ledger.last_confirmed_entry)
         if position > before:
             cursor.mark_delete(position)
             self._handle(CumulativeAcked(consumer_id, position))
