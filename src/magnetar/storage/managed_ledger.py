@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import time
 from array import array
 from bisect import bisect_left, bisect_right
@@ -118,6 +119,12 @@ class ManagedLedger:
         self._pending_adds_max = self.config.managedLedgerMaxPendingAdds
         self._entries_max = self.config.managedLedgerMaxEntriesPerLedger
         self._size_bytes_max = self.config.managedLedgerMaxSizePerLedgerMbytes * MB
+        # What the inline check in `append` compares with: the limits, or never while the current
+        # ledger is full but younger than managedLedgerMinLedgerRolloverTimeMinutes (a timer then
+        # requests the roll), so that such a ledger does not send every append down the slow path.
+        self._check_entries_at = self._entries_max
+        self._check_size_at = self._size_bytes_max
+        self._matured_handle: asyncio.TimerHandle | None = None
         self._current_created_monotonic = 0.0
         self._next_entry_id = 0
         self._assigned_size = 0
@@ -153,8 +160,8 @@ class ManagedLedger:
             raise ValueError("producer name contains NUL")
         entry_id = self._next_entry_id
         if (
-            entry_id >= self._entries_max
-            or self._assigned_size >= self._size_bytes_max
+            entry_id >= self._check_entries_at
+            or self._assigned_size >= self._check_size_at
             or self._roll_requested
             or self._current is None
         ) and self._current_is_full():
@@ -226,8 +233,8 @@ class ManagedLedger:
         start = 0
         while start < count:
             if (
-                self._next_entry_id >= self._entries_max
-                or self._assigned_size >= self._size_bytes_max
+                self._next_entry_id >= self._check_entries_at
+                or self._assigned_size >= self._check_size_at
                 or self._roll_requested
                 or self._current is None
             ) and self._current_is_full():
@@ -296,8 +303,19 @@ class ManagedLedger:
             return True
         if self._next_entry_id < self._entries_max and self._assigned_size < self._size_bytes_max:
             return False
-        age_minutes = (time.monotonic() - self._current_created_monotonic) / 60
-        return age_minutes >= self.config.managedLedgerMinLedgerRolloverTimeMinutes
+        young_seconds = self.config.managedLedgerMinLedgerRolloverTimeMinutes * 60 - (
+            time.monotonic() - self._current_created_monotonic
+        )
+        if young_seconds <= 0:
+            return True
+        self._check_entries_at = self._check_size_at = sys.maxsize
+        if self._matured_handle is None:
+            self._matured_handle = self._loop.call_later(young_seconds, self._full_ledger_matured)
+        return False
+
+    def _full_ledger_matured(self) -> None:
+        self._matured_handle = None
+        self._roll_requested = True
 
     def roll_if_too_old(self) -> None:
         """`managedLedgerMaxLedgerRolloverTimeMinutes`: checked by the factory's timer, as Pulsar does."""
@@ -317,6 +335,11 @@ class ManagedLedger:
         self._current = info
         self._current_ledger_id = ledger_id
         self._roll_requested = False
+        self._check_entries_at = self._entries_max
+        self._check_size_at = self._size_bytes_max
+        if self._matured_handle is not None:
+            self._matured_handle.cancel()
+            self._matured_handle = None
         self._current_created_monotonic = time.monotonic()
         self._next_entry_id = 0
         self._assigned_size = 0

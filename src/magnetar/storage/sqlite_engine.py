@@ -90,9 +90,9 @@ SEGMENT_BYTES_MAX = 1024 * 1024
 # waits for the copy and a second fsync. Measured on the append path, that was most of the commit
 # time (100 B entries: 0.79 us per entry with it, 0.14 without; 1 KB: 6.3 and 1.5).
 CHECKPOINT_EVERY_BYTES = 4 * 1024 * 1024
-# Checkpoints that run beside commits cannot reset the WAL while new frames keep arriving; once it
-# holds this much, the commit thread checkpoints in line after a commit, which catches up fully,
-# and the next transaction starts the WAL over.
+# Checkpoints that run beside commits cannot start the WAL over while new frames keep arriving; once
+# its file exceeds this, the commit thread checkpoints in line after a commit, which catches up
+# fully, and the next transaction starts the WAL over.
 WAL_BYTES_MAX = 64 * 1024 * 1024
 # Two reader threads: the machine class we target has two cores, and SQLite releases the GIL while it
 # steps, so a second reader overlaps one thread's I/O with the other's decoding.
@@ -194,6 +194,7 @@ class SqliteEngine:
         self.data_dir = os.path.abspath(data_dir)
         self.db_path = os.path.join(self.data_dir, DB_FILE)
         self.commit_seq_path = os.path.join(self.data_dir, COMMIT_SEQ_FILE)
+        self._wal_path = self.db_path + "-wal"
         self.journal_sync_data = journal_sync_data
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._writer: sqlite3.Connection | None = None
@@ -205,9 +206,7 @@ class SqliteEngine:
         self._checkpointer: threading.Thread | None = None
         self._checkpoint_wanted = threading.Event()
         self._checkpoint_stop = False
-        self._wal_too_long = False
         self._committed_since_checkpoint = 0
-        self._page_size = 4096
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_commit: Callable[[CommitReport], None] | None = None
         self._fenced_ledgers: set[int] = set()
@@ -253,7 +252,6 @@ class SqliteEngine:
                 raise StorageCorruptionError(f"{self.db_path}: integrity check failed: {details}")
             (version,) = self._writer.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             (self._commit_seq,) = self._writer.execute("SELECT value FROM meta WHERE key='commit_seq'").fetchone()
-            (self._page_size,) = self._writer.execute("PRAGMA page_size").fetchone()
         except sqlite3.DatabaseError as error:
             raise self._corruption(error) from error
         if version != SCHEMA_VERSION:
@@ -519,10 +517,15 @@ class SqliteEngine:
         return report
 
     def _after_commit(self, committed_bytes: int) -> None:
-        if self._wal_too_long:
-            # Nothing is written while this runs, so it catches up with the whole WAL. A failure
-            # (disk full) loses nothing: the pages stay in the WAL.
-            self._wal_too_long = False
+        # The WAL file only grows past WAL_BYTES_MAX when the WAL has not started over since: each
+        # time it does, the first commit cuts the file back to that size (journal_size_limit).
+        try:
+            wal_bytes = os.stat(self._wal_path).st_size
+        except OSError:
+            wal_bytes = 0
+        if wal_bytes > WAL_BYTES_MAX:
+            # Nothing is written while this runs, so it catches up with the whole WAL, and the next
+            # transaction starts it over. A failure (disk full) loses nothing: the pages stay in it.
             self._checkpoint(self._writer)
             self._committed_since_checkpoint = 0
             return
@@ -544,22 +547,20 @@ class SqliteEngine:
                         connection = self._connect()
                     except StorageError:
                         continue  # the commit thread's in-line checkpoint still bounds the WAL
-                frames = self._checkpoint(connection)
-                if frames * self._page_size > WAL_BYTES_MAX:
-                    self._wal_too_long = True
+                self._checkpoint(connection)
         finally:
             if connection is not None:
                 connection.close()
 
-    def _checkpoint(self, connection: sqlite3.Connection | None) -> int:
-        """A PASSIVE checkpoint (never blocks the writer or readers); returns the WAL's frames."""
+    @staticmethod
+    def _checkpoint(connection: sqlite3.Connection | None) -> None:
+        """A PASSIVE checkpoint: it never blocks the writer or the readers."""
         if connection is None:
-            return 0
+            return
         try:
-            row = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error:
-            return 0  # the pages stay in the WAL; the next checkpoint tries again
-        return row[1] if row is not None and row[1] > 0 else 0
+            pass  # the pages stay in the WAL; the next checkpoint tries again
 
     def _reopen_writer(self) -> None:
         if self._writer is not None:
