@@ -246,3 +246,21 @@ def test_checkpoints_beside_commits_keep_the_wal_bounded(tmp_path: Path, small_c
         await factory.close()
 
     asyncio.run(main())
+
+
+def test_a_full_young_ledger_rolls_once_it_reaches_the_minimum_rollover_time(run_storage, small_config):
+    config = small_config.with_changes(managedLedgerMinLedgerRolloverTimeMinutes=0.2 / 60)  # 0.2 s
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        young = [await ledger.append(b"x") for _ in range(7)]
+        young += await ledger.append_many(*columns([b"y"] * 3))
+        assert {p[0] for p in young} == {young[0][0]} and [p[1] for p in young] == list(range(10))
+        await asyncio.sleep(0.3)
+        assert (await ledger.append(b"z"))[0] > young[0][0]
+        batch = await ledger.append_many(*columns([b"w"] * 6))
+        assert [p[1] for p in batch] == [1, 2, 3, 4, 5, 6], "the new ledger is young too"
+        await asyncio.sleep(0.3)
+        assert (await ledger.append(b"v"))[1] == 0
+
+    run_storage(scenario, config)
