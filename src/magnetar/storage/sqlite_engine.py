@@ -474,18 +474,29 @@ class SqliteEngine:
                     owners[ledger_id] = owner
                 else:
                     ledger_runs.append(run)
+        now_ms = int(time.time() * 1000)
+        segments: list[tuple[Any, ...]] = []
+        ledgers: list[tuple[int, int, int, int, int]] = []
+        for ledger_id, runs in list(by_ledger.items()):
+            rows: list[tuple[Any, ...]] = []
+            try:
+                count, size = _encode_segments(ledger_id, runs, rows)
+            except (struct.error, OverflowError, TypeError) as error:
+                # A field its column cannot hold (a hash beyond 32 bits, a name that is not a str):
+                # that ledger's appends fail and it is fenced; the rest of the commit goes on.
+                bad = StorageWriteError(f"{self.db_path}: ledger {ledger_id}: an entry field does not fit: {error}")
+                self._fenced_ledgers.add(ledger_id)
+                report.failed.append((owners.pop(ledger_id), ledger_id, bad))
+                del by_ledger[ledger_id]
+                continue
+            segments.extend(rows)
+            ledgers.append((ledger_id, owners[ledger_id].topic_id, count, size, now_ms))
         try:
             if self._writer_suspect:
                 self._reopen_writer()
             writer = self._writer
             assert writer is not None
             writer.execute("BEGIN")
-            now_ms = int(time.time() * 1000)
-            segments: list[tuple[Any, ...]] = []
-            ledgers: list[tuple[int, int, int, int, int]] = []
-            for ledger_id, runs in by_ledger.items():
-                count, size = _encode_segments(ledger_id, runs, segments)
-                ledgers.append((ledger_id, owners[ledger_id].topic_id, count, size, now_ms))
             _insert_rows(writer, _insert_segments_sql, segments)
             _insert_rows(writer, _upsert_ledgers_sql, ledgers)
             for op in report.ops:

@@ -264,3 +264,23 @@ def test_a_full_young_ledger_rolls_once_it_reaches_the_minimum_rollover_time(run
         assert (await ledger.append(b"v"))[1] == 0
 
     run_storage(scenario, config)
+
+
+def test_a_field_that_does_not_fit_fails_its_ledger_and_nothing_else(run_storage):
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        other = await factory.open_ledger(TOPIC + "-other")
+        good = ledger.append(b"ok")
+        too_big = ledger.append(b"bad", sticky_key_hash=2**40)
+        elsewhere = other.append_many(*columns([b"o1", b"o2"]))
+        with pytest.raises(StorageWriteError, match="does not fit"):
+            await too_big
+        with pytest.raises(StorageWriteError):
+            await good  # same ledger, same commit: fenced with it, so entry ids keep no holes
+        assert len(await elsewhere) == 2
+        after = await ledger.append(b"after")
+        assert after[1] == 0, "a new ledger after the fenced one"
+        assert [e.data for e in await ledger.read_entries(EARLIEST, 10)] == [b"after"]
+        assert factory.pending_adds == 0
+
+    run_storage(scenario)
