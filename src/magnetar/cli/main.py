@@ -1,7 +1,7 @@
 """`magnetar` entry point: one subcommand per verb, each handing its arguments to the package that owns it.
 
 Subcommands: `standalone` (the broker), `topics create-partitioned-topic` (offline, on a stopped
-broker's data directory, until the admin API exists), `sim` (the deterministic simulator).
+broker's data directory, until the admin API exists), `sim` (the deterministic simulator), `perf` (load generator).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ commands:
   standalone   run a broker (magnetar standalone --help)
   topics       create-partitioned-topic on a stopped broker's data directory
   sim          run seeded simulations of the ordering core (magnetar sim --help)
+  perf         load a broker like pulsar-perf (magnetar perf produce|consume --help)
 """
 
 
@@ -99,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         from magnetar.sim.__main__ import main as sim_main
 
         return sim_main(rest)
+    if command == "perf":
+        from magnetar.perf import main as perf_main
+
+        return perf_main(rest)
     print(f"magnetar: unknown command {command!r}\n{USAGE}", end="", file=sys.stderr)
     return 2
 

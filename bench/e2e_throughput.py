@@ -1,0 +1,129 @@
+"""End-to-end throughput: 1 producer, 4 Key_Shared consumers, 100 B messages, fsync on.
+
+For each case (KeyBased batching, no batching) a fresh broker with the default
+`journalSyncData=true` is started; `magnetar perf consume` (4 consumers, one process) subscribes first,
+then `magnetar perf produce` publishes. Producer and consumers are processes of their own, so the
+broker's CPU time (utime + stime from /proc, read just before the producer starts and after the last
+message is received) is the broker's alone. Reported: the consumers' receive rate over the run, the
+producer's rate, end-to-end latency, and CPU µs per message for the broker and for each client.
+Prints a table and writes bench/results/e2e_throughput.json.
+
+    python bench/e2e_throughput.py [--messages 1000000] [--keys 100] [--max-pending 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from broker_process import MAGNETAR, Broker, cpu_seconds, load_line, machine  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+CONSUMERS = 4
+SIZE_BYTES = 100
+RUN_TIMEOUT_S = 1800
+
+
+def run_case(
+    directory: Path, batching: bool, messages: int, args: argparse.Namespace, rate: float = 0, name: str = ""
+) -> dict:
+    """One broker, one consume process, one produce process (at `rate` msg/s, 0 = as fast as it can);
+    returns both summaries and the broker's CPU. `args` gives keys, max_pending and quiet."""
+    name = name or ("batching" if batching else "no-batching")
+    run_id = f"{name}-{uuid.uuid4().hex[:8]}"
+    broker = Broker(directory / f"data-{run_id}")
+    broker.start()
+    topic = f"persistent://public/default/perf-{run_id}"
+    produce_json, consume_json = directory / f"produce-{run_id}.json", directory / f"consume-{run_id}.json"
+    try:
+        consume = subprocess.Popen(
+            MAGNETAR + ["perf", "consume", "--service-url", broker.url, "--topic", topic, "--type", "Key_Shared"]
+            + ["--consumers", str(CONSUMERS), "--messages", str(messages), "--size", str(SIZE_BYTES)]
+            + ["--json", str(consume_json)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert consume.stdout is not None
+        for line in consume.stdout:  # the subscription must exist before the first message is published
+            print(line, end="", flush=True)
+            if "subscribed" in line:
+                break
+        cpu_start = cpu_seconds(broker.pid)
+        produce = subprocess.Popen(
+            MAGNETAR + ["perf", "produce", "--service-url", broker.url, "--topic", topic]
+            + ["--messages", str(messages), "--size", str(SIZE_BYTES), "--keys", str(args.keys)]
+            + ["--max-pending", str(args.max_pending), "--batching" if batching else "--no-batching"]
+            + ["--rate", str(rate), "--json", str(produce_json)],
+            stdout=subprocess.DEVNULL if args.quiet else None,
+        )
+        for line in consume.stdout:
+            if not args.quiet:
+                print(line, end="", flush=True)
+        consume.wait(timeout=RUN_TIMEOUT_S)
+        broker_cpu = cpu_seconds(broker.pid) - cpu_start
+        produce.wait(timeout=RUN_TIMEOUT_S)
+        if consume.returncode or produce.returncode:
+            raise RuntimeError(f"perf failed: consume {consume.returncode}, produce {produce.returncode}")
+    finally:
+        broker.stop()
+    return {
+        "case": name,
+        "produce": json.loads(produce_json.read_text()),
+        "consume": json.loads(consume_json.read_text()),
+        "broker_cpu_s": broker_cpu,
+        "broker_cpu_us_per_msg": broker_cpu / messages * 1e6,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100, help="distinct keys, round robin")
+    parser.add_argument("--max-pending", type=int, default=10_000, help="producer sends in flight")
+    parser.add_argument("--cases", default="batching,no-batching")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--dir", default=None)
+    args = parser.parse_args()
+    directory = Path(tempfile.mkdtemp(prefix="magnetar-bench-", dir=args.dir))
+    load_before = machine()
+    try:
+        cases = [run_case(directory, case == "batching", args.messages, args) for case in args.cases.split(",")]
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    result = {
+        "bench": "e2e_throughput",
+        "messages": args.messages,
+        "consumers": CONSUMERS,
+        "size_bytes": SIZE_BYTES,
+        "keys": args.keys,
+        "max_pending": args.max_pending,
+        "machine_before": load_before,
+        "machine_after": machine(),
+        "cases": cases,
+    }
+    print()
+    print(f"{args.messages:,} msg of {SIZE_BYTES} B, {args.keys} keys, 1 producer, {CONSUMERS} Key_Shared consumers")
+    print(load_line(load_before, result["machine_after"]))
+    print("case | e2e msg/s | produce msg/s | e2e p50 ms | e2e p99 ms | broker µs/msg | producer µs/msg | consumer µs/msg")
+    for case in cases:
+        consume, produce = case["consume"], case["produce"]
+        print(
+            f"{case['case']} | {consume['msg_per_s']:,.0f} | {produce['msg_per_s']:,.0f} | "
+            f"{consume['latency_ms']['p50']:.1f} | {consume['latency_ms']['p99']:.1f} | "
+            f"{case['broker_cpu_us_per_msg']:.1f} | "
+            f"{produce['client_cpu_us_per_msg']:.1f} | {consume['client_cpu_us_per_msg']:.1f}"
+        )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "e2e_throughput.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
