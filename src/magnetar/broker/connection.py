@@ -66,6 +66,8 @@ class ServerConnection:
         self.closed = False
         self.last_received = time.monotonic()
         self._tasks: set[asyncio.Task[None]] = set()
+        # SENDs of the current socket read, per producer, until they are appended together.
+        self._sends: dict[ServerProducer, list[tuple[int, int, bytes, int, int, int]]] = {}
 
     # ----------------------------------------------------------------------------- lifecycle
 
@@ -89,13 +91,18 @@ class ServerConnection:
                 except ProtocolError as error:
                     log.warning("closing connection from %s: %s", self.peer, error)
                     break
-                for frame in frames:
-                    try:
-                        self._dispatch(frame)
-                    except ProtocolError as error:
-                        log.warning("closing connection from %s: %s", self.peer, error)
-                        self.closed = True
-                        break
+                try:
+                    for frame in frames:
+                        if frame.command.type == BaseCommand.SEND:
+                            self._on_send(frame.command.send, frame.payload)
+                        else:
+                            # Anything else may depend on the SENDs before it (CLOSE_PRODUCER): append them first.
+                            self._publish_pending()
+                            self._dispatch(frame)
+                    self._publish_pending()
+                except ProtocolError as error:
+                    log.warning("closing connection from %s: %s", self.peer, error)
+                    self.closed = True
                 if self.writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
                     # Bounded output: a slow reader must not make the broker buffer without limit.
                     await self.writer.drain()
@@ -164,9 +171,7 @@ class ServerConnection:
     def _dispatch(self, frame: Frame) -> None:
         command = frame.command
         kind = command.type
-        if kind == BaseCommand.SEND:
-            self._on_send(command.send, frame.payload)
-        elif kind == BaseCommand.ACK:
+        if kind == BaseCommand.ACK:
             self._on_ack(command.ack)
         elif kind == BaseCommand.FLOW:
             consumer = self.consumers.get(command.flow.consumer_id)
@@ -306,14 +311,20 @@ class ServerConnection:
             raise ProtocolError("a client does not publish internal marker entries")
         if parsed.deliver_at_time is not None:
             producer.topic.note_delayed_delivery()
-        producer.publish(
-            send.sequence_id,
-            send.highest_sequence_id,
-            parsed.entry,
-            parsed.key_hash,
-            parsed.num_messages,
-            parsed.publish_time,
+        sends = self._sends.get(producer)
+        if sends is None:
+            sends = self._sends[producer] = []
+        sends.append(
+            (send.sequence_id, send.highest_sequence_id, parsed.entry, parsed.key_hash, parsed.num_messages, parsed.publish_time)
         )
+
+    def _publish_pending(self) -> None:
+        """Hand each producer the SENDs gathered from this read in one storage call."""
+        if self._sends:
+            sends, self._sends = self._sends, {}
+            for producer, batch in sends.items():
+                if not producer.closed:
+                    producer.publish_many(batch)
 
     # ---------------------------------------------------------------------------- consumers
 

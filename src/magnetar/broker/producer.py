@@ -38,32 +38,40 @@ class ServerProducer:
         self.name = name
         self.access_mode = access_mode
         self.closed = False
-        # (sequence_id, highest_sequence_id, future of the position or of _DUPLICATE), in send order
-        self._pending: deque[tuple[int, int, asyncio.Future]] = deque()
+        # (sequence id, highest sequence id, future of the batch's positions, index in the batch), in
+        # send order; a duplicate's future holds [_DUPLICATE].
+        self._pending: deque[tuple[int, int, asyncio.Future, int]] = deque()
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
 
-    def publish(
-        self, sequence_id: int, highest_sequence_id: int, data: bytes, key_hash: int, message_count: int, publish_time: int
-    ) -> None:
-        """Append one SEND's entry; its receipt follows once it and every earlier one are answered."""
+    def publish_many(self, sends: list[tuple[int, int, bytes, int, int, int]]) -> None:
+        """Append the SENDs of one socket read, each (sequence id, highest sequence id, entry bytes, key
+        hash, message count, publish time), with one storage call; receipts follow in send order once
+        each SEND and every earlier one are answered."""
         topic = self.topic
         dedup = topic.service.config["brokerDeduplicationEnabled"]
-        last = max(sequence_id, highest_sequence_id)
-        loop = asyncio.get_running_loop()
-        if dedup and last <= topic.sequence_pushed.get(self.name, -1):
-            done = loop.create_future()
-            done.set_result(_DUPLICATE)
-            self._pending.append((sequence_id, highest_sequence_id, done))
-            self._flush()
-            return
-        future = topic.ledger.append(data, key_hash, message_count, publish_time, self.name, sequence_id)
-        if dedup:
-            topic.sequence_pushed[self.name] = last
-        self.msg_in_counter += message_count
-        self.bytes_in_counter += len(data)
-        self._pending.append((sequence_id, highest_sequence_id, future))
-        future.add_done_callback(self._on_done)
+        accepted = []
+        for send in sends:
+            sequence_id, highest = send[0], send[1]
+            if dedup:
+                last = max(sequence_id, highest)
+                if last <= topic.sequence_pushed.get(self.name, -1):
+                    # Resent: answered in its place in the order, without storing it again.
+                    done = asyncio.get_running_loop().create_future()
+                    done.set_result([_DUPLICATE])
+                    self._pending.append((sequence_id, highest, done, 0))
+                    continue
+                topic.sequence_pushed[self.name] = last
+            accepted.append(send)
+        if accepted:
+            _seq, _high, datas, hashes, counts, times = map(list, zip(*accepted))
+            future = topic.ledger.append_many(datas, hashes, counts, times, [self.name] * len(datas), _seq)
+            for index, send in enumerate(accepted):
+                self._pending.append((send[0], send[1], future, index))
+            self.msg_in_counter += sum(counts)
+            self.bytes_in_counter += sum(map(len, datas))
+            future.add_done_callback(self._on_done)
+        self._flush()
 
     def _on_done(self, _future: asyncio.Future) -> None:
         self._flush()
@@ -71,7 +79,7 @@ class ServerProducer:
     def _flush(self) -> None:
         pending = self._pending
         while pending and pending[0][2].done():
-            sequence_id, highest, future = pending.popleft()
+            sequence_id, highest, future, index = pending.popleft()
             if self.closed:
                 continue
             error = future.exception()
@@ -82,7 +90,7 @@ class ServerProducer:
                     commands.send_error(self.producer_id, sequence_id, "PersistenceError", str(error))
                 )
                 continue
-            position = future.result()
+            position = future.result()[index]
             if position != _DUPLICATE and self.topic.service.config["brokerDeduplicationEnabled"]:
                 persisted = self.topic.sequence_persisted
                 persisted[self.name] = max(persisted.get(self.name, -1), max(sequence_id, highest))

@@ -303,10 +303,17 @@ class PersistentSubscription:
         while True:
             if cursor.has_more_entries():
                 stored = await cursor.read_entries(max_entries)
-                fresh = [e for e in stored if not cursor.is_deleted(e.position)]
-                if fresh:
-                    return fresh
-                continue
+                if stored:
+                    fresh = [e for e in stored if not cursor.is_deleted(e.position)]
+                    if fresh:
+                        return fresh
+                    continue
+                # Nothing at the read position: retention deleted the ledger it points into (readers do
+                # not hold ledgers, as in Pulsar). Skip to the first entry that exists, or wait.
+                first = ledger.first_position()
+                if first > cursor.read_position:
+                    cursor.seek(first)
+                    continue
             self._read_waiting = True
             try:
                 await ledger.wait_for_new_entries(ledger.last_confirmed_entry)
