@@ -1,6 +1,7 @@
 """Managed ledgers: one append-only log of entries per topic, split into ledgers; and their factory.
 
-Owns: appending (positions, ledger rollover, completion only once durable), reading (ranges, lists
+Owns: appending (one entry, or a batch as parallel lists; positions, ledger rollover, completion
+only once durable), reading (ranges, lists
 of positions, the entry cache in front of the engine), position arithmetic across ledgers, ledger
 deletion under retention, the cursors of each ledger and the periodic cursor flush. Everything here
 runs on the event loop thread; blocking work goes to the engine's threads. Must not touch:

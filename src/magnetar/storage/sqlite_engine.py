@@ -1,18 +1,22 @@
 """The embedded engine: one SQLite database in WAL mode, group commit, and reads on worker threads.
 
 Owns: the files of the data directory (`magnetar.db` and its `-wal`/`-shm`, `commit-seq`, `LOCK`),
-their schema, the checks that run before the data is trusted, the commit thread and the reader
-threads. Must not touch: ledger, cursor or topic logic; it stores rows that the layers above built
-and hands back rows they asked for. It never runs on the event loop thread except for `submit`.
+their schema, the checks that run before the data is trusted, the commit thread, the checkpoint
+thread and the reader threads, and the column runs (`Run`) entries travel in between them and the
+layers above. Must not touch: ledger, cursor or topic logic; it stores rows that the layers above
+built and hands back rows they asked for. It never runs on the event loop thread except for
+`submit` and the helpers that turn runs into `Entry` objects.
 
 Group commit: every write (appended entries of all topics, cursor snapshots, metadata, ledger
 deletions) is queued; one thread takes everything queued, writes it in one transaction and commits
 it with one fsync (`journalSyncData=true`, SQLite `synchronous=FULL`), then reports the whole batch
 back to the event loop with one `call_soon_threadsafe`. While a commit is in its fsync, new writes
-pile up and form the next batch, so the batch grows with the load without a timer.
+pile up and form the next batch, so the batch grows with the load without a timer. Checkpoints
+(copying the WAL into the database file) run on their own thread, beside commits, never inside one.
 
 Entries are stored as segments: one row holds the entries one transaction appended to one ledger,
-their bytes concatenated and the indexed fields as packed arrays, under a CRC-32. Row-per-entry
+their bytes concatenated and the indexed fields as packed arrays (native byte order), under a
+CRC-32. Row-per-entry
 costs SQLite a B-tree insert per entry and reached only 11% of the raw write+fsync loop for 100 B
 entries; segments reach the limit of the Python code around them (numbers in docs/storage.md).
 Segment id = `ledger_id << 32 | first_entry_id`, so a range of positions is a range of row ids.
