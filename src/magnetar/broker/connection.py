@@ -339,9 +339,8 @@ class ServerConnection:
             name = TopicName.parse(request.topic)
             topic = await self.service.get_topic(name, create=request.force_topic_creation)
             start = _position(request.start_message_id) if request.HasField("start_message_id") else None
-            inclusive = bool(start is not None and request.start_message_id.batch_index >= 0)
             initial = "earliest" if request.initialPosition == 1 else "latest"
-            subscription = await topic.subscribe(request.subscription, request.durable, initial, start, inclusive)
+            subscription = await topic.subscribe(request.subscription, request.durable, initial, start)
             meta = None
             if subscription_type == "Key_Shared":
                 ksm = request.keySharedMeta

@@ -177,7 +177,6 @@ class PersistentTopic:
         durable: bool,
         initial_position: str,
         start_message_id: Position | None,
-        inclusive: bool,
     ) -> PersistentSubscription:
         subscription = self.subscriptions.get(name)
         if subscription is not None:
@@ -185,22 +184,22 @@ class PersistentTopic:
         if durable:
             cursor = await self.ledger.open_cursor(name, initial_position)
         else:
-            cursor = self.ledger.new_non_durable_cursor(self._reader_start(start_message_id, inclusive, initial_position), name)
+            cursor = self.ledger.new_non_durable_cursor(self._reader_start(start_message_id, initial_position), name)
         subscription = PersistentSubscription(self, name, cursor)
         self.subscriptions[name] = subscription
         return subscription
 
-    def _reader_start(self, start: Position | None, inclusive: bool, initial_position: str) -> Position:
-        """Where a reader's cursor starts (reference §2.3): earliest, latest, or after the given id."""
+    def _reader_start(self, start: Position | None, initial_position: str) -> Position:
+        """Where a reader's cursor starts: earliest, latest, or at the given id."""
         if start is None:
             return EARLIEST if initial_position == "earliest" else LATEST
         if start == EARLIEST or start[0] < 0:
             return EARLIEST
         if start == LATEST:
             return LATEST
-        if inclusive:
-            return Position(*start)
-        return self.ledger.next_valid_position(start)
+        # Pulsar starts at the entry itself and the client drops it unless the reader is inclusive
+        # (the flag never reaches the wire); a batch index >= 0 needs the entry for its later messages.
+        return Position(*start)
 
     async def unsubscribe(self, name: str) -> None:
         subscription = self.subscriptions.pop(name, None)
