@@ -579,3 +579,17 @@ def test_deduplication_returns_last_sequence_id_to_a_reconnecting_producer(broke
     assert producer.last_sequence_id() == 3
     producer.send(b"b0")
     assert texts(drain(consumer)) == ["a0", "a1", "a2", "a3", "b0"]
+
+
+def test_reader_with_inclusive_start_message_id_reads_that_message(client, topic) -> None:
+    """Pulsar: a non-durable subscription with start id (L, E) gets a cursor at (L, E-1) (PersistentTopic
+    `getNonDurableSubscription`: every start id arrives as a BatchMessageIdImpl, so the entry steps back
+    one), i.e. the broker delivers entry E and the client drops it unless the reader is inclusive.
+    The C++ client sends the same SUBSCRIBE{start_message_id {L, E}} (no batch_index) for both cases."""
+    producer = client.create_producer(topic)
+    sent = [producer.send(f"m{i}".encode()) for i in range(5)]
+    reader = client.create_reader(topic, sent[2], start_message_id_inclusive=True)
+    got = []
+    while reader.has_message_available():
+        got.append(reader.read_next(timeout_millis=RECEIVE_TIMEOUT_MS).data().decode())
+    assert got == ["m2", "m3", "m4"]

@@ -64,6 +64,10 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class _ReadCancelledBeforeWaiting(Exception):
+    """A normal read found nothing new after the dispatcher asked to cancel it."""
+
+
 def unacked_count(batch_size: int, acked_mask: int) -> int:
     return batch_size - bin(acked_mask).count("1")
 
@@ -84,6 +88,7 @@ class PersistentSubscription:
         self._next_consumer_id = 1
         self._read_task: asyncio.Task[None] | None = None
         self._read_waiting = False
+        self._cancel_requested = False
         self._wakeup: asyncio.TimerHandle | None = None
         self._wakeup_at_ms: int | None = None
 
@@ -234,8 +239,11 @@ class PersistentSubscription:
                 if consumer is not None:
                     consumer.send_entries(decision.entries, decision.redelivery_counts)
             elif kind is ReadEntries or kind is ReplayEntries:
+                self._cancel_requested = False
                 self._read_task = asyncio.get_running_loop().create_task(self._read(decision))
             elif kind is CancelRead:
+                # Cancel a read that waits for new entries; one still reading will not wait afterwards.
+                self._cancel_requested = True
                 if self._read_waiting and self._read_task is not None:
                     self._read_task.cancel()
             elif kind is WakeUp:
@@ -273,6 +281,11 @@ class PersistentSubscription:
                 stored = await self.topic.ledger.read_positions(list(request.positions))
             else:
                 stored = await self._read_new(request.max_entries)
+        except _ReadCancelledBeforeWaiting:
+            self._read_waiting = False
+            if self.dispatcher is dispatcher and dispatcher is not None:
+                self._handle(ReadCancelled())
+            return
         except asyncio.CancelledError:
             self._read_waiting = False
             if self.dispatcher is dispatcher and dispatcher is not None:
@@ -314,6 +327,10 @@ class PersistentSubscription:
                 if first > cursor.read_position:
                     cursor.seek(first)
                     continue
+            if self._cancel_requested:
+                # The dispatcher asked to cancel while this read was still reading: honour it now
+                # rather than wait, or the replay work it wants to do would wait for new entries.
+                raise _ReadCancelledBeforeWaiting
             self._read_waiting = True
             try:
                 await ledger.wait_for_new_entries(ledger.last_confirmed_entry)
