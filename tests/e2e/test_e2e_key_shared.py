@@ -14,15 +14,15 @@ Differences from the Java suite, all deliberate:
 - Left out: testKeySharedConsumerWithEncrypted (needs key files), testNoRepeatedReadAndDiscard and
   the replay-read counts of testRecentJoinedPosWillNotStuckOtherConsumer (stats), and the non-persistent
   variants (magnetar serves persistent topics only).
-Scenarios that expose broker bugs live in test_e2e_key_shared_found_bugs.py.
+Scenarios that expose broker bugs go to test_e2e_key_shared_found_bugs.py until fixed.
 """
 
 from __future__ import annotations
 
 import random
 import threading
-from datetime import timedelta
 import time
+from datetime import timedelta
 
 import pulsar
 import pytest
@@ -203,10 +203,6 @@ def test_per_key_ordering_with_redelivery(broker_factory, client_factory, topic,
                 consumers[f"{group}-{n}"] = key_shared(
                     client, group_topic, n, policy=policy, ack_timeout_ms=10_000, batch_index_ack_enabled=batching
                 )
-                # Each consumer's ack-timeout timer starts at its subscribe: spaced subscribes keep the
-                # REDELIVER commands of one subscription apart, away from the lost-CancelRead race that
-                # test_e2e_key_shared_found_bugs.py pins down.
-                time.sleep(0.05)
             key_count = 10 if selector == "sticky" else 30
             prefix = "key" if group == "sticky" else f"{group}-key"  # (every range gets some keys)
             keys = [f"{prefix}-{k}" for k in range(key_count)]
@@ -680,3 +676,51 @@ def test_message_ttl_unblocks_held_keys(broker_factory, client_factory, topic) -
     for thread in threads:
         thread.join()
     assert not errors, {mode: repr(error) for mode, error in errors.items()}
+
+
+# ------------------------------------------------------------------------ redelivery requests
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_redeliver_requests_in_quick_succession_are_served(broker_factory, client_factory, topic, mode) -> None:
+    """Regression (found here, fixed in 6ab46c9): a CancelRead issued while the broker's new
+    normal-read task had been created but had not started yet was dropped (Subscription._handle
+    cancelled only when `_read_waiting`), so the read waited for a new publish while the core waited
+    for ReadCancelled: redelivered messages sat in the replay queue until someone published.
+
+    Seen first with the ack timeout of several consumers of one subscription (their REDELIVER commands
+    arrive a fraction of a millisecond apart): REDELIVER(c1) -> CancelRead -> ReadCancelled ->
+    ReplayEntries -> ReadCompleted -> DispatchDue -> Dispatch + ReadEntries (a task is created);
+    REDELIVER(c2) -> CancelRead (dropped: the task has not run, `_read_waiting` is False); the read task
+    then waits for new entries forever and c2's messages are never redelivered. Publishing one more
+    message releases everything.
+
+    Three consumers each hold 20 unacked messages and ask for redelivery one after the other, a little
+    apart (0 to 1.8 ms, cycling) to land in the window; each round must get all 60 back. Before the fix
+    about one round in ten hung; 40 rounds are tried."""
+    broker = broker_factory(keySharedOrderingMode=mode)
+    client = client_factory(broker.url)
+    for round_ in range(40):
+        round_topic = f"{topic}-{round_}"
+        names = ["c0", "c1", "c2"]
+        consumers = {n: key_shared(client, round_topic, n) for n in names}
+        producer = make_producer(client, round_topic)
+        send_all(producer, ((i, f"k{i}") for i in range(60)))
+        first = receive_n(consumers, 60, ack=False)
+        assert sum(len(m) for m in first.values()) == 60
+        for name in names:
+            consumers[name].redeliver_unacknowledged_messages()
+            spin = time.perf_counter() + (round_ % 10) * 0.0002
+            while time.perf_counter() < spin:
+                pass
+        again = receive_n(consumers, 60, timeout_s=5)
+        got = sum(len(m) for m in again.values())
+        if got < 60:
+            send_all(producer, [(1000, "unrelated")])
+            after = sum(len(m) for m in receive_n(consumers, 61 - got, timeout_s=5).values())
+            pytest.fail(
+                f"round {round_}: {got} of 60 redelivered within 5 s; one more publish released {after} more"
+            )
+        for consumer in consumers.values():
+            consumer.close()
+        producer.close()
