@@ -21,9 +21,10 @@ CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 MAGNETAR = [sys.executable, "-m", "magnetar.cli.main"]
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of `pid` from /proc/<pid>/stat (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """utime + stime of `pid` (all its threads) or of one of its threads, from /proc."""
+    path = Path(f"/proc/{pid}/stat") if thread is None else Path(f"/proc/{pid}/task/{thread}/stat")
+    fields = path.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
 
 
