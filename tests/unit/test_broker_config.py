@@ -15,6 +15,15 @@ def test_shipped_broker_conf_holds_the_defaults() -> None:
     assert load_config(SHIPPED).values == load_config().values
 
 
+def test_shipped_broker_conf_names_every_setting() -> None:
+    written = {
+        line.split("=", 1)[0].strip()
+        for line in SHIPPED.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert written == set(load_config().values)
+
+
 def test_overrides_are_typed_and_reach_each_layer() -> None:
     config = load_config(overrides=[("keySharedOrderingMode", "classic"), ("managedLedgerMaxEntriesPerLedger", "10")])
     assert config.dispatcher_settings().key_shared_ordering_mode == "classic"

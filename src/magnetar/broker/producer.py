@@ -77,7 +77,10 @@ class ServerProducer:
         self._flush()
 
     def _flush(self) -> None:
+        """Send every receipt that is due, in order, in one write."""
         pending = self._pending
+        receipts: list[bytes] = []
+        dedup = self.topic.service.config["brokerDeduplicationEnabled"]
         while pending and pending[0][2].done():
             sequence_id, highest, future, index = pending.popleft()
             if self.closed:
@@ -86,17 +89,15 @@ class ServerProducer:
             if error is not None:
                 log.error("append failed on %s for producer %s: %s", self.topic.name, self.name, error)
                 # Any SEND_ERROR but ChecksumError makes the client reconnect and resend what is pending.
-                self.connection.write(
-                    commands.send_error(self.producer_id, sequence_id, "PersistenceError", str(error))
-                )
+                receipts.append(commands.send_error(self.producer_id, sequence_id, "PersistenceError", str(error)))
                 continue
             position = future.result()[index]
-            if position != _DUPLICATE and self.topic.service.config["brokerDeduplicationEnabled"]:
+            if dedup and position != _DUPLICATE:
                 persisted = self.topic.sequence_persisted
                 persisted[self.name] = max(persisted.get(self.name, -1), max(sequence_id, highest))
-            self.connection.write(
-                commands.send_receipt(self.producer_id, sequence_id, position[0], position[1], highest)
-            )
+            receipts.append(commands.send_receipt(self.producer_id, sequence_id, position[0], position[1], highest))
+        if receipts:
+            self.connection.write(b"".join(receipts))
 
     def close_silently(self) -> None:
         """Forget the producer without a word to the client (its connection is gone)."""

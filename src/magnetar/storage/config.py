@@ -46,6 +46,11 @@ class StorageConfig:
     # true: an append completes after fsync (survives power loss). false: after the write reached
     # the OS (survives a process crash, not a power cut). See docs/storage.md.
     journalSyncData: bool = True
+    # BookKeeper's group-commit wait: a commit that would carry fewer than GROUP_WAIT_ITEMS_MIN items
+    # waits up to this long for more, so that at moderate rates one fsync and one wake-up of the event
+    # loop serve many appends (each commit is a transaction, an fsync and a cross-thread hand-back).
+    # 0 commits at once. Adds at most this much to an append's latency.
+    journalMaxGroupWaitMSec: float = 1.0
     # Appends waiting for their commit across all topics; beyond it append() refuses. Pulsar bounds
     # the same thing per connection with maxPendingPublishRequestsPerConnection (1000); 100 000 is
     # ~100 MB of 1 KB entries, enough for every connection of a small broker to be full at once.

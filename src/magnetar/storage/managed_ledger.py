@@ -744,7 +744,7 @@ class ManagedLedgerFactory:
 
     def __init__(self, data_dir: str, config: StorageConfig) -> None:
         self.config = config
-        self.engine = SqliteEngine(data_dir, config.journalSyncData)
+        self.engine = SqliteEngine(data_dir, config.journalSyncData, config.journalMaxGroupWaitMSec)
         self.cache = EntryCache(config.managedLedgerCacheSizeMB * MB)
         self.loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         self.ledgers: dict[str, ManagedLedger] = {}

@@ -84,6 +84,9 @@ GROUP_COMMIT_ITEMS_MAX = 10_000
 # ...and at most this many payload bytes, which bounds the memory a batch pins and the WAL growth of
 # one transaction.
 GROUP_COMMIT_BYTES_MAX = 32 * 1024 * 1024
+# A commit with at least this many items goes at once; a smaller one may wait journalMaxGroupWaitMSec.
+# Each item is an append batch (one socket read of SENDs) or a cursor/metadata write.
+GROUP_WAIT_ITEMS_MIN = 64
 # A segment is what a read of one entry pulls from disk, so keep it small enough that a redelivery
 # of one message does not read megabytes, and large enough that SQLite costs per batch, not per entry.
 SEGMENT_ENTRIES_MAX = 2_000
@@ -194,8 +197,9 @@ CHECKPOINT_OP_BYTES = 4096
 class SqliteEngine:
     """Blocking engine; `open()` and `close()` run on a worker thread, `submit()` on the loop."""
 
-    def __init__(self, data_dir: str, journal_sync_data: bool = True) -> None:
+    def __init__(self, data_dir: str, journal_sync_data: bool = True, group_wait_ms: float = 0.0) -> None:
         self.data_dir = os.path.abspath(data_dir)
+        self.group_wait_s = group_wait_ms / 1000
         self.db_path = os.path.join(self.data_dir, DB_FILE)
         self.commit_seq_path = os.path.join(self.data_dir, COMMIT_SEQ_FILE)
         self._wal_path = self.db_path + "-wal"
@@ -435,11 +439,23 @@ class SqliteEngine:
             batch = [item]
             size = item[2] if type(item) is tuple else 0
             stop = False
+            deadline = None
             while len(batch) < GROUP_COMMIT_ITEMS_MAX and size < GROUP_COMMIT_BYTES_MAX:
                 try:
                     item = take_nowait()
                 except queue.Empty:
-                    break
+                    if len(batch) >= GROUP_WAIT_ITEMS_MIN or not self.group_wait_s:
+                        break
+                    # A small commit waits a little for company (journalMaxGroupWaitMSec).
+                    if deadline is None:
+                        deadline = time.monotonic() + self.group_wait_s
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    try:
+                        item = take(timeout=remaining)
+                    except queue.Empty:
+                        break
                 if item is _STOP:
                     stop = True
                     break
