@@ -30,14 +30,10 @@ CATCH_UP_TIMEOUT_S = 30
 STALL_RECEIVE_TIMEOUT_MS = 5000
 
 
-def test_kill_9_during_produce_and_consume(broker, client_factory, topic) -> None:
-    seed = int(os.environ.get("MAGNETAR_E2E_CRASH_SEED", str(time.time_ns() % 1_000_000)))
-    rng = random.Random(seed)
-    where = f"(seed {seed}, rounds {ROUNDS})"
-
-    consumer_client = client_factory(broker.url)
-    log: list[tuple[str, str, int, str]] = []
-    log_lock = threading.Lock()
+def start_workload(client_factory, url: str, topic: str, log: list, log_lock: threading.Lock):
+    """Three Key_Shared consumers that ack everything and two producers (plain and KeyBased-batched),
+    all started; returns (receivers, publishers, their two clients)."""
+    consumer_client = client_factory(url)
     receivers = [
         Receiver(
             consumer_client.subscribe(
@@ -48,7 +44,7 @@ def test_kill_9_during_produce_and_consume(broker, client_factory, topic) -> Non
         )
         for i in range(CONSUMERS)
     ]
-    producer_client = client_factory(broker.url)
+    producer_client = client_factory(url)
     publishers = [
         Publisher(producer_client.create_producer(topic, block_if_queue_full=True, max_pending_messages=500), "p"),
         Publisher(
@@ -61,6 +57,17 @@ def test_kill_9_during_produce_and_consume(broker, client_factory, topic) -> Non
     ]
     for thread in (*receivers, *publishers):
         thread.start()
+    return receivers, publishers, (consumer_client, producer_client)
+
+
+def test_kill_9_during_produce_and_consume(broker, client_factory, topic) -> None:
+    seed = int(os.environ.get("MAGNETAR_E2E_CRASH_SEED", str(time.time_ns() % 1_000_000)))
+    rng = random.Random(seed)
+    where = f"(seed {seed}, rounds {ROUNDS})"
+
+    log: list[tuple[str, str, int, str]] = []
+    log_lock = threading.Lock()
+    receivers, publishers, _clients = start_workload(client_factory, broker.url, topic, log, log_lock)
 
     for _ in range(ROUNDS):
         time.sleep(rng.uniform(0.3, 1.5))  # the random moment of the crash
@@ -157,30 +164,7 @@ def test_key_shared_consumers_keep_receiving_after_a_kill_9_restart(broker, clie
         topic = f"persistent://public/default/stall-{uuid.uuid4().hex[:8]}"
         log: list = []
         log_lock = threading.Lock()
-        consumer_client = client_factory(broker.url)
-        receivers = [
-            Receiver(
-                consumer_client.subscribe(
-                    topic, "crash", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=f"c{i}",
-                    receiver_queue_size=100,
-                ),
-                log, log_lock,
-            )
-            for i in range(3)
-        ]
-        producer_client = client_factory(broker.url)
-        publishers = [
-            Publisher(producer_client.create_producer(topic, block_if_queue_full=True, max_pending_messages=500), "p"),
-            Publisher(
-                producer_client.create_producer(
-                    topic, block_if_queue_full=True, max_pending_messages=500, batching_enabled=True,
-                    batching_type=pulsar.BatchingType.KeyBased, batching_max_publish_delay_ms=5,
-                ),
-                "b",
-            ),
-        ]
-        for thread in (*receivers, *publishers):
-            thread.start()
+        receivers, publishers, clients = start_workload(client_factory, broker.url, topic, log, log_lock)
         time.sleep(2)
         broker.restart(kill=True)
         time.sleep(publish_after_restart_s)
@@ -215,5 +199,5 @@ def test_key_shared_consumers_keep_receiving_after_a_kill_9_restart(broker, clie
             f"{sorted({f'{t}{s % KEYS_PER_PRODUCER}' for t, s in lost})}; last delivery per key {last}; "
             f"published { {p.tag: p.next_seq for p in publishers} }"
         )
-        consumer_client.close()
-        producer_client.close()
+        for client in clients:
+            client.close()
