@@ -7,6 +7,7 @@ Must not touch: what is checked (checkers.py) or how the world behaves (world.py
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import traceback
 from collections import Counter
@@ -153,7 +154,9 @@ def run_sweep(
         for job in jobs:
             total.merge(_sweep_chunk(job))
         return total
-    with ProcessPoolExecutor(max_workers=processes) as pool:
+    # Spawned, not forked: a forked child inherits locks held by other threads of the parent (a test
+    # process that ran the official client has its C++ threads) and can hang on them for ever.
+    with ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn")) as pool:
         for part in pool.map(_sweep_chunk, jobs):
             total.merge(part)
     return total
