@@ -210,8 +210,8 @@ class PersistentSubscription:
     def _mark_delete_moved(self, before: Position) -> None:
         after = self.cursor.mark_delete_position
         if after > before:
+            # Trimming consumed ledgers is the cursor's business (ManagedLedger.cursor_moved).
             self._handle(MarkDeleteAdvanced(after))
-            self.topic.service.storage.schedule_trim(self.topic.ledger)
 
     def redeliver(self, consumer_id: int, positions: list[Position] | None) -> None:
         self._handle(RedeliverRequested(consumer_id, None if positions is None else tuple(positions)))
