@@ -262,15 +262,29 @@ def producer_success(
 def send_receipt(
     producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, highest_sequence_id: int | None = None
 ) -> bytes:
-    """SEND_RECEIPT echoing the SEND's sequence id (a batch's first; the client also accepts its last)."""
-    command = BaseCommand(type=BaseCommand.SEND_RECEIPT)
-    receipt = command.send_receipt
-    receipt.producer_id = producer_id
-    receipt.sequence_id = sequence_id
-    _message_id(receipt.message_id, ledger_id, entry_id)
+    """SEND_RECEIPT echoing the SEND's sequence id (a batch's first; the client also accepts its last).
+
+    One per published message, so encoded by hand like MESSAGE: the bytes protobuf would write, without
+    building its objects (tests compare the two).
+    """
+    message_id = [_TAG_LEDGER_ID]
+    _put_varint(message_id, ledger_id & _U64)
+    message_id.append(_TAG_ENTRY_ID)
+    _put_varint(message_id, entry_id & _U64)
+    body = [_TAG_RECEIPT_PRODUCER_ID]
+    _put_varint(body, producer_id)
+    body.append(_TAG_RECEIPT_SEQUENCE_ID)
+    _put_varint(body, sequence_id & _U64)
+    body.append(_TAG_RECEIPT_MESSAGE_ID)
+    _put_varint(body, len(message_id))
+    body += message_id
     if highest_sequence_id is not None:
-        receipt.highest_sequence_id = highest_sequence_id
-    return encode_frame(command)
+        body.append(_TAG_RECEIPT_HIGHEST_SEQUENCE_ID)
+        _put_varint(body, highest_sequence_id & _U64)
+    command = [_TAG_BASE_TYPE, BaseCommand.SEND_RECEIPT, _TAG_BASE_SEND_RECEIPT]
+    _put_varint(command, len(body))
+    command += body
+    return _HEADER.pack(4 + len(command), len(command)) + bytes(command)
 
 
 def send_error(producer_id: int, sequence_id: int, code: int | str, message: str) -> bytes:
@@ -368,6 +382,11 @@ def consumer_stats_response(
 _HEADER = struct.Struct(">II")
 _TAG_BASE_TYPE = 0x08  # BaseCommand.type (field 1, varint)
 _TAG_BASE_MESSAGE = 0x4A  # BaseCommand.message (field 9, length-delimited)
+_TAG_BASE_SEND_RECEIPT = 0x3A  # BaseCommand.send_receipt (field 7, length-delimited)
+_TAG_RECEIPT_PRODUCER_ID = 0x08  # CommandSendReceipt.producer_id (1, varint)
+_TAG_RECEIPT_SEQUENCE_ID = 0x10  # CommandSendReceipt.sequence_id (2, varint)
+_TAG_RECEIPT_MESSAGE_ID = 0x1A  # CommandSendReceipt.message_id (3, length-delimited)
+_TAG_RECEIPT_HIGHEST_SEQUENCE_ID = 0x20  # CommandSendReceipt.highest_sequence_id (4, varint)
 _TAG_CONSUMER_ID = 0x08  # CommandMessage.consumer_id (1, varint)
 _TAG_MESSAGE_ID = 0x12  # CommandMessage.message_id (2, length-delimited)
 _TAG_REDELIVERY_COUNT = 0x18  # CommandMessage.redelivery_count (3, varint)

@@ -225,3 +225,27 @@ def test_message_frame_equals_protobuf_encoding(
     frame = _decode(by_hand)
     assert commands.signed_id(frame.body.message_id.entryId) == entry_id
     assert frame.body.message_id.partition == partition
+
+
+@given(
+    producer_id=st.integers(0, U64_MAX),
+    sequence_id=st.integers(0, U64_MAX),
+    ledger_id=st.integers(-1, INT64_MAX),
+    entry_id=st.integers(-1, INT64_MAX),
+    highest_sequence_id=st.none() | st.integers(0, U64_MAX),
+)
+def test_send_receipt_equals_protobuf_encoding(
+    producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, highest_sequence_id: int | None
+) -> None:
+    command = BaseCommand(type=BaseCommand.SEND_RECEIPT)
+    receipt = command.send_receipt
+    receipt.producer_id = producer_id
+    receipt.sequence_id = sequence_id
+    receipt.message_id.ledgerId = commands.wire_id(ledger_id)
+    receipt.message_id.entryId = commands.wire_id(entry_id)
+    if highest_sequence_id is not None:
+        receipt.highest_sequence_id = highest_sequence_id
+    by_hand = commands.send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest_sequence_id)
+    assert by_hand == encode_frame(command)
+    frame = _decode(by_hand)
+    assert commands.signed_id(frame.body.message_id.ledgerId) == ledger_id
