@@ -64,8 +64,8 @@ class ServerProducer:
                 topic.sequence_pushed[self.name] = last
             accepted.append(send)
         if accepted:
-            _seq, _high, datas, hashes, counts, times = map(list, zip(*accepted))
-            future = topic.ledger.append_many(datas, hashes, counts, times, [self.name] * len(datas), _seq)
+            sequence_ids, _highest, datas, hashes, counts, times = map(list, zip(*accepted))
+            future = topic.ledger.append_many(datas, hashes, counts, times, [self.name] * len(datas), sequence_ids)
             for index, send in enumerate(accepted):
                 self._pending.append((send[0], send[1], future, index))
             self.msg_in_counter += sum(counts)
