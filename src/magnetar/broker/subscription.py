@@ -306,7 +306,8 @@ class PersistentSubscription:
             self.cursor.delete(markers)
             stored = [e for e in stored if e.producer_name != MARKER_PRODUCER_NAME]
             self._mark_delete_moved(before)
-        entries = tuple(self._core_entry(e) for e in stored)
+        delays = self._honours_delays
+        entries = tuple(self._core_entry(e, delays) for e in stored)
         self._handle(ReadCompleted(entries))
         self._handle(DispatchDue())
 
@@ -337,13 +338,13 @@ class PersistentSubscription:
             finally:
                 self._read_waiting = False
 
-    def _core_entry(self, stored: Any) -> Entry:
+    def _core_entry(self, stored: Any, delays: bool) -> Entry:
         count = stored.message_count
         partial = self.cursor.acked_batch_indexes(stored.position) if count > 1 else None
         if partial is not None:
             count = unacked_count(*partial)
         deliver_at = 0
-        if self._honours_delays:
+        if delays:
             deliver_at = messages.parse_entry(stored.data).deliver_at_time or 0
         return Entry(stored.position, stored.sticky_key_hash, count, stored, deliver_at)
 
