@@ -1,4 +1,4 @@
-"""`magnetar standalone`: the broker process — listeners, the HTTP health port, and a staged shutdown.
+"""`magnetar standalone`: the broker process — listeners, the admin HTTP port, and a staged shutdown.
 
 Owns: starting the service and its listeners, the set of live connections, and stopping in stages on
 SIGTERM/SIGINT: stop accepting, close clients cleanly, flush cursors, close storage, exit 0.
@@ -14,6 +14,7 @@ import signal
 import time
 from pathlib import Path
 
+from magnetar.admin import AdminServer, create_app
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.connection import ServerConnection
 from magnetar.broker.service import BrokerService
@@ -34,7 +35,7 @@ class Broker:
         self.service = BrokerService(config, data_dir)
         self.connections: set[ServerConnection] = set()
         self._binary: asyncio.Server | None = None
-        self._http: asyncio.Server | None = None
+        self._http: AdminServer | None = None
         self.ready = False
         self.binary_port = 0
         self.http_port = 0
@@ -58,8 +59,9 @@ class Broker:
             # The advertised URL must name the port really bound.
             self.config = type(self.config)(dict(self.config.values) | {"brokerServicePort": self.binary_port})
             self.service.config = self.config
-        self._http = await asyncio.start_server(self._on_http, host, self.config["webServicePort"])
-        self.http_port = self._http.sockets[0].getsockname()[1]
+        self._http = AdminServer(create_app(self.service, lambda: self.ready), host, self.config["webServicePort"])
+        await self._http.start()
+        self.http_port = self._http.port
         self.ready = True
         log.info(
             "magnetar ready in %.0f ms: pulsar://%s:%d, http://%s:%d, data %s",
@@ -79,33 +81,13 @@ class Broker:
         finally:
             self.connections.discard(connection)
 
-    async def _on_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Health and readiness only (the admin API is issue 5): GET /admin/v2/brokers/health, /ready."""
-        try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
-            path = request.split(b" ", 2)[1].decode("latin-1") if request.count(b" ") >= 2 else ""
-            if path.split("?")[0] in ("/admin/v2/brokers/health", "/ready", "/health") and self.ready:
-                status, body = "200 OK", b"ok"
-            elif path.split("?")[0] in ("/admin/v2/brokers/health", "/ready", "/health"):
-                status, body = "503 Service Unavailable", b"starting"
-            else:
-                status, body = "404 Not Found", b"not found"
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
-                f"Connection: close\r\n\r\n".encode() + body
-            )
-            await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
     async def stop(self) -> None:
         """Staged shutdown: stop accepting, close clients, wait (bounded), flush cursors, close storage."""
         self.ready = False
-        for server in (self._binary, self._http):
-            if server is not None:
-                server.close()
+        if self._binary is not None:
+            self._binary.close()
+        if self._http is not None:
+            await self._http.stop()
         for connection in list(self.connections):
             connection.close_gracefully()
         deadline = time.monotonic() + self.config["brokerShutdownTimeoutMs"] / 1000

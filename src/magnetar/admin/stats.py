@@ -1,0 +1,9 @@
+"""Admin routes: stats."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+__all__ = ["router"]
+
+router = APIRouter()

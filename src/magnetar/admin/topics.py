@@ -1,0 +1,9 @@
+"""Admin routes: topics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+__all__ = ["router"]
+
+router = APIRouter()
