@@ -1,4 +1,4 @@
-"""A real broker process for black-box tests: free ports, a temporary data directory, always stopped.
+"""A real broker process for black-box tests (e2e, admin, CLI, Spark): free ports, a temporary data directory, always stopped.
 
 Tests talk to it only as a user would: the official `pulsar-client`, HTTP, the CLI.
 """
