@@ -42,6 +42,7 @@ __all__ = [
     "WakeUp",
     "RewindCursor",
     "ActiveConsumerChanged",
+    "AckFiltered",
     "Decision",
 ]
 
@@ -241,4 +242,15 @@ class ActiveConsumerChanged:
     active_consumer_id: int | None
 
 
-Decision = Dispatch | ReadEntries | ReplayEntries | CancelRead | WakeUp | RewindCursor | ActiveConsumerChanged
+@dataclass(frozen=True, slots=True)
+class AckFiltered:
+    """Acknowledge these entries on the subscription's cursor: they are outside the hash ranges of its
+    only consumer (a reader with key hash ranges), so nobody will ever receive them from it. Pulsar
+    acks filtered entries the same way, so that the cursor moves past them."""
+
+    positions: tuple[Position, ...]
+
+
+Decision = (
+    Dispatch | ReadEntries | ReplayEntries | CancelRead | WakeUp | RewindCursor | ActiveConsumerChanged | AckFiltered
+)

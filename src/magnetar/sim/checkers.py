@@ -12,7 +12,9 @@ Kinds of violation:
 - `look-ahead`: a normal read started at or read past the look-ahead limit of the replay queue;
 - `invariant`: a state machine's `check_invariants` failed, or it raised;
 - `loss-or-stall`: the liveness phase did not drain the subscription;
-- `dispatch-of-acked`: an acknowledged message was dispatched again.
+- `dispatch-of-acked`: an acknowledged message was dispatched again;
+- `hash-range`: a reader with key hash ranges received an entry outside them, or the cursor
+  acknowledged as filtered an entry inside them.
 The first two are what `classic` and `pip282` are known to break; every kind is a failure for pip379.
 """
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 
 from magnetar.core.dispatchers import KeySharedDispatcher
 from magnetar.core.events import ReadEntries
-from magnetar.core.sticky_key import key_hash
+from magnetar.core.sticky_key import key_hash, range_slot
 from magnetar.sim.world import Client, Delivery, World
 
 __all__ = ["OrderingChecker", "Violation", "ORDERING_KINDS", "check_state", "check_drained"]
@@ -69,7 +71,19 @@ class OrderingChecker:
         assert isinstance(dispatcher, KeySharedDispatcher)
         return dispatcher.selector.slot(key_hash(key.encode()))
 
+    def _in_reader_ranges(self, world: World, key: str) -> bool:
+        slot = range_slot(key_hash(key.encode()))
+        return any(start <= slot <= end for start, end in world.options.reader_hash_ranges)
+
+    def on_filtered(self, world: World, positions: tuple[object, ...]) -> None:
+        for position in positions:
+            key = world.log_keys[world.index_of[position]]
+            if self._in_reader_ranges(world, key):
+                self.fail(world, "hash-range", f"{position} ({key}) acknowledged as filtered inside the reader's ranges")
+
     def on_delivery(self, world: World, client: Client, delivery: Delivery, first: bool) -> None:
+        if world.options.reader_hash_ranges and not self._in_reader_ranges(world, delivery.key):
+            self.fail(world, "hash-range", f"{delivery.position} ({delivery.key}) delivered outside the reader's ranges")
         # A delayed message arrives when it is due, after newer messages of its key, by design.
         ordered_delivery = not (delivery.delayed and self.keyed)
         if first and ordered_delivery and (self.ordered or not self.keyed and world.options.subscription_type != "Shared"):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from magnetar.core.dispatchers import new_dispatcher
 from magnetar.core.errors import CoreError
 from magnetar.core.events import (
+    AckFiltered,
     Acked,
     ActiveConsumerChanged,
     BatchIndexAcked,
@@ -48,6 +49,18 @@ from magnetar.core.sticky_key import key_hash
 __all__ = ["SimOptions", "World", "Delivery"]
 
 TRACE_MAX = 40  # events kept for a failure report: enough to see the interleaving, short enough to read
+
+# Key hash ranges an Exclusive reader may declare: none (a plain consumer), all, a half, two with a
+# gap, and a narrow one that most keys miss.
+_READER_HASH_RANGES: tuple[tuple[tuple[int, int], ...], ...] = (
+    (),
+    (),
+    ((0, 65535),),
+    ((0, 32767),),
+    ((32768, 65535),),
+    ((0, 9999), (40000, 65535)),
+    ((100, 20000),),
+)
 
 
 @dataclass(frozen=True)
@@ -78,6 +91,8 @@ class SimOptions:
     churn_percent: int = 10
     ack_delay_ms_max: int = 50
     safety_steps: int = 400
+    # Exclusive only: the consumer is a reader that declares these key hash ranges (keyHashRange).
+    reader_hash_ranges: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def from_seed(cls, seed: int, ordering_mode: str = "pip379", subscription_type: str = "Key_Shared") -> SimOptions:
@@ -108,6 +123,8 @@ class SimOptions:
             churn_percent=rng.choice((2, 5, 15)),
             ack_delay_ms_max=rng.choice((0, 20, 200)),
             safety_steps=rng.randint(100, 400),
+            # Drawn last, and only for Exclusive, so that every other option of a seed stays as it was.
+            reader_hash_ranges=rng.choice(_READER_HASH_RANGES) if subscription_type == "Exclusive" else (),
         )
 
     def settings(self) -> DispatcherSettings:
@@ -230,6 +247,21 @@ class World:
             self.read_index = self.mark_delete_index + 1
         elif isinstance(decision, ActiveConsumerChanged):
             self.active_consumer_id = decision.active_consumer_id
+        elif isinstance(decision, AckFiltered):
+            self._ack_filtered(decision.positions)
+
+    def _ack_filtered(self, positions: tuple[Position, ...]) -> None:
+        """The cursor acknowledges entries no consumer of the subscription will receive."""
+        for listener in self.listeners:
+            listener.on_filtered(self, positions)
+        for position in positions:
+            self.acked.add(self.index_of[position])
+        moved = False
+        while self.mark_delete_index + 1 in self.acked:
+            self.mark_delete_index += 1
+            moved = True
+        if moved:
+            self.feed(MarkDeleteAdvanced(self.log[self.mark_delete_index].position))
 
     def _deliver(self, decision: Dispatch) -> None:
         client = self.clients.get(decision.consumer_id)
@@ -327,6 +359,9 @@ class World:
         meta = None
         if options.subscription_type == "Key_Shared":
             meta = KeySharedMeta(options.key_shared_mode, options.allow_out_of_order_delivery, ranges)
+        elif options.reader_hash_ranges:
+            ranges = options.reader_hash_ranges
+            meta = KeySharedMeta("STICKY", False, ranges)
         client = Client(consumer_id, name, receiver_queue or options.receiver_queue, ranges, paused=paused)
         self.clients[consumer_id] = client
         self.session_of[consumer_id] = consumer_id

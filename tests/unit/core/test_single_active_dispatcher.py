@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from magnetar.core.dispatchers.single_active import SingleActiveConsumerDispatcher
-from magnetar.core.errors import ConsumerBusyError
+from magnetar.core.errors import ConsumerAssignError, ConsumerBusyError
 from magnetar.core.events import (
+    AckFiltered,
     Acked,
     ActiveConsumerChanged,
     CancelRead,
@@ -17,6 +18,7 @@ from magnetar.core.events import (
     DispatchDue,
     Entry,
     Flow,
+    KeySharedMeta,
     ReadCancelled,
     ReadCompleted,
     ReadEntries,
@@ -25,6 +27,7 @@ from magnetar.core.events import (
     Tick,
 )
 from magnetar.core.positions import Position
+from magnetar.core.sticky_key import key_hash, range_slot
 
 
 def entries(count: int, first: int = 0) -> tuple[Entry, ...]:
@@ -216,3 +219,76 @@ def test_read_completion_without_a_read_is_refused() -> None:
 def test_unknown_subscription_type_is_refused() -> None:
     with pytest.raises(ValueError):
         SingleActiveConsumerDispatcher("Shared")
+
+
+# --- Exclusive readers with key hash ranges (ReaderBuilder.keyHashRange) ---------------------------
+
+
+def keyed_entries(keys: list[str], message_count: int = 1) -> tuple[Entry, ...]:
+    return tuple(
+        Entry(Position(1, i), key_hash(key.encode()), message_count) for i, key in enumerate(keys)
+    )
+
+
+LOW_HALF = KeySharedMeta("STICKY", False, ((0, 32767),))
+
+
+def in_low_half(entry: Entry) -> bool:
+    return range_slot(entry.key_hash) <= 32767
+
+
+def test_reader_with_ranges_receives_only_its_hashes_and_acks_the_rest() -> None:
+    h = Harness("Exclusive")
+    h(ConsumerAdded(1, "reader", 0, LOW_HALF))
+    h(Flow(1, 100))
+    batch = keyed_entries([f"key-{i}" for i in range(40)], message_count=2)
+    mine = [e for e in batch if in_low_half(e)]
+    others = tuple(e.position for e in batch if not in_low_half(e))
+    assert mine and others, "the keys must fall on both sides"
+    assert h(ReadCompleted(batch)) == [AckFiltered(others)]
+    # Permits pay only for what is sent: 100 - 2 per kept entry.
+    assert h(DispatchDue()) == [Dispatch(1, mine), ReadEntries(min(100 - 2 * len(mine), 100))]
+
+
+def test_reader_whose_read_holds_none_of_its_hashes_reads_on() -> None:
+    h = Harness("Exclusive")
+    h(ConsumerAdded(1, "reader", 0, LOW_HALF))
+    h(Flow(1, 10))
+    batch = tuple(e for e in keyed_entries([f"key-{i}" for i in range(40)]) if not in_low_half(e))[:3]
+    assert h(ReadCompleted(batch)) == [AckFiltered(tuple(e.position for e in batch))]
+    assert h(DispatchDue()) == [ReadEntries(10)]
+
+
+@pytest.mark.parametrize(
+    "ranges", [((0, 70000),), ((5, 4),), ((0, 10), (10, 20))], ids=["beyond-65535", "reversed", "overlapping"]
+)
+def test_reader_with_invalid_ranges_is_refused(ranges: tuple[tuple[int, int], ...]) -> None:
+    h = Harness("Exclusive")
+    with pytest.raises(ConsumerAssignError):
+        h(ConsumerAdded(1, "reader", 0, KeySharedMeta("STICKY", False, ranges)))
+    assert h.d.consumers == {} and h.d.key_hash_filter is None
+    h(ConsumerAdded(2, "plain"))
+    h(Flow(2, 10))
+    batch = keyed_entries(["a", "b", "c"])
+    h(ReadCompleted(batch))
+    assert h(DispatchDue()) == [Dispatch(2, list(batch)), ReadEntries(7)]
+
+
+def test_failover_ignores_declared_ranges_as_pulsar_does() -> None:
+    h = Harness("Failover", partition_index=0)
+    h(ConsumerAdded(1, "a", 0, LOW_HALF))
+    h(Flow(1, 100))
+    batch = keyed_entries([f"key-{i}" for i in range(10)])
+    assert h(ReadCompleted(batch)) == []
+    assert h(DispatchDue())[0] == Dispatch(1, list(batch))
+
+
+def test_filter_goes_with_its_reader() -> None:
+    h = Harness("Exclusive")
+    h(ConsumerAdded(1, "reader", 0, LOW_HALF))
+    h(ConsumerRemoved(1))
+    h(ConsumerAdded(2, "plain"))
+    h(Flow(2, 100))
+    batch = keyed_entries([f"key-{i}" for i in range(10)])
+    assert h(ReadCompleted(batch)) == []
+    assert h(DispatchDue())[0] == Dispatch(2, list(batch))

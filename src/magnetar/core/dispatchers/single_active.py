@@ -11,6 +11,12 @@ name's hash, so that each topic of a namespace lands on a different consumer.
 
 As in Pulsar, these dispatchers keep no pending acks and no redelivery counts: redelivery is a rewind
 of the cursor to the first unacknowledged entry.
+
+An Exclusive consumer that declares STICKY key hash ranges (Pulsar's `ReaderBuilder.keyHashRange`: a
+reader whose subscribe carries `keySharedMeta`) receives only the entries whose sticky hash falls in
+its ranges; the others are acknowledged on the cursor (`AckFiltered`) and cost no permits, as in
+Pulsar's `AbstractDispatcherSingleActiveConsumer` (`isKeyHashRangeFiltered`). N such readers with
+disjoint ranges split a topic by key without any of them receiving another's entries.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from bisect import bisect_left
 from magnetar.core.consumers import Consumer
 from magnetar.core.errors import ConsumerBusyError, CoreError
 from magnetar.core.events import (
+    AckFiltered,
     Acked,
     ActiveConsumerChanged,
     BatchIndexAcked,
@@ -42,6 +49,7 @@ from magnetar.core.events import (
     Tick,
 )
 from magnetar.core.positions import EARLIEST, Position
+from magnetar.core.selectors import HashRangeExclusiveSelector
 from magnetar.core.settings import DispatcherSettings
 from magnetar.core.sticky_key import key_hash
 
@@ -55,7 +63,9 @@ class SingleActiveConsumerDispatcher:
     """Invariants:
     - the active consumer is connected, and is None only when no consumer is;
     - Exclusive has at most one consumer;
-    - a read is in flight or its entries await dispatch, never both.
+    - a read is in flight or its entries await dispatch, never both;
+    - a key hash filter exists only on Exclusive, while its one consumer is connected, and entries
+      awaiting dispatch all fall in its ranges.
     """
 
     def __init__(
@@ -80,6 +90,8 @@ class SingleActiveConsumerDispatcher:
         # Entries of a read issued before a rewind are stale: they are dropped, not dispatched.
         self._read_stale = False
         self._completed: tuple[Entry, ...] | None = None
+        # The Exclusive consumer's declared key hash ranges, when it declared some.
+        self.key_hash_filter: HashRangeExclusiveSelector | None = None
         self._out: list[Decision] = []
 
     def handle(self, event: Event, now_ms: int) -> list[Decision]:
@@ -96,6 +108,12 @@ class SingleActiveConsumerDispatcher:
         if event.consumer_id in self.consumers:
             raise CoreError(f"consumer id {event.consumer_id} is already connected")
         consumer = Consumer(event.consumer_id, event.consumer_name, event.priority_level)
+        meta = event.key_shared_meta
+        if self.subscription_type == "Exclusive" and meta is not None and meta.sticky_ranges:
+            selector = HashRangeExclusiveSelector()
+            # Refuses bad ranges with ConsumerAssignError before the consumer is registered.
+            selector.add_consumer(consumer, consumer.name, meta.sticky_ranges)
+            self.key_hash_filter = selector
         self.consumers[consumer.consumer_id] = consumer
         if not self._pick_active():
             # Unchanged: only the newcomer needs to learn who is active.
@@ -105,6 +123,8 @@ class SingleActiveConsumerDispatcher:
     def _on_consumer_removed(self, event: ConsumerRemoved) -> None:
         if self.consumers.pop(event.consumer_id, None) is None:
             return
+        if not self.consumers:
+            self.key_hash_filter = None
         self._pick_active()
         self._read_more()
 
@@ -173,7 +193,16 @@ class SingleActiveConsumerDispatcher:
             self._out.append(RewindCursor())
             self._read_more()
             return
-        self._completed = event.entries
+        entries = event.entries
+        selector = self.key_hash_filter
+        if selector is not None:
+            # One check per entry, not per message: a batch entry is routed by its first key, as Key_Shared does.
+            kept = tuple(e for e in entries if selector.select(selector.slot(e.key_hash)) is not None)
+            if len(kept) < len(entries):
+                kept_positions = {e.position for e in kept}
+                self._out.append(AckFiltered(tuple(e.position for e in entries if e.position not in kept_positions)))
+            entries = kept
+        self._completed = entries
 
     def _on_read_cancelled(self, _event: ReadCancelled) -> None:
         self._read_in_flight = False
@@ -255,3 +284,11 @@ class SingleActiveConsumerDispatcher:
         if self.subscription_type == "Exclusive":
             assert len(self.consumers) <= 1, "an Exclusive subscription with several consumers"
         assert not (self._read_in_flight and self._completed is not None), "read in flight while entries wait"
+        selector = self.key_hash_filter
+        if selector is not None:
+            assert self.subscription_type == "Exclusive" and self.consumers, "a key hash filter without its consumer"
+            selector.check_invariants()
+            for entry in self._completed or ():
+                assert selector.select(selector.slot(entry.key_hash)) is not None, (
+                    f"{entry.position} awaits dispatch outside the consumer's key hash ranges"
+                )
