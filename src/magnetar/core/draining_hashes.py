@@ -256,6 +256,16 @@ class DrainingHashesTracker:
     def cleared_total(self, consumer: object) -> int:
         return self._cleared.get(consumer, 0)
 
+    def totals(self) -> tuple[int, int, int]:
+        """(draining hashes, their unacked messages, hashes cleared for the consumers still known),
+        summed without grouping by consumer: the subscription-wide figures a metrics scrape needs."""
+        refs = self._refs
+        if refs is not None:
+            unacked = sum(refs)
+        else:
+            unacked = sum(value & _REF_MASK for value in self._entries.values())
+        return self._count, unacked, sum(self._cleared.values())
+
     def stats_by_consumer(self, with_hashes: bool = True) -> dict[object, ConsumerDrainingStats]:
         """One pass over the draining hashes, grouped by draining consumer."""
         stats: dict[object, ConsumerDrainingStats] = {}

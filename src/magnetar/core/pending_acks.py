@@ -1,9 +1,10 @@
 """Pending acks of one consumer: what it was sent and has not acknowledged yet.
 
-Owns: position -> (batch size, key hash) for one consumer, with Pulsar's `PendingAcksMap`
+Owns: position -> (batch size, key hash, time sent) for one consumer, with Pulsar's `PendingAcksMap`
 operations: add-if-allowed behind a veto hook, remove, remove-all-up-to, for-each and for-each-and-close,
 and a remove hook that keeps the draining hashes tracker in step (PIP-379 point 4).
-Must not touch: other consumers, the replay queue, the wire.
+Must not touch: other consumers, the replay queue, the wire, the clock (the time sent is the `now_ms`
+of the event that sent the entry).
 
 The key hash is `Entry.key_hash` (the 31-bit Murmur3 of the sticky key); the dispatcher maps it to its
 selector's sticky hash when it needs one. Storing the selector-independent value keeps the map right
@@ -12,6 +13,9 @@ when a subscription's Key_Shared policy changes.
 Entries are kept in a dict keyed by position: adding and removing, the per-message operations of the
 hot path, are O(1). The ordered views (`for_each`, `remove_all_up_to`) sort on demand; they run on
 consumer changes and cumulative acks, which are rare next to individual acks.
+
+The time sent rides in the value tuple the hot path builds anyway (one more slot, the same int object
+for a whole dispatch), so the pendingAcks and key explainers of the admin API cost nothing per message.
 """
 
 from __future__ import annotations
@@ -38,13 +42,13 @@ class PendingAcks:
 
     def __init__(self, consumer: object) -> None:
         self.consumer = consumer
-        # position -> (batch_size, key_hash)
-        self._acks: dict[Position, tuple[int, int]] = {}
+        # position -> (batch_size, key_hash, sent_at_ms)
+        self._acks: dict[Position, tuple[int, int, int]] = {}
         self.closed = False
         self.add_handler: AddHandler | None = None
         self.remove_handler: RemoveHandler | None = None
 
-    def add_if_allowed(self, position: Position, batch_size: int, key_hash: int) -> bool:
+    def add_if_allowed(self, position: Position, batch_size: int, key_hash: int, sent_at_ms: int = 0) -> bool:
         """Record that `position` is being sent, unless the map is closed or the add hook vetoes it.
 
         The veto is PIP-379 point 7: the last check before a message leaves, made against the state the
@@ -55,10 +59,10 @@ class PendingAcks:
         handler = self.add_handler
         if handler is not None and not handler(self.consumer, position, key_hash):
             return False
-        self._acks[position] = (batch_size, key_hash)
+        self._acks[position] = (batch_size, key_hash, sent_at_ms)
         return True
 
-    def add_all(self, entries: list[tuple[object, int]]) -> int:
+    def add_all(self, entries: list[tuple[object, int]], sent_at_ms: int = 0) -> int:
         """Add (entry, key hash) pairs without consulting the add hook; returns their message count.
 
         For a caller that has established the hook would allow every entry (nothing drains, nothing of
@@ -68,11 +72,12 @@ class PendingAcks:
         messages = 0
         for entry, key_hash in entries:
             count = entry.message_count
-            acks[entry.position] = (count, key_hash)
+            acks[entry.position] = (count, key_hash, sent_at_ms)
             messages += count
         return messages
 
-    def get(self, position: Position) -> tuple[int, int] | None:
+    def get(self, position: Position) -> tuple[int, int, int] | None:
+        """(batch size, key hash, time sent) of a pending entry, or None."""
         return self._acks.get(position)
 
     def __contains__(self, position: object) -> bool:
@@ -81,8 +86,8 @@ class PendingAcks:
     def __len__(self) -> int:
         return len(self._acks)
 
-    def remove(self, position: Position) -> tuple[int, int] | None:
-        """Forget `position`; returns its (batch size, key hash), or None if it was not pending."""
+    def remove(self, position: Position) -> tuple[int, int, int] | None:
+        """Forget `position`; returns its (batch size, key hash, time sent), or None if it was not pending."""
         value = self._acks.pop(position, None)
         if value is not None and self.remove_handler is not None:
             self.remove_handler(self.consumer, position, value[1], False)
@@ -109,7 +114,7 @@ class PendingAcks:
 
     def remove_all_up_to(self, position: Position) -> list[tuple[Position, int, int]]:
         """Remove every pending entry at or below `position` (inclusive); returns them in order."""
-        removed = [(p, size, h) for p, (size, h) in sorted(self._acks.items()) if p <= position]
+        removed = [(p, size, h) for p, (size, h, _sent) in sorted(self._acks.items()) if p <= position]
         handler = self.remove_handler
         for p, _size, h in removed:
             del self._acks[p]
@@ -117,17 +122,21 @@ class PendingAcks:
                 handler(self.consumer, p, h, False)
         return removed
 
-    def items(self) -> Iterator[tuple[Position, tuple[int, int]]]:
+    def items(self) -> Iterator[tuple[Position, tuple[int, int, int]]]:
         """Entries in position order."""
         return iter(sorted(self._acks.items()))
 
-    def values(self) -> Iterator[tuple[int, int]]:
-        """(batch size, key hash) of every entry, in no particular order (cheapest full scan)."""
+    def values(self) -> Iterator[tuple[int, int, int]]:
+        """(batch size, key hash, time sent) of every entry, in no particular order (cheapest full scan)."""
         return iter(self._acks.values())
 
     def for_each(self, callback: Callable[[Position, int, int], None]) -> None:
-        for position, (batch_size, key_hash) in sorted(self._acks.items()):
+        for position, (batch_size, key_hash, _sent) in sorted(self._acks.items()):
             callback(position, batch_size, key_hash)
+
+    def entries(self) -> list[tuple[Position, int, int, int]]:
+        """Every pending entry as (position, batch size, key hash, time sent), in position order."""
+        return [(position, *value) for position, value in sorted(self._acks.items())]
 
     def for_each_and_close(self, callback: Callable[[Position, int, int], None]) -> None:
         """Hand every entry to `callback` in position order, then close: later adds are refused.
@@ -139,16 +148,16 @@ class PendingAcks:
         entries = sorted(self._acks.items())
         self._acks.clear()
         handler = self.remove_handler
-        for position, (batch_size, key_hash) in entries:
+        for position, (batch_size, key_hash, _sent) in entries:
             callback(position, batch_size, key_hash)
             if handler is not None:
                 handler(self.consumer, position, key_hash, True)
 
     def unacked_messages(self) -> int:
-        return sum(size for size, _h in self._acks.values())
+        return sum(value[0] for value in self._acks.values())
 
     def check_invariants(self) -> None:
         if self.closed:
             assert not self._acks, "a closed pending-acks map still holds entries"
-        for position, (batch_size, _key_hash) in self._acks.items():
+        for position, (batch_size, _key_hash, _sent) in self._acks.items():
             assert batch_size >= 1, f"pending entry {position} has batch size {batch_size}"

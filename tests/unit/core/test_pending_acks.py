@@ -42,7 +42,7 @@ def test_add_pending_ack_if_allowed_adds_ack_when_allowed() -> None:
     acks, _ = new_map(allow=True)
     assert acks.add_if_allowed(Position(1, 1), 1, 123)
     assert Position(1, 1) in acks
-    assert acks.get(Position(1, 1)) == (1, 123)
+    assert acks.get(Position(1, 1)) == (1, 123, 0)
     acks.check_invariants()
 
 
@@ -110,7 +110,7 @@ def test_for_each_and_close_hands_each_entry_over_before_its_remove_handler_runs
 def test_remove_removes_pending_ack() -> None:
     acks, _ = new_map()
     acks.add_if_allowed(Position(1, 1), 2, 123)
-    assert acks.remove(Position(1, 1)) == (2, 123)
+    assert acks.remove(Position(1, 1)) == (2, 123, 0)
     assert Position(1, 1) not in acks and len(acks) == 0
     assert acks.remove(Position(1, 1)) is None  # already removed
 

@@ -29,6 +29,21 @@ from magnetar.core.consumers import Consumer
 from magnetar.core.draining_hashes import DrainingHashesTracker
 from magnetar.core.errors import NotAllowedError
 from magnetar.core.events import Entry, KeySharedMeta
+from magnetar.core.explain import (
+    CONSUMER_BLOCKED_ON_UNACKED,
+    DELAYED,
+    DRAINING,
+    IN_REPLAY_QUEUE,
+    LOOK_AHEAD_LIMIT,
+    NO_CONSUMER_FOR_HASH,
+    NO_CONSUMERS,
+    NO_PERMITS,
+    RECENTLY_JOINED,
+    SUBSCRIPTION_BLOCKED_ON_UNACKED,
+    DrainingState,
+    HashExplanation,
+    PendingMessage,
+)
 from magnetar.core.positions import EARLIEST, Position, PositionRangeSet
 from magnetar.core.selectors import (
     ConsistentHashingSelector,
@@ -39,6 +54,7 @@ from magnetar.core.selectors import (
     StickyKeyConsumerSelector,
 )
 from magnetar.core.settings import DispatcherSettings
+from magnetar.core.sticky_key import key_hash as hash_of_key
 from magnetar.core.dispatchers.shared import NORMAL, Group, SharedDispatcher
 
 __all__ = ["KeySharedDispatcher"]
@@ -157,7 +173,7 @@ class KeySharedDispatcher(SharedDispatcher):
                 gained_starts = [r[0] for r in gained]
                 if not lost and not gained:
                     continue
-                for _size, key_hash in list(other.pending_acks.values()):
+                for _size, key_hash, _sent in list(other.pending_acks.values()):
                     sticky_hash = slot(key_hash)
                     if lost and _in_ranges(lost_starts, lost, sticky_hash):
                         draining.add_entry(other, sticky_hash)
@@ -397,7 +413,11 @@ class KeySharedDispatcher(SharedDispatcher):
     ) -> dict[str, object]:
         stats = super().consumer_stats(consumer)
         mine_ranges = (ranges if ranges is not None else self.selector.ranges_by_consumer()).get(consumer, [])
-        stats["keyHashRangeArrays"] = [[start, end] for start, end in mine_ranges]
+        if self.ordering_mode == "classic":
+            # Pulsar 4.0's classic implementation reports ranges as strings, the PIP-379 one as arrays.
+            stats["keyHashRanges"] = [f"[{start}, {end}]" for start, end in mine_ranges]
+        else:
+            stats["keyHashRangeArrays"] = [[start, end] for start, end in mine_ranges]
         if self.draining_required:
             mine = (draining_stats if draining_stats is not None else self.draining.stats_by_consumer()).get(consumer)
             stats["drainingHashesCount"] = mine.count if mine else 0
@@ -441,6 +461,106 @@ class KeySharedDispatcher(SharedDispatcher):
             stats["individuallySentPositions"] = self.individually_sent_positions().to_string(", ", ", ")
         return stats
 
+    def summary(self) -> dict[str, object]:
+        summary = super().summary()
+        if self.draining_required:
+            count, unacked, cleared = self.draining.totals()
+            summary["drainingHashesCount"] = count
+            summary["drainingHashesUnackedMessages"] = unacked
+            summary["drainingHashesClearedTotal"] = cleared
+        return summary
+
+    # ----------------------------------------------------------------------------------- queries
+
+    def _sticky_hash_of(self, key_hash: int) -> int | None:
+        return self._slot(key_hash)
+
+    def sticky_hash_of_key(self, key: bytes) -> tuple[int, int]:
+        """(key hash, sticky hash) of a message key under this subscription's selector."""
+        key_hash = hash_of_key(key)
+        return key_hash, self._slot(key_hash)
+
+    def explain_hash(self, sticky_hash: int, key_hash: int | None = None) -> HashExplanation:
+        """What decides, right now, whether messages of `sticky_hash` flow (`key_hash` only labels the
+        answer: every key of a hash waits for the same things).
+
+        Asks the questions `_assign` and `_replayable` ask, without their side effects: the draining
+        check is `blocks`, not `should_block`, so asking does not count as a blocked attempt.
+        """
+        slot = self._slot
+        owner = self.selector.select(sticky_hash) if self.consumers else None
+        reasons: list[str] = []
+        if not self.consumers:
+            reasons.append(NO_CONSUMERS)
+        elif owner is None:
+            reasons.append(NO_CONSUMER_FOR_HASH)
+        draining = None
+        if self.draining_required:
+            entry = self.draining.get_entry(sticky_hash)
+            if entry is not None:
+                draining = DrainingState(
+                    entry.consumer.consumer_id, entry.consumer.name, entry.ref_count, entry.blocked_count
+                )
+                if owner is not None and self.draining.blocks(owner, sticky_hash):
+                    reasons.append(DRAINING)
+        join_position = None
+        if owner is not None:
+            if owner.blocked_on_unacked:
+                reasons.append(CONSUMER_BLOCKED_ON_UNACKED)
+            elif self._available_permits(owner) <= 0:
+                reasons.append(NO_PERMITS)
+            if self._ordered:
+                join_position = self.recently_joined.get(owner)
+                if join_position is not None:
+                    reasons.append(RECENTLY_JOINED)
+        if self.blocked_on_unacked:
+            reasons.append(SUBSCRIPTION_BLOCKED_ON_UNACKED)
+        counts = self.redelivery_counts
+        pending = []
+        for consumer in self.consumers.values():
+            partial = consumer.partially_acked
+            for position, batch_size, pending_hash, sent_at_ms in consumer.pending_acks.entries():
+                if slot(pending_hash) == sticky_hash:
+                    pending.append(
+                        PendingMessage(
+                            consumer.consumer_id,
+                            consumer.name,
+                            position,
+                            batch_size,
+                            batch_size - partial.get(position, 0),
+                            pending_hash,
+                            sticky_hash,
+                            counts.get(position, 0),
+                            sent_at_ms,
+                        )
+                    )
+        replay = tuple((position, queued) for position, queued in self.replay.items() if slot(queued) == sticky_hash)
+        if replay:
+            reasons.append(IN_REPLAY_QUEUE)
+        if self._ordered and self.consumers and len(self.replay) >= self.look_ahead_limit():
+            reasons.append(LOOK_AHEAD_LIMIT)
+        delayed = tuple(
+            (position, held, at_ms) for (at_ms, position), held in self.delayed.items() if slot(held) == sticky_hash
+        )
+        if delayed:
+            reasons.append(DELAYED)
+        return HashExplanation(
+            sticky_hash=sticky_hash,
+            key_hash=key_hash,
+            ordering_mode=self.ordering_mode,
+            owner_id=owner.consumer_id if owner is not None else None,
+            owner_name=owner.name if owner is not None else None,
+            owner_available_permits=self._available_permits(owner) if owner is not None else 0,
+            owner_unacked_messages=owner.unacked_messages if owner is not None else 0,
+            draining=draining,
+            pending=tuple(pending),
+            replay=replay,
+            delayed=delayed,
+            owner_join_position=join_position,
+            mark_delete_position=self.mark_delete_position,
+            reasons=tuple(reasons),
+        )
+
     # -------------------------------------------------------------------------------- invariants
 
     def check_invariants(self) -> None:
@@ -458,7 +578,7 @@ class KeySharedDispatcher(SharedDispatcher):
         holder: dict[int, Consumer] = {}
         held: dict[tuple[int, int], int] = {}
         for consumer in self.consumers.values():
-            for _size, key_hash in consumer.pending_acks.values():
+            for _size, key_hash, _sent in consumer.pending_acks.values():
                 sticky_hash = slot(key_hash)
                 other = holder.setdefault(sticky_hash, consumer)
                 assert other is consumer, (

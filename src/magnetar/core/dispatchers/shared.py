@@ -18,6 +18,7 @@ from sortedcontainers import SortedDict
 
 from magnetar.core.consumers import Consumer
 from magnetar.core.errors import CoreError
+from magnetar.core.explain import PendingMessage
 from magnetar.core.events import (
     Acked,
     BatchIndexAcked,
@@ -256,18 +257,19 @@ class SharedDispatcher:
         replay = self.replay
         if not pending.closed and not self._add_veto_possible(is_replay):
             # Nothing could refuse an entry now (see `_add_veto_possible`): add them in one pass.
-            messages = pending.add_all(group)
+            messages = pending.add_all(group, self.now_ms)
             sent = [entry for entry, _key_hash in group]
             if is_replay:
                 for entry in sent:
                     replay.remove(entry.position)
         else:
             add_if_allowed = pending.add_if_allowed
+            now_ms = self.now_ms
             sent = []
             messages = 0
             for entry, key_hash in group:
                 position = entry.position
-                if add_if_allowed(position, entry.message_count, key_hash):
+                if add_if_allowed(position, entry.message_count, key_hash, now_ms):
                     sent.append(entry)
                     messages += entry.message_count
                     if is_replay:
@@ -424,7 +426,7 @@ class SharedDispatcher:
             # Acked by a consumer it is not pending on: it was redelivered to another one.
             owner = self._owner_of(event.consumer_id, position)
             if owner is not None:
-                batch_size, _hash = owner.pending_acks.remove(position)
+                batch_size = owner.pending_acks.remove(position)[0]
                 unblocked |= self._unacked_released(owner, batch_size - owner.partially_acked.pop(position, 0))
         if unblocked:
             self._read_more()
@@ -458,7 +460,7 @@ class SharedDispatcher:
         owner = self._owner_of(event.consumer_id, event.position)
         if owner is None:
             return
-        batch_size, _hash = owner.pending_acks.get(event.position)
+        batch_size = owner.pending_acks.get(event.position)[0]
         already = owner.partially_acked.get(event.position, 0)
         count = min(event.message_count, batch_size - already - 1)
         if count <= 0:
@@ -494,7 +496,7 @@ class SharedDispatcher:
         released = 0
         counts = self.redelivery_counts
         for position in positions:
-            batch_size, key_hash = pending.remove(position)
+            batch_size, key_hash, _sent = pending.remove(position)
             released += batch_size - consumer.partially_acked.pop(position, 0)
             counts[position] = counts.get(position, 0) + 1
             self.replay.add(position, key_hash)
@@ -550,6 +552,7 @@ class SharedDispatcher:
         }
 
     def stats(self) -> dict[str, object]:
+        """Pulsar's subscription stats this dispatcher knows; `consumers` follows `self.consumers` order."""
         consumers = [self.consumer_stats(c) for c in self.consumers.values()]
         return {
             "type": self.subscription_type,
@@ -560,6 +563,45 @@ class SharedDispatcher:
             "msgOutCounter": sum(c["msgOutCounter"] for c in consumers),
             "consumers": consumers,
         }
+
+    def summary(self) -> dict[str, object]:
+        """The subscription-wide counters of `stats()` without the per-consumer work: what a metrics
+        scrape reads for every subscription."""
+        return {
+            "msgInReplay": len(self.replay),
+            "msgDelayed": len(self.delayed),
+            "unackedMessages": self.total_unacked,
+            "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
+        }
+
+    # ------------------------------------------------------------------------------------ queries
+
+    def _sticky_hash_of(self, key_hash: int) -> int | None:
+        """The hash a selector routes `key_hash` by; Shared routes by none."""
+        return None
+
+    def pending_messages(self) -> list[PendingMessage]:
+        """Every consumer's pending messages: consumers in join order, each in position order."""
+        counts = self.redelivery_counts
+        sticky_hash_of = self._sticky_hash_of
+        found = []
+        for consumer in self.consumers.values():
+            partial = consumer.partially_acked
+            for position, batch_size, key_hash, sent_at_ms in consumer.pending_acks.entries():
+                found.append(
+                    PendingMessage(
+                        consumer.consumer_id,
+                        consumer.name,
+                        position,
+                        batch_size,
+                        batch_size - partial.get(position, 0),
+                        key_hash,
+                        sticky_hash_of(key_hash),
+                        counts.get(position, 0),
+                        sent_at_ms,
+                    )
+                )
+        return found
 
     # ---------------------------------------------------------------------------------- invariants
 
