@@ -331,18 +331,20 @@ class ServerConnection:
     async def _on_subscribe(self, request: Any) -> None:
         try:
             subscription_type = _SUB_TYPES[request.subType]
-            if subscription_type not in self.service.subscription_types_enabled:
-                raise _NotAllowed(f"{subscription_type} subscriptions are disabled on this broker")
+            name = TopicName.parse(request.topic)
+            if not self.service.subscription_type_allowed(name, subscription_type):
+                raise _NotAllowed(f"{subscription_type} subscriptions are disabled for {name.namespace_name}")
             if request.consumer_id in self.consumers:
                 self.write(commands.success(request.request_id))
                 return
-            name = TopicName.parse(request.topic)
             topic = await self.service.get_topic(name, create=request.force_topic_creation)
             start = _position(request.start_message_id) if request.HasField("start_message_id") else None
             initial = "earliest" if request.initialPosition == 1 else "latest"
             subscription = await topic.subscribe(request.subscription, request.durable, initial, start)
             meta = None
-            if subscription_type == "Key_Shared":
+            # An Exclusive consumer may declare STICKY ranges too: a reader with key hash ranges.
+            declares_ranges = subscription_type == "Exclusive" and request.HasField("keySharedMeta")
+            if subscription_type == "Key_Shared" or declares_ranges:
                 ksm = request.keySharedMeta
                 meta = KeySharedMeta(
                     "STICKY" if ksm.keySharedMode == 1 else "AUTO_SPLIT",

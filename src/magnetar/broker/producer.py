@@ -1,7 +1,8 @@
 """A producer on a connection: appends its SENDs and answers with receipts in send order.
 
 Owns: the pipeline of one producer (append, wait for durability, SEND_RECEIPT strictly in order),
-deduplication by sequence id when `brokerDeduplicationEnabled`, and SEND_ERROR replies.
+deduplication by sequence id when the topic has it on (`PersistentTopic.deduplication_enabled`), and
+SEND_ERROR replies.
 Must not touch: the ledger's internals or other producers.
 """
 
@@ -49,7 +50,7 @@ class ServerProducer:
         hash, message count, publish time), with one storage call; receipts follow in send order once
         each SEND and every earlier one are answered."""
         topic = self.topic
-        dedup = topic.service.config["brokerDeduplicationEnabled"]
+        dedup = topic.deduplication_enabled
         accepted = []
         for send in sends:
             sequence_id, highest = send[0], send[1]
@@ -80,7 +81,7 @@ class ServerProducer:
         """Send every receipt that is due, in order, in one write."""
         pending = self._pending
         receipts: list[bytes] = []
-        dedup = self.topic.service.config["brokerDeduplicationEnabled"]
+        dedup = self.topic.deduplication_enabled
         while pending and pending[0][2].done():
             sequence_id, highest, future, index = pending.popleft()
             if self.closed:

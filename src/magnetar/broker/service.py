@@ -2,6 +2,8 @@
 
 Owns: opening the data directory, finding or creating topics (auto-creation, partitioned topics served
 as `-partition-N`), what a lookup answers, the topics of a namespace, and the clean shutdown of storage.
+Also the operations of the admin API that span topics (clusters, tenants, namespaces and their policies,
+creating, deleting and unloading topics) and how namespace and topic policies apply to loaded topics.
 Must not touch: the wire (connections) or ordering (the core).
 """
 
@@ -11,20 +13,30 @@ import asyncio
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.topic import PersistentTopic, delayed_delivery_path, schema_path
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.settings import DispatcherSettings
 from magnetar.storage import ManagedLedgerFactory
+from magnetar.storage.metadata import NotFoundError
 
-__all__ = ["BrokerService", "TopicNotFoundError"]
+__all__ = ["BrokerService", "NamespaceNotEmptyError", "TopicBusyError", "TopicNotFoundError"]
 
 log = logging.getLogger(__name__)
 
 
 class TopicNotFoundError(Exception):
     server_error = "TopicNotFound"
+
+
+class TopicBusyError(Exception):
+    """A topic with producers or consumers cannot be deleted without force."""
+
+
+class NamespaceNotEmptyError(Exception):
+    """A namespace (or a tenant's namespaces) still holds topics and is not deleted without force."""
 
 
 class BrokerService:
@@ -37,6 +49,8 @@ class BrokerService:
         self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
         self.subscription_types_enabled = config.subscription_types_enabled()
         self._expiry: asyncio.Task[None] | None = None
+        # Topics whose deletion is under way: nobody may load (and so re-create) them meanwhile.
+        self._deleting: set[str] = set()
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -105,28 +119,38 @@ class BrokerService:
         tenant = namespace.split("/", 1)[0]
         return tenant in self.metadata.tenants() and namespace in self.metadata.namespaces(tenant)
 
-    async def get_topic(self, name: TopicName, create: bool = True) -> PersistentTopic:
+    async def get_topic(self, name: TopicName, create: bool = True, explicit: bool = False) -> PersistentTopic:
+        """The loaded topic, loading it; a topic that does not exist is created when `create` and either
+        auto-creation is on, the caller creates it `explicit`ly (the admin API), or it is a partition
+        of a declared partitioned topic (which exists as soon as its partitioned topic does)."""
         key = str(name)
         topic = self.topics.get(key)
         if topic is not None:
             return topic
+        if key in self._deleting:
+            raise TopicNotFoundError(f"Topic {key} is being deleted")
         loading = self._loading.get(key)
         if loading is not None:
             return await asyncio.shield(loading)
         exists = key in self.storage.topics()
         if not exists:
-            if not (create and self.config["allowAutoTopicCreation"]):
+            if not create:
                 raise TopicNotFoundError(f"Topic {key} does not exist")
             if not self.namespace_exists(name.namespace_name):
                 raise TopicNotFoundError(f"Namespace {name.namespace_name} does not exist")
-            if self.partitions(name.partitioned_base) == 0 and name.partition_index >= 0:
-                raise TopicNotFoundError(f"{name.partitioned_base} is not a partitioned topic")
+            if name.partition_index >= 0:
+                if self.partitions(name.partitioned_base) == 0:
+                    raise TopicNotFoundError(f"{name.partitioned_base} is not a partitioned topic")
+            elif not (explicit or self.config["allowAutoTopicCreation"]):
+                raise TopicNotFoundError(f"Topic {key} does not exist")
         future: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[key] = future
         try:
             ledger = await self.storage.open_ledger(key)
+            # Before anything else runs: the ledger's first trim is already scheduled.
+            ledger.set_retention(self.retention_policy(name))
             topic = PersistentTopic(self, name, ledger)
-            if self.config["brokerDeduplicationEnabled"]:
+            if topic.deduplication_enabled:
                 await topic.restore_deduplication()
             self.topics[key] = topic
             future.set_result(topic)
@@ -146,3 +170,172 @@ class BrokerService:
             count = self.metadata.partitioned_topic_metadata(base)
             names.update(f"{base}-partition-{i}" for i in range(count))
         return sorted(names)
+
+    # ------------------------------------------------------------------------------ policies
+    # Pulsar's precedence: a topic's own policy, else its namespace's, else the broker's setting.
+
+    def _namespace_policy(self, namespace: str, key: str) -> Any:
+        record = self.metadata.get(f"/admin/policies/{namespace}")
+        return None if record is None else record[0].get(key)
+
+    def topic_policies(self, name: TopicName) -> dict[str, Any]:
+        """The topic-level policies of a topic (a partition has its partitioned topic's)."""
+        record = self.metadata.get(_topic_policies_path(name.partitioned_base))
+        return {} if record is None else dict(record[0])
+
+    def deduplication_enabled(self, name: TopicName) -> bool:
+        enabled = self.topic_policies(name).get("deduplicationEnabled")
+        if enabled is None:
+            enabled = self._namespace_policy(name.namespace_name, "deduplicationEnabled")
+        if enabled is None:
+            enabled = self.config["brokerDeduplicationEnabled"]
+        return bool(enabled)
+
+    def retention_policy(self, name: TopicName) -> tuple[int, int] | None:
+        """The namespace's retention as (minutes, megabytes), None for the broker's defaults."""
+        retention = self._namespace_policy(name.namespace_name, "retention_policies")
+        if retention is None:
+            return None
+        return int(retention["retentionTimeInMinutes"]), int(retention["retentionSizeInMB"])
+
+    def subscription_type_allowed(self, name: TopicName, subscription_type: str) -> bool:
+        """subscriptionTypesEnabled: the namespace's set when it has one, else the broker's."""
+        enabled = self._namespace_policy(name.namespace_name, "subscription_types_enabled")
+        return subscription_type in (set(enabled) if enabled else self.subscription_types_enabled)
+
+    async def _apply_policies(self, loaded: list[PersistentTopic]) -> None:
+        for topic in loaded:
+            topic.ledger.set_retention(self.retention_policy(topic.name))
+            await topic.set_deduplication(self.deduplication_enabled(topic.name))
+
+    async def set_namespace_policies(self, namespace: str, changes: dict[str, Any]) -> None:
+        """Change some of a namespace's policies (a value of None removes one), then apply them to the
+        namespace's loaded topics."""
+        policies = dict(self.metadata.namespace_policies(namespace))
+        for key, value in changes.items():
+            if value is None:
+                policies.pop(key, None)
+            else:
+                policies[key] = value
+        await self.metadata.set_namespace_policies(namespace, policies)
+        await self._apply_policies([t for t in self.topics.values() if t.name.namespace_name == namespace])
+
+    async def set_topic_policies(self, name: TopicName, changes: dict[str, Any]) -> None:
+        """Change a topic's own policies (None removes one), for it and, if partitioned, its partitions."""
+        path = _topic_policies_path(name)
+        policies = self.topic_policies(name)
+        for key, value in changes.items():
+            if value is None:
+                policies.pop(key, None)
+            else:
+                policies[key] = value
+        if policies:
+            await self.metadata.put(path, policies)
+        elif self.metadata.get(path) is not None:
+            await self.metadata.delete(path)
+        await self._apply_policies([t for t in self.topics.values() if t.name.partitioned_base == name])
+
+    # ------------------------------------------------------------------------------ admin operations
+    # The admin API checks its preconditions (existence, names, bodies) and calls these to change state.
+
+    async def create_cluster(self, cluster: str, data: dict[str, Any]) -> None:
+        await self.metadata.create_cluster(cluster, data)
+
+    async def update_cluster(self, cluster: str, data: dict[str, Any]) -> None:
+        path = f"/admin/clusters/{cluster}"
+        record = self.metadata.get(path)
+        if record is None:
+            raise NotFoundError(f"{path}: not found")
+        await self.metadata.put(path, data, expected_version=record[1])
+
+    async def create_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        await self.metadata.create_tenant(tenant, info)
+
+    async def update_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        path = f"/admin/policies/{tenant}"
+        record = self.metadata.get(path)
+        if record is None:
+            raise NotFoundError(f"{path}: not found")
+        await self.metadata.put(path, info, expected_version=record[1])
+
+    async def delete_tenant(self, tenant: str, force: bool) -> None:
+        namespaces = self.metadata.namespaces(tenant)
+        if namespaces and not force:
+            raise NamespaceNotEmptyError("The tenant still has active namespaces")
+        for namespace in namespaces:
+            await self.delete_namespace(namespace, force=True)
+        await self.metadata.delete_tenant(tenant)
+
+    async def create_namespace(self, namespace: str, policies: dict[str, Any]) -> None:
+        await self.metadata.create_namespace(namespace, policies)
+
+    async def delete_namespace(self, namespace: str, force: bool) -> None:
+        partitioned = self.metadata.partitioned_topics(namespace)
+        topics = self.topics_of_namespace(namespace)
+        if (partitioned or topics) and not force:
+            raise NamespaceNotEmptyError("Cannot delete non empty namespace")
+        for base in partitioned:
+            await self.delete_partitioned_topic(TopicName.parse(base), force=True)
+        for topic in self.topics_of_namespace(namespace):
+            await self.delete_topic(TopicName.parse(topic), force=True)
+        await self.metadata.delete_namespace(namespace)
+
+    async def create_topic(self, name: TopicName) -> PersistentTopic:
+        """A non-partitioned topic (or a partition), created now rather than on first use."""
+        return await self.get_topic(name, create=True, explicit=True)
+
+    async def delete_topic(self, name: TopicName, force: bool) -> None:
+        """Delete a topic's entries, cursors and records; with `force` its clients are closed first
+        (they may re-create it when they reconnect, as in Pulsar), without it a topic in use is refused."""
+        key = str(name)
+        topic = self.topics.get(key)
+        if topic is not None and topic.has_clients() and not force:
+            raise TopicBusyError("Topic has active producers/subscriptions")
+        self._deleting.add(key)
+        try:
+            if topic is not None:
+                topic.close_clients()
+                del self.topics[key]
+            for path in (schema_path(name), delayed_delivery_path(name), _topic_policies_path(name)):
+                if self.metadata.get(path) is not None:
+                    await self.metadata.delete(path)
+            if key in self.storage.topics():
+                await self.storage.delete_ledger(key)
+        finally:
+            self._deleting.discard(key)
+
+    async def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
+        await self.metadata.create_partitioned_topic(str(name), partitions)
+
+    async def update_partitioned_topic(self, name: TopicName, partitions: int) -> None:
+        await self.metadata.update_partitioned_topic(str(name), partitions)
+
+    async def delete_partitioned_topic(self, name: TopicName, force: bool) -> None:
+        """Delete every partition (all or none when some are in use and not `force`), then the metadata."""
+        partitions = [name.partition(i) for i in range(self.partitions(name))]
+        if not force:
+            for partition in partitions:
+                topic = self.topics.get(str(partition))
+                if topic is not None and topic.has_clients():
+                    raise TopicBusyError("Topic has active producers/subscriptions")
+        for partition in partitions:
+            await self.delete_topic(partition, force=True)
+        if self.metadata.get(_topic_policies_path(name)) is not None:
+            await self.metadata.delete(_topic_policies_path(name))
+        await self.metadata.delete_partitioned_topic(str(name))
+
+    async def unload_topic(self, name: TopicName) -> None:
+        """Close a loaded topic: its clients reconnect and load it again from storage, as after a
+        restart. Readers' cursors go with it (they are never persisted)."""
+        topic = self.topics.pop(str(name), None)
+        if topic is None:
+            return
+        topic.close_clients()
+        for subscription in list(topic.subscriptions.values()):
+            if not subscription.durable:
+                await topic.ledger.delete_cursor(subscription.name)
+
+
+def _topic_policies_path(name: TopicName) -> str:
+    return f"/topic-policies/{name.tenant}/{name.namespace}/{name.domain}/{name.local}"
+

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from magnetar.core.dispatchers import Dispatcher, new_dispatcher
 from magnetar.core.errors import ConsumerBusyError
 from magnetar.core.events import (
+    AckFiltered,
     Acked,
     ActiveConsumerChanged,
     BatchIndexAcked,
@@ -253,6 +254,11 @@ class PersistentSubscription:
             elif kind is ActiveConsumerChanged:
                 for consumer_id, consumer in self.consumers.items():
                     consumer.send_active_change(consumer_id == decision.active_consumer_id)
+            elif kind is AckFiltered:
+                # Outside the key hash ranges of a reader: the cursor moves past them as if acked.
+                before = self.cursor.mark_delete_position
+                self.cursor.delete(list(decision.positions))
+                self._mark_delete_moved(before)
 
     def _arm_wakeup(self, at_ms: int) -> None:
         if self._wakeup is not None and self._wakeup_at_ms is not None and self._wakeup_at_ms <= at_ms:
@@ -357,6 +363,42 @@ class PersistentSubscription:
             and self.topic.service.config["delayedDeliveryEnabled"]
         )
 
+    # ------------------------------------------------------------------ admin operations (issue 5)
+    # What an operator does to a subscription over the admin API. Each moves the cursor the way a
+    # consumer's ack or seek would, so the dispatcher learns of it through the same events.
+
+    def nth_unacked_position(self, n: int) -> Position | None:
+        """The n-th entry (from 1) after the mark-delete position that is not acknowledged: what Pulsar's
+        peekNthMessage and skipMessages count. None when the backlog holds fewer."""
+        cursor, ledger = self.cursor, self.topic.ledger
+        position = cursor.mark_delete_position
+        remaining = n
+        for lower, upper in cursor.individually_deleted.ranges():
+            gap = ledger.count_entries(position, lower)
+            if remaining <= gap:
+                return _entry_after(ledger, position, remaining)
+            remaining -= gap
+            position = upper
+        if remaining <= ledger.count_entries(position, ledger.last_confirmed_entry):
+            return _entry_after(ledger, position, remaining)
+        return None
+
+    def skip_messages(self, n: int) -> None:
+        """skip: the next n unacknowledged entries count as acknowledged (all of them if fewer)."""
+        target = self.nth_unacked_position(n)
+        self.skip_to(target if target is not None else self.topic.ledger.last_confirmed_entry)
+
+    def skip_all(self) -> None:
+        """skip_all (clear backlog): everything stored so far counts as acknowledged."""
+        self.skip_to(self.topic.ledger.last_confirmed_entry)
+
+    async def reset_cursor(self, position: Position) -> None:
+        """resetCursor: consumers are closed first (they re-subscribe), so no dispatcher holds the old
+        positions when the cursor moves; then everything before `position` counts as acknowledged and
+        nothing from it on, as a seek does."""
+        self.disconnect_consumers()
+        await self.cursor.reset(position)
+
     # ------------------------------------------------------------------------------ stats
 
     def stats(self) -> dict[str, Any]:
@@ -364,3 +406,18 @@ class PersistentSubscription:
         base["isDurable"] = self.durable
         base["msgBacklog"] = self.cursor.number_of_entries_in_backlog()
         return base
+
+
+def _entry_after(ledger: Any, position: Position, count: int) -> Position | None:
+    """The `count`-th stored entry after `position` (count >= 1), walking the ledgers' entry counts."""
+    for info in ledger.ledgers:
+        if info.ledger_id < position[0] or not info.entries:
+            continue
+        first = position[1] + 1 if info.ledger_id == position[0] else 0
+        available = info.entries - first
+        if available <= 0:
+            continue
+        if count <= available:
+            return Position(info.ledger_id, first + count - 1)
+        count -= available
+    return None

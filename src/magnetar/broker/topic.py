@@ -24,7 +24,15 @@ if TYPE_CHECKING:
     from magnetar.broker.producer import ServerProducer
     from magnetar.broker.service import BrokerService
 
-__all__ = ["PersistentTopic", "ProducerBusyError", "ProducerFencedError"]
+__all__ = [
+    "PersistentTopic",
+    "ProducerBusyError",
+    "ProducerFencedError",
+    "SubscriptionBusyError",
+    "SubscriptionExistsError",
+    "delayed_delivery_path",
+    "schema_path",
+]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +48,24 @@ class ProducerBusyError(Exception):
 
 class ProducerFencedError(Exception):
     server_error = "ProducerFenced"
+
+
+def schema_path(name: TopicName) -> str:
+    """The metadata record of a topic's schema."""
+    return f"/schemas/{name.tenant}/{name.namespace}/{name.domain}/{name.local}"
+
+
+def delayed_delivery_path(name: TopicName) -> str:
+    """The metadata record noting that a topic received delayed messages."""
+    return f"/delayed-delivery/{name.tenant}/{name.namespace}/{name.domain}/{name.local}"
+
+
+class SubscriptionExistsError(Exception):
+    """An operator creates a subscription that exists already."""
+
+
+class SubscriptionBusyError(Exception):
+    """An operator deletes a subscription that has consumers, without force."""
 
 
 class PersistentTopic:
@@ -66,6 +92,8 @@ class PersistentTopic:
         # appending): Pulsar's highestSequencedPersisted / highestSequencedPushed.
         self.sequence_persisted: dict[str, int] = {}
         self.sequence_pushed: dict[str, int] = {}
+        # brokerDeduplicationEnabled, unless the namespace's or the topic's policy says otherwise.
+        self.deduplication_enabled = service.deduplication_enabled(name)
         self._exclusive_waiters: deque[asyncio.Future[None]] = deque()
         for name_ in ledger.cursors:
             cursor = ledger.cursors[name_]
@@ -128,25 +156,37 @@ class PersistentTopic:
                 if entry.sequence_id > highest.get(entry.producer_name, -1):
                     highest[entry.producer_name] = entry.sequence_id
             position = ledger.next_valid_position(entries[-1].position)
-        self.sequence_persisted.update(highest)
-        self.sequence_pushed.update(highest)
+        # Merged, not replaced: when deduplication is switched on at run time, producers may have
+        # appended beyond what this scan saw.
+        for producer_name, sequence_id in highest.items():
+            for known in (self.sequence_persisted, self.sequence_pushed):
+                known[producer_name] = max(known.get(producer_name, -1), sequence_id)
 
     async def expire_messages(self, ttl_seconds: int, now_ms: int) -> None:
         """Message TTL: every subscription skips what was published more than `ttl_seconds` ago."""
-        first_alive = await self.ledger.find_first_published_at_or_after(now_ms - ttl_seconds * 1000)
-        expired_up_to = self.ledger.previous_position(first_alive)
+        expired_up_to = await self._expired_up_to(ttl_seconds, now_ms)
         for subscription in list(self.subscriptions.values()):
             if expired_up_to > subscription.cursor.mark_delete_position:
                 subscription.skip_to(expired_up_to)
 
+    async def _expired_up_to(self, ttl_seconds: int, now_ms: int) -> Position:
+        first_alive = await self.ledger.find_first_published_at_or_after(now_ms - ttl_seconds * 1000)
+        return self.ledger.previous_position(first_alive)
+
+    async def set_deduplication(self, enabled: bool) -> None:
+        """A deduplication policy changed: switching on rebuilds the producers' sequence ids first."""
+        if enabled and not self.deduplication_enabled:
+            await self.restore_deduplication()
+        self.deduplication_enabled = enabled
+
     def last_sequence_id(self, producer_name: str) -> int:
-        if not self.service.config["brokerDeduplicationEnabled"]:
+        if not self.deduplication_enabled:
             return -1
         return self.sequence_persisted.get(producer_name, -1)
 
     @property
     def _delayed_path(self) -> str:
-        return f"/delayed-delivery/{self.name.tenant}/{self.name.namespace}/{self.name.domain}/{self.name.local}"
+        return delayed_delivery_path(self.name)
 
     def note_delayed_delivery(self) -> asyncio.Future[int] | None:
         """A message with deliver_at_time arrived: reads look for it from now on (set before the append,
@@ -158,7 +198,7 @@ class PersistentTopic:
 
     @property
     def _schema_path(self) -> str:
-        return f"/schemas/{self.name.tenant}/{self.name.namespace}/{self.name.domain}/{self.name.local}"
+        return schema_path(self.name)
 
     async def set_schema(self, schema: Schema) -> None:
         """Keep the schema a producer declares (the first one; later ones are not checked for
@@ -217,3 +257,55 @@ class PersistentTopic:
 
     def last_message_id(self) -> Position:
         return self.ledger.last_confirmed_entry
+
+    # ------------------------------------------------------------------ admin operations (issue 5)
+
+    def has_clients(self) -> bool:
+        """Producers or consumers are connected: a topic Pulsar will not delete without `force`."""
+        return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
+
+    def close_clients(self) -> None:
+        """Close every producer and consumer the way a broker does (they reconnect on their own)."""
+        for producer in list(self.producers.values()):
+            producer.close_by_broker()
+        for subscription in list(self.subscriptions.values()):
+            subscription.disconnect_consumers()
+
+    async def create_subscription(self, name: str, start: Position) -> PersistentSubscription:
+        """A durable subscription with no consumer, its cursor at `start` (Pulsar creates it at the
+        latest position, then resets it). Raises SubscriptionExistsError."""
+        if name in self.subscriptions:
+            raise SubscriptionExistsError(f"Subscription {name} already exists for topic {self.name}")
+        cursor = await self.ledger.open_cursor(name, "latest")
+        subscription = PersistentSubscription(self, name, cursor)
+        self.subscriptions[name] = subscription
+        if start != self.ledger.next_valid_position(self.ledger.last_confirmed_entry):
+            await subscription.reset_cursor(start)
+        return subscription
+
+    async def delete_subscription(self, name: str, force: bool) -> None:
+        """Unsubscribe on an operator's behalf; without `force` only a subscription nobody consumes."""
+        subscription = self.subscriptions[name]
+        if subscription.consumers and not force:
+            raise SubscriptionBusyError("Subscription has active connected consumers")
+        await self.unsubscribe(name)
+
+    async def expire_messages_of(self, subscription: PersistentSubscription, ttl_seconds: int, now_ms: int) -> None:
+        """expireMessages: one subscription skips what was published more than `ttl_seconds` ago."""
+        expired_up_to = await self._expired_up_to(ttl_seconds, now_ms)
+        if expired_up_to > subscription.cursor.mark_delete_position:
+            subscription.skip_to(expired_up_to)
+
+    def position_at_or_after(self, position: tuple[int, int]) -> Position:
+        """Where a cursor given `position` goes, as Pulsar's resetCursor normalises it: the earliest
+        sentinel or a negative ledger id means the first stored entry, the latest sentinel or anything
+        past the end means after the last one, and a position that is not stored means the next one."""
+        ledger = self.ledger
+        end = ledger.next_valid_position(ledger.last_confirmed_entry)
+        first = ledger.first_position()
+        ledger_id, entry_id = position
+        if ledger_id < 0:
+            return first
+        target = ledger.next_valid_position(Position(ledger_id, max(entry_id, 0) - 1))
+        return max(first, min(target, end))
+

@@ -99,6 +99,9 @@ class ManagedLedger:
         self._ledgers: dict[int, LedgerInfo] = {info.ledger_id: info for info in ledgers}
         self._ledger_ids: list[int] = [info.ledger_id for info in ledgers]
         self.cursors: dict[str, ManagedCursor] = {}
+        # A namespace's retention policy for this topic, (minutes, megabytes), set by the broker; None
+        # keeps defaultRetentionTimeInMinutes / defaultRetentionSizeInMB.
+        self.retention: tuple[int, int] | None = None
         self._pending: deque[PendingAppend] = deque()
         # Appended since the last hand-off to the commit thread: Records (`append`), Runs (`append_many`).
         self._unsubmitted: list[Record | Run] = []
@@ -671,11 +674,20 @@ class ManagedLedger:
 
     # ------------------------------------------------------------------ retention
 
+    def set_retention(self, retention: tuple[int, int] | None) -> None:
+        """Retention of consumed ledgers as (minutes, megabytes), -1 meaning unlimited; None for the
+        broker's defaults. A shorter retention takes effect at once."""
+        self.retention = retention
+        self.factory.schedule_trim(self)
+
     def trim(self) -> None:
         """Delete closed ledgers every durable cursor has passed, as far as retention allows."""
         config = self.config
-        time_minutes = config.defaultRetentionTimeInMinutes
-        size_mb = config.defaultRetentionSizeInMB
+        if self.retention is None:
+            time_minutes = config.defaultRetentionTimeInMinutes
+            size_mb = config.defaultRetentionSizeInMB
+        else:
+            time_minutes, size_mb = self.retention
         if time_minutes < 0 and size_mb < 0:
             return
         durable = [c.mark_delete_position for c in self.cursors.values() if c.durable]
