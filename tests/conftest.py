@@ -108,6 +108,15 @@ def broker(broker_factory) -> BrokerProcess:
     return broker_factory()
 
 
+@pytest.fixture(scope="module")
+def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One default broker for a whole test module whose tests do not interfere (each uses its own names)."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("module-broker") / "data", {})
+    broker.start()
+    yield broker
+    broker.stop()
+
+
 @pytest.fixture
 def client_factory():
     """Official clients, closed at the end of the test."""
