@@ -1,9 +1,536 @@
-"""Admin routes: clusters."""
+"""Admin routes: clusters, tenants and namespaces with their policies, at Pulsar's `/admin/v2` paths.
+
+Owns: validating what an operator asks (names, bodies, existence, the tenant's clusters) and answering
+with Pulsar's JSON shapes, status codes and reasons. Must not touch: state, except through the broker
+service's methods (`BrokerService.create_tenant`, `set_namespace_policies`, ...); topics (topics.py).
+
+A policy that was never set reads as 204 No Content, as Pulsar's handlers answer a null value.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import re
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-__all__ = ["router"]
+from fastapi import APIRouter, Body, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
 
-router = APIRouter()
+from magnetar.admin.errors import RestError, conflict, error_responses, not_found, precondition_failed
+from magnetar.broker.service import BrokerService, NamespaceNotEmptyError
+from magnetar.storage.metadata import AlreadyExistsError
+
+__all__ = [
+    "ClusterData",
+    "NamespacePolicies",
+    "RetentionPolicies",
+    "TenantInfo",
+    "router",
+    "check_namespace",
+    "check_tenant",
+]
+
+router = APIRouter(prefix="/admin/v2")
+
+# Pulsar's NamedEntity rule for tenant, namespace and cluster names.
+_NAME = re.compile(r"^[-=:.A-Za-z0-9_]+$")
+SubscriptionType = Literal["Exclusive", "Shared", "Failover", "Key_Shared"]
+# Jackson reads these into Java ints; larger numbers are unreadable bodies (400).
+Int32 = Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1)]
+Int64 = Annotated[int, Field(strict=True, ge=-(2**63), le=2**63 - 1)]
+
+_NO_CONTENT = {204: {"description": "Done"}}
+_UNSET = {204: {"description": "The policy is not set"}}
+
+
+def _service(request: Request) -> BrokerService:
+    return request.app.state.service
+
+
+# ------------------------------------------------------------------------------------- models
+
+
+class ClusterData(BaseModel):
+    """Pulsar's ClusterData (the fields magnetar keeps); unknown fields are ignored, as Jackson does."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    serviceUrl: str | None = None
+    serviceUrlTls: str | None = None
+    brokerServiceUrl: str | None = None
+    brokerServiceUrlTls: str | None = None
+    proxyServiceUrl: str | None = None
+    proxyProtocol: str | None = None
+    authenticationPlugin: str | None = None
+    authenticationParameters: str | None = None
+    listenerName: str | None = None
+    peerClusterNames: list[str] | None = None
+    brokerClientTlsEnabled: bool | None = None
+    tlsAllowInsecureConnection: bool | None = None
+
+
+class TenantInfo(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    adminRoles: list[str] = []
+    allowedClusters: list[str] = []
+
+
+class RetentionPolicies(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    retentionTimeInMinutes: Int32 = 0
+    retentionSizeInMB: Int64 = 0
+
+
+class AuthPolicies(BaseModel):
+    namespace_auth: dict[str, list[str]] = {}
+    destination_auth: dict[str, dict[str, list[str]]] = {}
+    subscription_auth_roles: dict[str, list[str]] = {}
+
+
+class BundlesData(BaseModel):
+    boundaries: list[str]
+    numBundles: int
+
+
+class NamespacePolicies(BaseModel):
+    """Pulsar's Policies as magnetar answers them: the policies it has, with Pulsar's names and defaults."""
+
+    auth_policies: AuthPolicies
+    replication_clusters: list[str]
+    bundles: BundlesData
+    backlog_quota_map: dict[str, Any]
+    clusterDispatchRate: dict[str, Any]
+    topicDispatchRate: dict[str, Any]
+    subscriptionDispatchRate: dict[str, Any]
+    replicatorDispatchRate: dict[str, Any]
+    clusterSubscribeRate: dict[str, Any]
+    publishMaxMessageRate: dict[str, Any]
+    latency_stats_sample_rate: dict[str, int]
+    message_ttl_in_seconds: int | None = None
+    retention_policies: RetentionPolicies | None = None
+    deduplicationEnabled: bool | None = None
+    deleted: bool
+    encryption_required: bool
+    subscription_auth_mode: str
+    schema_compatibility_strategy: str
+    schema_auto_update_compatibility_strategy: str
+    schema_validation_enforced: bool
+    subscription_types_enabled: list[str]
+    properties: dict[str, str]
+
+
+class NamespaceCreation(BaseModel):
+    """The Policies body of a namespace creation: the policies magnetar honours; others are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    replication_clusters: list[str] | None = None
+    message_ttl_in_seconds: Int32 | None = None
+    retention_policies: RetentionPolicies | None = None
+    deduplicationEnabled: bool | None = Field(default=None, strict=True)
+    subscription_types_enabled: list[SubscriptionType] | None = None
+    properties: dict[str, str] | None = None
+
+
+# ----------------------------------------------------------------------------------- checks
+
+
+def _check_name(name: str, what: str) -> None:
+    if not _NAME.match(name):
+        raise precondition_failed(f"{what} name is not valid")
+
+
+def check_tenant(service: BrokerService, tenant: str) -> None:
+    if tenant not in service.metadata.tenants():
+        raise not_found("Tenant does not exist")
+
+
+def check_namespace(service: BrokerService, tenant: str, namespace: str) -> str:
+    """The namespace `tenant/namespace`, which must exist: 412 for a name Pulsar would not parse, 404
+    for a tenant or namespace that does not exist."""
+    _check_name(tenant, "Namespace")
+    _check_name(namespace, "Namespace")
+    check_tenant(service, tenant)
+    full = f"{tenant}/{namespace}"
+    if not service.namespace_exists(full):
+        raise not_found("Namespace does not exist")
+    return full
+
+
+def _check_cluster_data(data: ClusterData) -> None:
+    """ClusterData.checkPropertiesIfPresent: each URL given must use its scheme (400 otherwise)."""
+    rules = (
+        (data.serviceUrl, ("http",), "Illegal service url, example: http://pulsar.example.com:8080"),
+        (data.serviceUrlTls, ("https",), "Illegal service tls url, example: https://pulsar.example.com:8443"),
+        (data.brokerServiceUrl, ("pulsar",), "Illegal broker service url, example: pulsar://pulsar.example.com:6650"),
+        (
+            data.brokerServiceUrlTls,
+            ("pulsar+ssl",),
+            "Illegal broker service tls url, example: pulsar+ssl://pulsar.example.com:6651",
+        ),
+        (
+            data.proxyServiceUrl,
+            ("pulsar", "pulsar+ssl"),
+            "Illegal proxy service url, example: pulsar+ssl://ats-proxy.example.com:4443 "
+            "or pulsar://ats-proxy.example.com:4080",
+        ),
+    )
+    for url, schemes, reason in rules:
+        if url is not None:
+            try:
+                parts = urlsplit(url)
+            except ValueError as error:
+                raise RestError(400, reason) from error
+            if parts.scheme not in schemes or not parts.netloc:
+                raise RestError(400, reason)
+
+
+def _check_allowed_clusters(service: BrokerService, info: TenantInfo) -> None:
+    clusters = [c for c in info.allowedClusters if c.strip()]
+    if not clusters or len(clusters) != len(info.allowedClusters):
+        raise precondition_failed("Clusters can not be empty")
+    known = set(service.metadata.clusters())
+    if any(c not in known and c != "global" for c in clusters):
+        raise precondition_failed("Clusters do not exist")
+
+
+def _check_replication_clusters(service: BrokerService, tenant: str, clusters: list[str]) -> None:
+    """internalSetNamespaceReplicationClusters: known clusters that the tenant allows."""
+    if not clusters:
+        raise precondition_failed("ClusterIds should not be null or empty")
+    if "global" in clusters:
+        raise precondition_failed("Cannot specify global in the list of replication clusters")
+    known = set(service.metadata.clusters())
+    allowed = set(service.metadata.tenant_info(tenant).get("allowedClusters", []))
+    for cluster in clusters:
+        if cluster not in known:
+            raise RestError(403, f"Invalid cluster id: {cluster}")
+        if cluster not in allowed:
+            raise RestError(403, f"Cluster {cluster} is not in the list of allowed clusters list for tenant [{tenant}]")
+
+
+def _check_retention(retention: RetentionPolicies) -> None:
+    """validateRetentionPolicies, answered 412 like Pulsar's other policy checks."""
+    minutes, size = retention.retentionTimeInMinutes, retention.retentionSizeInMB
+    if size < -1:
+        raise precondition_failed("Invalid retention policy: size limit must be >= -1")
+    if minutes < -1:
+        raise precondition_failed("Invalid retention policy: time limit must be >= -1")
+    if (minutes == 0) != (size == 0):
+        raise precondition_failed(
+            "Invalid retention policy: Setting a single time or size limit to 0 is invalid when one of the "
+            "limits has a non-zero value. Use the value of -1 instead of 0 to ignore a specific limit. "
+            "To disable retention both limits must be set to 0."
+        )
+
+
+# --------------------------------------------------------------------------------- clusters
+
+
+@router.get("/clusters", tags=["clusters"], response_model=list[str])
+async def get_clusters(request: Request) -> list[str]:
+    return _service(request).metadata.clusters()
+
+
+@router.get("/clusters/{cluster}", tags=["clusters"], response_model=ClusterData, response_model_exclude_none=True,
+            responses=error_responses(404, 412))
+async def get_cluster(request: Request, cluster: str) -> ClusterData:
+    _check_name(cluster, "Cluster")
+    record = _service(request).metadata.get(f"/admin/clusters/{cluster}")
+    if record is None:
+        raise not_found("Cluster does not exist")
+    return ClusterData.model_validate(record[0])
+
+
+@router.put("/clusters/{cluster}", tags=["clusters"], status_code=204, responses=_NO_CONTENT | error_responses(409, 412))
+async def create_cluster(request: Request, cluster: str, data: Annotated[ClusterData | None, Body()] = None) -> Response:
+    data = data or ClusterData()
+    _check_name(cluster, "Cluster")
+    _check_cluster_data(data)
+    try:
+        await _service(request).create_cluster(cluster, data.model_dump(exclude_none=True))
+    except AlreadyExistsError as error:
+        raise conflict("Cluster already exists") from error
+    return Response(status_code=204)
+
+
+@router.post("/clusters/{cluster}", tags=["clusters"], status_code=204,
+             responses=_NO_CONTENT | error_responses(404, 412))
+async def update_cluster(request: Request, cluster: str, data: ClusterData) -> Response:
+    _check_name(cluster, "Cluster")
+    service = _service(request)
+    if service.metadata.get(f"/admin/clusters/{cluster}") is None:
+        raise not_found("Cluster does not exist")
+    _check_cluster_data(data)
+    await service.update_cluster(cluster, data.model_dump(exclude_none=True))
+    return Response(status_code=204)
+
+
+# ---------------------------------------------------------------------------------- tenants
+
+
+@router.get("/tenants", tags=["tenants"], response_model=list[str])
+async def get_tenants(request: Request) -> list[str]:
+    return _service(request).metadata.tenants()
+
+
+@router.get("/tenants/{tenant}", tags=["tenants"], response_model=TenantInfo, responses=error_responses(404, 412))
+async def get_tenant(request: Request, tenant: str) -> TenantInfo:
+    _check_name(tenant, "Tenant")
+    service = _service(request)
+    check_tenant(service, tenant)
+    return TenantInfo.model_validate(service.metadata.tenant_info(tenant))
+
+
+@router.put("/tenants/{tenant}", tags=["tenants"], status_code=204, responses=_NO_CONTENT | error_responses(409, 412))
+async def create_tenant(request: Request, tenant: str, info: Annotated[TenantInfo | None, Body()] = None) -> Response:
+    service = _service(request)
+    _check_allowed_clusters(service, info or TenantInfo())
+    _check_name(tenant, "Tenant")
+    try:
+        await service.create_tenant(tenant, (info or TenantInfo()).model_dump())
+    except AlreadyExistsError as error:
+        raise conflict("Tenant already exists") from error
+    return Response(status_code=204)
+
+
+@router.post("/tenants/{tenant}", tags=["tenants"], status_code=204,
+             responses=_NO_CONTENT | error_responses(404, 409, 412))
+async def update_tenant(request: Request, tenant: str, info: TenantInfo) -> Response:
+    service = _service(request)
+    _check_allowed_clusters(service, info)
+    _check_name(tenant, "Tenant")
+    if tenant not in service.metadata.tenants():
+        raise not_found(f"Tenant {tenant} not found")
+    removed = set(service.metadata.tenant_info(tenant).get("allowedClusters", [])) - set(info.allowedClusters)
+    for namespace in service.metadata.namespaces(tenant):
+        used = removed & set(service.metadata.namespace_policies(namespace).get("replication_clusters", []))
+        if used:
+            raise conflict(f"Cluster {sorted(used)[0]} is used by namespace {namespace}")
+    await service.update_tenant(tenant, info.model_dump())
+    return Response(status_code=204)
+
+
+@router.delete("/tenants/{tenant}", tags=["tenants"], status_code=204,
+               responses=_NO_CONTENT | error_responses(404, 409, 412))
+async def delete_tenant(request: Request, tenant: str, force: bool = False) -> Response:
+    _check_name(tenant, "Tenant")
+    service = _service(request)
+    if tenant not in service.metadata.tenants():
+        raise not_found("Tenant doesn't exist")
+    try:
+        await service.delete_tenant(tenant, force)
+    except NamespaceNotEmptyError as error:
+        raise conflict(str(error)) from error
+    return Response(status_code=204)
+
+
+# ------------------------------------------------------------------------------- namespaces
+
+
+@router.get("/namespaces/{tenant}", tags=["namespaces"], response_model=list[str], responses=error_responses(404, 412))
+async def get_namespaces(request: Request, tenant: str) -> list[str]:
+    _check_name(tenant, "Tenant")
+    service = _service(request)
+    check_tenant(service, tenant)
+    return service.metadata.namespaces(tenant)
+
+
+@router.put("/namespaces/{tenant}/{namespace}", tags=["namespaces"], status_code=204,
+            responses=_NO_CONTENT | error_responses(403, 404, 409, 412))
+async def create_namespace(
+    request: Request, tenant: str, namespace: str, policies: Annotated[NamespaceCreation | None, Body()] = None
+) -> Response:
+    _check_name(tenant, "Namespace")
+    _check_name(namespace, "Namespace")
+    service = _service(request)
+    check_tenant(service, tenant)
+    policies = policies or NamespaceCreation()
+    stored: dict[str, Any] = {}
+    clusters = policies.replication_clusters or [service.config["clusterName"]]
+    _check_replication_clusters(service, tenant, clusters)
+    stored["replication_clusters"] = sorted(set(clusters))
+    if policies.message_ttl_in_seconds is not None:
+        if policies.message_ttl_in_seconds < 0:
+            raise precondition_failed("Invalid value for message TTL, message TTL must >= 0")
+        stored["message_ttl_in_seconds"] = policies.message_ttl_in_seconds
+    if policies.retention_policies is not None:
+        _check_retention(policies.retention_policies)
+        stored["retention_policies"] = policies.retention_policies.model_dump()
+    if policies.deduplicationEnabled is not None:
+        stored["deduplicationEnabled"] = policies.deduplicationEnabled
+    if policies.subscription_types_enabled:
+        stored["subscription_types_enabled"] = sorted(set(policies.subscription_types_enabled))
+    if policies.properties:
+        stored["properties"] = policies.properties
+    try:
+        await service.create_namespace(f"{tenant}/{namespace}", stored)
+    except AlreadyExistsError as error:
+        raise conflict("Namespace already exists") from error
+    return Response(status_code=204)
+
+
+@router.delete("/namespaces/{tenant}/{namespace}", tags=["namespaces"], status_code=204,
+               responses=_NO_CONTENT | error_responses(404, 409, 412))
+async def delete_namespace(request: Request, tenant: str, namespace: str, force: bool = False) -> Response:
+    service = _service(request)
+    full = check_namespace(service, tenant, namespace)
+    try:
+        await service.delete_namespace(full, force)
+    except NamespaceNotEmptyError as error:
+        raise conflict(str(error)) from error
+    return Response(status_code=204)
+
+
+@router.get("/namespaces/{tenant}/{namespace}", tags=["namespaces"], response_model=NamespacePolicies,
+            response_model_exclude_none=True, responses=error_responses(404, 412))
+async def get_policies(request: Request, tenant: str, namespace: str) -> NamespacePolicies:
+    service = _service(request)
+    stored = service.metadata.namespace_policies(check_namespace(service, tenant, namespace))
+    return NamespacePolicies(
+        auth_policies=AuthPolicies(),
+        replication_clusters=stored.get("replication_clusters", []),
+        bundles=BundlesData(boundaries=["0x00000000", "0xffffffff"], numBundles=1),
+        backlog_quota_map={},
+        clusterDispatchRate={},
+        topicDispatchRate={},
+        subscriptionDispatchRate={},
+        replicatorDispatchRate={},
+        clusterSubscribeRate={},
+        publishMaxMessageRate={},
+        latency_stats_sample_rate={},
+        message_ttl_in_seconds=stored.get("message_ttl_in_seconds"),
+        retention_policies=stored.get("retention_policies"),
+        deduplicationEnabled=stored.get("deduplicationEnabled"),
+        deleted=False,
+        encryption_required=False,
+        subscription_auth_mode="None",
+        schema_compatibility_strategy="UNDEFINED",
+        schema_auto_update_compatibility_strategy="Full",
+        schema_validation_enforced=False,
+        subscription_types_enabled=stored.get("subscription_types_enabled", []),
+        properties=stored.get("properties", {}),
+    )
+
+
+@router.get("/namespaces/{tenant}/{namespace}/topics", tags=["namespaces"], response_model=list[str],
+            responses=error_responses(404, 412))
+async def get_topics(request: Request, tenant: str, namespace: str) -> list[str]:
+    service = _service(request)
+    return service.topics_of_namespace(check_namespace(service, tenant, namespace))
+
+
+# ------------------------------------------------------------------------- namespace policies
+
+
+def _policy(request: Request, tenant: str, namespace: str, key: str) -> Any:
+    service = _service(request)
+    return service.metadata.namespace_policies(check_namespace(service, tenant, namespace)).get(key)
+
+
+async def _set_policy(request: Request, tenant: str, namespace: str, key: str, value: Any) -> Response:
+    service = _service(request)
+    await service.set_namespace_policies(check_namespace(service, tenant, namespace), {key: value})
+    return Response(status_code=204)
+
+
+@router.get("/namespaces/{tenant}/{namespace}/retention", tags=["namespaces"], response_model=RetentionPolicies,
+            responses=_UNSET | error_responses(404, 412))
+async def get_retention(request: Request, tenant: str, namespace: str) -> Any:
+    retention = _policy(request, tenant, namespace, "retention_policies")
+    return Response(status_code=204) if retention is None else RetentionPolicies.model_validate(retention)
+
+
+@router.post("/namespaces/{tenant}/{namespace}/retention", tags=["namespaces"], status_code=204,
+             responses=_NO_CONTENT | error_responses(404, 412))
+async def set_retention(request: Request, tenant: str, namespace: str, retention: RetentionPolicies) -> Response:
+    check_namespace(_service(request), tenant, namespace)
+    _check_retention(retention)
+    return await _set_policy(request, tenant, namespace, "retention_policies", retention.model_dump())
+
+
+@router.delete("/namespaces/{tenant}/{namespace}/retention", tags=["namespaces"], status_code=204,
+               responses=_NO_CONTENT | error_responses(404, 412))
+async def remove_retention(request: Request, tenant: str, namespace: str) -> Response:
+    return await _set_policy(request, tenant, namespace, "retention_policies", None)
+
+
+@router.get("/namespaces/{tenant}/{namespace}/messageTTL", tags=["namespaces"], response_model=int,
+            responses=_UNSET | error_responses(404, 412))
+async def get_message_ttl(request: Request, tenant: str, namespace: str) -> Any:
+    ttl = _policy(request, tenant, namespace, "message_ttl_in_seconds")
+    return Response(status_code=204) if ttl is None else ttl
+
+
+@router.post("/namespaces/{tenant}/{namespace}/messageTTL", tags=["namespaces"], status_code=204,
+             responses=_NO_CONTENT | error_responses(404, 412))
+async def set_message_ttl(request: Request, tenant: str, namespace: str, ttl: Annotated[Int32, Body()]) -> Response:
+    check_namespace(_service(request), tenant, namespace)
+    if ttl < 0:
+        raise precondition_failed("Invalid value for message TTL, message TTL must >= 0")
+    return await _set_policy(request, tenant, namespace, "message_ttl_in_seconds", ttl)
+
+
+@router.delete("/namespaces/{tenant}/{namespace}/messageTTL", tags=["namespaces"], status_code=204,
+               responses=_NO_CONTENT | error_responses(404, 412))
+async def remove_message_ttl(request: Request, tenant: str, namespace: str) -> Response:
+    return await _set_policy(request, tenant, namespace, "message_ttl_in_seconds", None)
+
+
+@router.get("/namespaces/{tenant}/{namespace}/deduplication", tags=["namespaces"], response_model=bool,
+            responses=_UNSET | error_responses(404, 412))
+async def get_deduplication(request: Request, tenant: str, namespace: str) -> Any:
+    enabled = _policy(request, tenant, namespace, "deduplicationEnabled")
+    return Response(status_code=204) if enabled is None else enabled
+
+
+@router.post("/namespaces/{tenant}/{namespace}/deduplication", tags=["namespaces"], status_code=204,
+             responses=_NO_CONTENT | error_responses(404, 412))
+async def set_deduplication(
+    request: Request, tenant: str, namespace: str, enabled: Annotated[bool, Body(strict=True)]
+) -> Response:
+    return await _set_policy(request, tenant, namespace, "deduplicationEnabled", enabled)
+
+
+@router.delete("/namespaces/{tenant}/{namespace}/deduplication", tags=["namespaces"], status_code=204,
+               responses=_NO_CONTENT | error_responses(404, 412))
+async def remove_deduplication(request: Request, tenant: str, namespace: str) -> Response:
+    return await _set_policy(request, tenant, namespace, "deduplicationEnabled", None)
+
+
+@router.get("/namespaces/{tenant}/{namespace}/replication", tags=["namespaces"], response_model=list[str],
+            responses=error_responses(404, 412))
+async def get_replication_clusters(request: Request, tenant: str, namespace: str) -> list[str]:
+    return list(_policy(request, tenant, namespace, "replication_clusters") or [])
+
+
+@router.post("/namespaces/{tenant}/{namespace}/replication", tags=["namespaces"], status_code=204,
+             responses=_NO_CONTENT | error_responses(403, 404, 412))
+async def set_replication_clusters(
+    request: Request, tenant: str, namespace: str, clusters: Annotated[list[str], Body()]
+) -> Response:
+    check_namespace(_service(request), tenant, namespace)
+    _check_replication_clusters(_service(request), tenant, clusters)
+    return await _set_policy(request, tenant, namespace, "replication_clusters", sorted(set(clusters)))
+
+
+@router.get("/namespaces/{tenant}/{namespace}/subscriptionTypesEnabled", tags=["namespaces"],
+            response_model=list[SubscriptionType], responses=error_responses(404, 412))
+async def get_subscription_types_enabled(request: Request, tenant: str, namespace: str) -> list[str]:
+    return list(_policy(request, tenant, namespace, "subscription_types_enabled") or [])
+
+
+@router.post("/namespaces/{tenant}/{namespace}/subscriptionTypesEnabled", tags=["namespaces"], status_code=204,
+             responses=_NO_CONTENT | error_responses(404, 412))
+async def set_subscription_types_enabled(
+    request: Request, tenant: str, namespace: str, types: Annotated[list[SubscriptionType], Body()]
+) -> Response:
+    return await _set_policy(request, tenant, namespace, "subscription_types_enabled", sorted(set(types)) or None)
+
+
+@router.delete("/namespaces/{tenant}/{namespace}/subscriptionTypesEnabled", tags=["namespaces"], status_code=204,
+               responses=_NO_CONTENT | error_responses(404, 412))
+async def remove_subscription_types_enabled(request: Request, tenant: str, namespace: str) -> Response:
+    return await _set_policy(request, tenant, namespace, "subscription_types_enabled", None)

@@ -2,7 +2,31 @@
 
 from __future__ import annotations
 
-__all__ = ["RestError", "bad_request", "conflict", "not_found", "precondition_failed"]
+from typing import Any
+
+from pydantic import BaseModel
+
+__all__ = [
+    "ErrorBody",
+    "RestError",
+    "bad_request",
+    "conflict",
+    "error_responses",
+    "not_found",
+    "precondition_failed",
+]
+
+
+class ErrorBody(BaseModel):
+    """Pulsar's error body."""
+
+    reason: str
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error statuses a route answers, each with the `{"reason"}` body (400 is
+    always there: an unreadable body or parameter, as Jersey answers it)."""
+    return {status: {"model": ErrorBody} for status in sorted({400, *statuses})}
 
 
 class RestError(Exception):

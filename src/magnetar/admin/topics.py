@@ -1,9 +1,589 @@
-"""Admin routes: topics."""
+"""Admin routes: persistent topics at Pulsar's `/admin/v2/persistent/{tenant}/{namespace}` paths.
+
+Owns: topics (list, create, delete, unload, last message id), partitioned topics (create, update, delete,
+metadata, list), subscriptions (list, create, delete, skip, skip all, expire, reset by time or message
+id), peeking and examining messages with Pulsar's `X-Pulsar-*` headers, and the topic-level deduplication
+policy. Operations on a partitioned topic go to each of its partitions, as Pulsar's do.
+Must not touch: state, except through the broker's services (BrokerService, PersistentTopic,
+PersistentSubscription); stats (stats.py).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import base64
+import json
+import re
+import time
+import zlib
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-__all__ = ["router"]
+from fastapi import APIRouter, Body, Path, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
 
-router = APIRouter()
+from magnetar.admin.clusters import Int32, Int64, check_namespace
+from magnetar.admin.errors import RestError, conflict, error_responses, not_found, precondition_failed
+from magnetar.broker.service import BrokerService, TopicBusyError, TopicNotFoundError
+from magnetar.broker.subscription import PersistentSubscription
+from magnetar.broker.topic import PersistentTopic, SubscriptionBusyError
+from magnetar.broker.topic_name import PARTITION_SUFFIX, InvalidTopicName, TopicName
+from magnetar.core.positions import LATEST, Position
+from magnetar.protocol import messages
+from magnetar.protocol.pulsar_api_pb2 import CompressionType
+
+__all__ = ["MessageIdData", "PartitionedTopicMetadata", "ResetCursorData", "router"]
+
+router = APIRouter(prefix="/admin/v2/persistent", tags=["persistent topic"])
+
+_NO_CONTENT = {204: {"description": "Done"}}
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+PathInt32 = Annotated[int, Path(ge=-(2**31), le=2**31 - 1)]
+PathCount = Annotated[int, Path(ge=0, le=2**31 - 1)]
+PathLong = Annotated[int, Path(ge=_LONG_MIN, le=_LONG_MAX)]
+
+# A peeked message travels as its payload with its metadata in headers (PersistentTopicsBase
+# .generateResponseWithEntry). A property whose key is not an HTTP token, or whose value would not
+# survive as a header, has no X-Pulsar-PROPERTY-<key> header; the JSON X-Pulsar-PROPERTY header of
+# newer Pulsar versions carries every property.
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_PEEK_RESPONSE = {
+    200: {
+        "description": "The message payload; its id and metadata are in X-Pulsar-* headers",
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        "headers": {
+            "X-Pulsar-Message-ID": {"description": "ledgerId:entryId", "schema": {"type": "string"}},
+            "X-Pulsar-publish-time": {"description": "ISO-8601 publish time", "schema": {"type": "string"}},
+        },
+    }
+}
+
+
+def _service(request: Request) -> BrokerService:
+    return request.app.state.service
+
+
+# ------------------------------------------------------------------------------------- models
+
+
+class MessageIdData(BaseModel):
+    """Pulsar's MessageIdImpl JSON; (-1, -1) is the earliest position, (2^63-1, 2^63-1) the latest."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    ledgerId: Int64
+    entryId: Int64
+    partitionIndex: Int32 = -1
+
+
+class ResetCursorData(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    ledgerId: Int64
+    entryId: Int64
+    partitionIndex: Int32 = -1
+    isExcluded: bool = Field(default=False, strict=True)
+    batchIndex: Int32 = -1
+    properties: dict[str, str] | None = None
+
+
+class PartitionedTopicMetadata(BaseModel):
+    partitions: int
+    deleted: bool = False
+
+
+# ----------------------------------------------------------------------------------- checks
+
+
+def _name(tenant: str, namespace: str, topic: str) -> TopicName:
+    try:
+        return TopicName.parse(f"persistent://{tenant}/{namespace}/{topic}")
+    except InvalidTopicName as error:
+        raise precondition_failed("Topic name is not valid") from error
+
+
+def _existing_namespace_topic(service: BrokerService, tenant: str, namespace: str, topic: str) -> TopicName:
+    """The topic's name, in a namespace that exists (412 for a bad name, 404 for a missing namespace)."""
+    name = _name(tenant, namespace, topic)
+    check_namespace(service, tenant, namespace)
+    return name
+
+
+async def _topic(service: BrokerService, name: TopicName) -> PersistentTopic:
+    """A stored non-partitioned topic (or partition), loaded; 404 when there is none."""
+    if not service.topic_exists(name):
+        raise not_found(f"Topic {name} not found")
+    try:
+        return await service.get_topic(name, create=False)
+    except TopicNotFoundError as error:
+        raise not_found(f"Topic {name} not found") from error
+
+
+async def _topics(service: BrokerService, name: TopicName) -> list[PersistentTopic]:
+    """The topic itself, or the stored partitions of a partitioned topic (404 when there is nothing)."""
+    partitions = service.partitions(name)
+    if partitions == 0:
+        return [await _topic(service, name)]
+    return [await _topic(service, p) for p in (name.partition(i) for i in range(partitions)) if service.topic_exists(p)]
+
+
+def _subscription(topic: PersistentTopic, subscription: str) -> PersistentSubscription:
+    found = topic.subscriptions.get(subscription)
+    if found is None:
+        raise not_found(f"Subscription {subscription} not found for topic {topic.name}")
+    return found
+
+
+async def _subscriptions(service: BrokerService, name: TopicName, subscription: str) -> list[PersistentSubscription]:
+    """The subscription on the topic, or on each partition of a partitioned topic that has it."""
+    found = [t.subscriptions[subscription] for t in await _topics(service, name) if subscription in t.subscriptions]
+    if not found:
+        raise not_found(f"Subscription {subscription} not found for topic {name}")
+    return found
+
+
+def _not_partitioned(service: BrokerService, name: TopicName, reason: str) -> None:
+    if service.partitions(name) > 0:
+        raise RestError(405, reason)
+
+
+def _check_partitions(service: BrokerService, partitions: int) -> None:
+    if partitions <= 0:
+        raise RestError(406, "Number of partitions should be more than 0")
+    most = int(service.config["maxNumPartitionsPerPartitionedTopic"])
+    if 0 < most < partitions:
+        raise RestError(406, f"Number of partitions should be less than or equal to {most}")
+
+
+# ----------------------------------------------------------------------------------- topics
+
+
+@router.get("/{tenant}/{namespace}", response_model=list[str], responses=error_responses(404, 412))
+async def get_list(request: Request, tenant: str, namespace: str) -> list[str]:
+    service = _service(request)
+    return service.topics_of_namespace(check_namespace(service, tenant, namespace))
+
+
+@router.get("/{tenant}/{namespace}/partitioned", response_model=list[str], responses=error_responses(404, 412))
+async def get_partitioned_topic_list(request: Request, tenant: str, namespace: str) -> list[str]:
+    service = _service(request)
+    return sorted(service.metadata.partitioned_topics(check_namespace(service, tenant, namespace)))
+
+
+@router.put("/{tenant}/{namespace}/{topic}", status_code=204, responses=_NO_CONTENT | error_responses(404, 409, 412))
+async def create_non_partitioned_topic(request: Request, tenant: str, namespace: str, topic: str) -> Response:
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    if service.partitions(name) > 0 or service.topic_exists(name):
+        raise conflict("This topic already exists")
+    if name.partition_index >= 0 and service.partitions(name.partitioned_base) == 0:
+        raise precondition_failed(f"{name} ends in {PARTITION_SUFFIX}N but {name.partitioned_base} is not partitioned")
+    await service.create_topic(name)
+    return Response(status_code=204)
+
+
+@router.delete("/{tenant}/{namespace}/{topic}", status_code=204, responses=_NO_CONTENT | error_responses(404, 412))
+async def delete_topic(request: Request, tenant: str, namespace: str, topic: str, force: bool = False) -> Response:
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    if not service.topic_exists(name):
+        raise not_found(f"Topic {name} not found")
+    try:
+        await service.delete_topic(name, force)
+    except TopicBusyError as error:
+        raise precondition_failed(str(error)) from error
+    return Response(status_code=204)
+
+
+@router.put("/{tenant}/{namespace}/{topic}/unload", status_code=204, responses=_NO_CONTENT | error_responses(404, 412))
+async def unload_topic(request: Request, tenant: str, namespace: str, topic: str) -> Response:
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    for loaded in await _topics(service, name):
+        await service.unload_topic(loaded.name)
+    return Response(status_code=204)
+
+
+@router.get("/{tenant}/{namespace}/{topic}/lastMessageId", response_model=MessageIdData,
+            responses=error_responses(404, 412))
+async def get_last_message_id(request: Request, tenant: str, namespace: str, topic: str) -> MessageIdData:
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    last = (await _topic(service, name)).last_message_id()
+    return MessageIdData(ledgerId=last[0], entryId=last[1], partitionIndex=name.partition_index)
+
+
+# ------------------------------------------------------------------------------ partitioned
+
+
+@router.put("/{tenant}/{namespace}/{topic}/partitions", status_code=204,
+            responses=_NO_CONTENT | error_responses(404, 406, 409, 412))
+async def create_partitioned_topic(
+    request: Request, tenant: str, namespace: str, topic: str, partitions: Annotated[Int32, Body()]
+) -> Response:
+    service = _service(request)
+    name = _name(tenant, namespace, topic)
+    if PARTITION_SUFFIX in topic:
+        raise precondition_failed("Partitioned Topic Name should not contain '-partition-'")
+    _check_partitions(service, partitions)
+    check_namespace(service, tenant, namespace)
+    if service.partitions(name) > 0:
+        raise conflict("Partitioned topic already exists")
+    if service.topic_exists(name):
+        raise conflict("This topic already exists")
+    await service.create_partitioned_topic(name, partitions)
+    return Response(status_code=204)
+
+
+@router.post("/{tenant}/{namespace}/{topic}/partitions", status_code=204,
+             responses=_NO_CONTENT | error_responses(404, 406, 409, 412))
+async def update_partitioned_topic(
+    request: Request, tenant: str, namespace: str, topic: str, partitions: Annotated[Int32, Body()]
+) -> Response:
+    service = _service(request)
+    name = _name(tenant, namespace, topic)
+    _check_partitions(service, partitions)
+    check_namespace(service, tenant, namespace)
+    current = service.partitions(name)
+    if current == 0:
+        raise not_found(f"Partitioned Topic {name} not found")
+    if partitions <= current:
+        raise conflict("Number of new partitions must be greater than existing number of partitions")
+    await service.update_partitioned_topic(name, partitions)
+    return Response(status_code=204)
+
+
+@router.delete("/{tenant}/{namespace}/{topic}/partitions", status_code=204,
+               responses=_NO_CONTENT | error_responses(404, 412))
+async def delete_partitioned_topic(
+    request: Request, tenant: str, namespace: str, topic: str, force: bool = False
+) -> Response:
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    if service.partitions(name) == 0:
+        raise not_found(f"Partitioned Topic {name} not found")
+    try:
+        await service.delete_partitioned_topic(name, force)
+    except TopicBusyError as error:
+        raise precondition_failed(str(error)) from error
+    return Response(status_code=204)
+
+
+@router.get("/{tenant}/{namespace}/{topic}/partitions", response_model=PartitionedTopicMetadata,
+            responses=error_responses(404, 412))
+async def get_partitioned_metadata(request: Request, tenant: str, namespace: str, topic: str) -> PartitionedTopicMetadata:
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    partitions = service.partitions(name)
+    if partitions == 0 and not service.topic_exists(name):
+        raise not_found(f"Topic {name} not found")
+    return PartitionedTopicMetadata(partitions=partitions)
+
+
+# ---------------------------------------------------------------------------- subscriptions
+
+
+@router.get("/{tenant}/{namespace}/{topic}/subscriptions", response_model=list[str],
+            responses=error_responses(404, 412))
+async def get_subscriptions(request: Request, tenant: str, namespace: str, topic: str) -> list[str]:
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    return sorted({s for t in await _topics(service, name) for s in t.subscriptions})
+
+
+@router.put("/{tenant}/{namespace}/{topic}/subscription/{subName}", status_code=204,
+            responses=_NO_CONTENT | error_responses(404, 409, 412))
+async def create_subscription(
+    request: Request,
+    tenant: str,
+    namespace: str,
+    topic: str,
+    subName: str,
+    message_id: Annotated[MessageIdData | None, Body()] = None,
+) -> Response:
+    """A subscription at the given message id (latest when none), on every partition of a partitioned
+    topic; 409 only when it exists everywhere already."""
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    start = LATEST if message_id is None else Position(message_id.ledgerId, message_id.entryId)
+    partitions = service.partitions(name)
+    targets = [name.partition(i) for i in range(partitions)] if partitions else [name]
+    created = 0
+    for target in targets:
+        try:
+            loaded = await service.get_topic(target, create=True, explicit=partitions > 0)
+        except TopicNotFoundError as error:
+            raise precondition_failed("Topic does not exist and cannot be auto-created") from error
+        if subName in loaded.subscriptions:
+            continue
+        await loaded.create_subscription(subName, loaded.position_at_or_after(start))
+        created += 1
+    if created == 0:
+        raise conflict("Subscription already exists for topic")
+    return Response(status_code=204)
+
+
+@router.delete("/{tenant}/{namespace}/{topic}/subscription/{subName}", status_code=204,
+               responses=_NO_CONTENT | error_responses(404, 412))
+async def delete_subscription(
+    request: Request, tenant: str, namespace: str, topic: str, subName: str, force: bool = False
+) -> Response:
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    subscriptions = await _subscriptions(service, name, subName)
+    if not force and any(s.consumers for s in subscriptions):
+        raise precondition_failed("Subscription has active connected consumers")
+    for subscription in subscriptions:
+        try:
+            await subscription.topic.delete_subscription(subName, force)
+        except SubscriptionBusyError as error:
+            raise precondition_failed(str(error)) from error
+    return Response(status_code=204)
+
+
+@router.post("/{tenant}/{namespace}/{topic}/subscription/{subName}/skip_all", status_code=204,
+             responses=_NO_CONTENT | error_responses(404, 412))
+async def skip_all_messages(request: Request, tenant: str, namespace: str, topic: str, subName: str) -> Response:
+    service = _service(request)
+    for subscription in await _subscriptions(service, _existing_namespace_topic(service, tenant, namespace, topic), subName):
+        subscription.skip_all()
+    return Response(status_code=204)
+
+
+@router.post("/{tenant}/{namespace}/{topic}/subscription/{subName}/skip/{numMessages}", status_code=204,
+             responses=_NO_CONTENT | error_responses(404, 405, 412))
+async def skip_messages(
+    request: Request, tenant: str, namespace: str, topic: str, subName: str, numMessages: PathCount
+) -> Response:
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    _not_partitioned(service, name, "Skip messages on a partitioned topic is not allowed")
+    _subscription(await _topic(service, name), subName).skip_messages(numMessages)
+    return Response(status_code=204)
+
+
+@router.post("/{tenant}/{namespace}/{topic}/subscription/{subName}/expireMessages/{expireTimeInSeconds}",
+             status_code=204, responses=_NO_CONTENT | error_responses(404, 412))
+async def expire_messages(
+    request: Request, tenant: str, namespace: str, topic: str, subName: str, expireTimeInSeconds: PathInt32
+) -> Response:
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    now_ms = int(time.time() * 1000)
+    for subscription in await _subscriptions(service, name, subName):
+        await subscription.topic.expire_messages_of(subscription, expireTimeInSeconds, now_ms)
+    return Response(status_code=204)
+
+
+@router.post("/{tenant}/{namespace}/{topic}/all_subscription/expireMessages/{expireTimeInSeconds}",
+             status_code=204, responses=_NO_CONTENT | error_responses(404, 412))
+async def expire_messages_for_all_subscriptions(
+    request: Request, tenant: str, namespace: str, topic: str, expireTimeInSeconds: PathInt32
+) -> Response:
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    now_ms = int(time.time() * 1000)
+    for loaded in await _topics(service, name):
+        for subscription in list(loaded.subscriptions.values()):
+            await loaded.expire_messages_of(subscription, expireTimeInSeconds, now_ms)
+    return Response(status_code=204)
+
+
+@router.post("/{tenant}/{namespace}/{topic}/subscription/{subName}/resetcursor/{timestamp}", status_code=204,
+             responses=_NO_CONTENT | error_responses(404, 412))
+async def reset_cursor_to_time(
+    request: Request, tenant: str, namespace: str, topic: str, subName: str, timestamp: PathLong
+) -> Response:
+    """Reset to the first message published at or after `timestamp` (epoch ms), closing the consumers."""
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    for subscription in await _subscriptions(service, name, subName):
+        position = await subscription.topic.ledger.find_first_published_at_or_after(timestamp)
+        await subscription.reset_cursor(position)
+    return Response(status_code=204)
+
+
+@router.post("/{tenant}/{namespace}/{topic}/subscription/{subName}/resetcursor", status_code=204,
+             responses=_NO_CONTENT | error_responses(404, 405, 412))
+async def reset_cursor_to_message_id(
+    request: Request, tenant: str, namespace: str, topic: str, subName: str, message_id: ResetCursorData
+) -> Response:
+    """Reset to the message id (after it with isExcluded). Batch indexes are not kept: the cursor
+    moves to the whole entry."""
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    _not_partitioned(service, name, "Reset-cursor at position is not allowed for partitioned-topic")
+    loaded = await _topic(service, name)
+    subscription = _subscription(loaded, subName)
+    entry_id = message_id.entryId + 1 if message_id.isExcluded and message_id.entryId < _LONG_MAX else message_id.entryId
+    await subscription.reset_cursor(loaded.position_at_or_after((message_id.ledgerId, entry_id)))
+    return Response(status_code=204)
+
+
+# ---------------------------------------------------------------------------------- messages
+
+
+@router.get("/{tenant}/{namespace}/{topic}/subscription/{subName}/position/{messagePosition}",
+            response_class=Response, responses=_PEEK_RESPONSE | error_responses(404, 405, 412))
+async def peek_nth_message(
+    request: Request, tenant: str, namespace: str, topic: str, subName: str, messagePosition: PathInt32
+) -> Response:
+    """The n-th unacknowledged message (from 1) after the subscription's mark-delete position."""
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    _not_partitioned(service, name, "Peek messages on a partitioned topic is not allowed")
+    loaded = await _topic(service, name)
+    subscription = _subscription(loaded, subName)
+    if messagePosition < 1:
+        raise precondition_failed("Message position should be at least 1")
+    return await _message_response(loaded, subscription.nth_unacked_position(messagePosition))
+
+
+@router.get("/{tenant}/{namespace}/{topic}/examinemessage", response_class=Response,
+            responses=_PEEK_RESPONSE | error_responses(404, 405, 412))
+async def examine_message(
+    request: Request,
+    tenant: str,
+    namespace: str,
+    topic: str,
+    initialPosition: Literal["earliest", "latest"] = "latest",
+    messagePosition: Annotated[int, Query(ge=_LONG_MIN, le=_LONG_MAX)] = 1,
+) -> Response:
+    """The n-th stored message counted from the first (earliest) or back from the last (latest)."""
+    service = _service(request)
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    _not_partitioned(
+        service,
+        name,
+        "Examine messages on a partitioned topic is not allowed, please try examine message on specific topic "
+        "partition",
+    )
+    loaded = await _topic(service, name)
+    position = max(messagePosition, 1)
+    if initialPosition == "latest":
+        position = loaded.ledger.number_of_entries - position + 1
+    return await _message_response(loaded, loaded.nth_entry_position(position))
+
+
+async def _message_response(topic: PersistentTopic, position: Position | None) -> Response:
+    stored = [] if position is None else await topic.ledger.read_positions([position])
+    if not stored:
+        raise not_found("Message not found")
+    entry = stored[0]
+    parsed = messages.parse_entry(entry.data)
+    metadata = parsed.metadata
+    headers: list[tuple[str, str]] = [("X-Pulsar-Message-ID", f"{entry.position[0]}:{entry.position[1]}")]
+    properties = {p.key: p.value for p in metadata.properties}
+    for key, value in properties.items():
+        headers.append((f"X-Pulsar-PROPERTY-{key}", value))
+    if properties:
+        headers.append(("X-Pulsar-PROPERTY", json.dumps(properties)))
+    headers.append(("X-Pulsar-publish-time", _date(metadata.publish_time)))
+    if metadata.HasField("event_time"):
+        headers.append(("X-Pulsar-event-time", _date(metadata.event_time)))
+    if metadata.HasField("deliver_at_time"):
+        headers.append(("X-Pulsar-deliver-at-time", _date(metadata.deliver_at_time)))
+    if metadata.HasField("num_messages_in_batch"):
+        headers.append(("X-Pulsar-num-batch-message", str(metadata.num_messages_in_batch)))
+        headers.append(("X-Pulsar-batch-size", str(len(entry.data) - metadata.ByteSize())))
+    if metadata.HasField("null_value"):
+        headers.append(("X-Pulsar-null-value", _bool(metadata.null_value)))
+    headers.append(("X-Pulsar-Is-Encrypted", _bool(len(metadata.encryption_keys) > 0)))
+    headers.append(("X-Pulsar-producer-name", metadata.producer_name))
+    headers.append(("X-Pulsar-sequence-id", str(metadata.sequence_id)))
+    if metadata.HasField("replicated_from"):
+        headers.append(("X-Pulsar-replicated-from", metadata.replicated_from))
+    headers.extend(("X-Pulsar-replicated-to", cluster) for cluster in metadata.replicate_to)
+    if metadata.HasField("partition_key"):
+        headers.append(("X-Pulsar-partition-key", metadata.partition_key))
+    if metadata.HasField("compression"):
+        headers.append(("X-Pulsar-compression", CompressionType.Name(metadata.compression)))
+    if metadata.HasField("uncompressed_size"):
+        headers.append(("X-Pulsar-uncompressed-size", str(metadata.uncompressed_size)))
+    if metadata.HasField("encryption_algo"):
+        headers.append(("X-Pulsar-encryption-algo", metadata.encryption_algo))
+    if metadata.HasField("schema_version"):
+        headers.append(("X-Pulsar-Base64-schema-version", _b64(metadata.schema_version)))
+    if metadata.HasField("partition_key_b64_encoded"):
+        headers.append(("X-Pulsar-partition-key-b64-encoded", _bool(metadata.partition_key_b64_encoded)))
+    if metadata.HasField("ordering_key"):
+        headers.append(("X-Pulsar-Base64-ordering-key", _b64(metadata.ordering_key)))
+    if metadata.HasField("highest_sequence_id"):
+        headers.append(("X-Pulsar-highest-sequence-id", str(metadata.highest_sequence_id)))
+    if metadata.HasField("uuid"):
+        headers.append(("X-Pulsar-uuid", metadata.uuid))
+    if metadata.HasField("num_chunks_from_msg"):
+        headers.append(("X-Pulsar-num-chunks-from-msg", str(metadata.num_chunks_from_msg)))
+    if metadata.HasField("total_chunk_msg_size"):
+        headers.append(("X-Pulsar-total-chunk-msg-size", str(metadata.total_chunk_msg_size)))
+    if metadata.HasField("chunk_id"):
+        headers.append(("X-Pulsar-chunk-id", str(metadata.chunk_id)))
+    response = Response(content=_payload(metadata, parsed.payload), media_type="application/octet-stream")
+    for key, value in headers:
+        encoded = value.encode()
+        # HTTP forbids control characters and surrounding blanks in a header value; such a property
+        # stays in the JSON header only (json.dumps escapes everything outside ASCII).
+        if _TOKEN.match(key) and encoded == encoded.strip() and not any(b < 0x20 or b == 0x7F for b in encoded):
+            response.raw_headers.append((key.encode(), encoded))
+    return response
+
+
+def _payload(metadata: Any, payload: bytes) -> bytes:
+    """Pulsar answers the payload uncompressed. ZLIB is undone here; LZ4, ZSTD and SNAPPY would need
+    codecs magnetar does not depend on, so those payloads go out as stored, with X-Pulsar-compression
+    and X-Pulsar-uncompressed-size saying how to undo them."""
+    if metadata.compression == CompressionType.ZLIB:
+        return zlib.decompress(payload)
+    return payload
+
+
+def _date(epoch_ms: int) -> str:
+    """Pulsar's DateFormatter: ISO-8601 with an offset."""
+    moment = datetime.fromtimestamp(min(epoch_ms, 253402300799999) / 1000, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _b64(value: bytes) -> str:
+    return base64.b64encode(value).decode()
+
+
+# ----------------------------------------------------------------------- topic-level policies
+
+
+@router.get("/{tenant}/{namespace}/{topic}/deduplicationEnabled", response_model=bool,
+            responses={204: {"description": "The policy is not set"}} | error_responses(404, 412))
+async def get_deduplication(request: Request, tenant: str, namespace: str, topic: str) -> Any:
+    service = _service(request)
+    name = _policy_topic(service, tenant, namespace, topic)
+    enabled = service.topic_policies(name).get("deduplicationEnabled")
+    return Response(status_code=204) if enabled is None else enabled
+
+
+@router.post("/{tenant}/{namespace}/{topic}/deduplicationEnabled", status_code=204,
+             responses=_NO_CONTENT | error_responses(404, 412))
+async def set_deduplication(
+    request: Request, tenant: str, namespace: str, topic: str, enabled: Annotated[bool, Body(strict=True)]
+) -> Response:
+    service = _service(request)
+    await service.set_topic_policies(_policy_topic(service, tenant, namespace, topic), {"deduplicationEnabled": enabled})
+    return Response(status_code=204)
+
+
+@router.delete("/{tenant}/{namespace}/{topic}/deduplicationEnabled", status_code=204,
+               responses=_NO_CONTENT | error_responses(404, 412))
+async def remove_deduplication(request: Request, tenant: str, namespace: str, topic: str) -> Response:
+    service = _service(request)
+    await service.set_topic_policies(_policy_topic(service, tenant, namespace, topic), {"deduplicationEnabled": None})
+    return Response(status_code=204)
+
+
+def _policy_topic(service: BrokerService, tenant: str, namespace: str, topic: str) -> TopicName:
+    """The topic whose policies these are: a stored topic or a partitioned topic. A partition's policies
+    are its partitioned topic's, as in Pulsar."""
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    if not (service.partitions(name) or service.topic_exists(name)):
+        raise not_found(f"Topic {name} not found")
+    return name.partitioned_base

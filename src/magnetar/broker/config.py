@@ -49,6 +49,13 @@ BROKER_KEYS: tuple[Setting, ...] = (
         True,
     ),
     Setting("defaultNumPartitions", 1, "Partitions of an auto-created partitioned topic.", True),
+    Setting(
+        "maxNumPartitionsPerPartitionedTopic",
+        1000,
+        "Most partitions a partitioned topic may have (0: no limit, Pulsar's default). Every partition is "
+        "a topic that listings and partitioned operations walk, so a typo of 10^9 must not be accepted.",
+        True,
+    ),
     Setting("brokerDeduplicationEnabled", False, "Drop messages whose producer sequence id was already stored."),
     Setting("keepAliveIntervalSeconds", 30, "Ping idle clients this often; close them after two silent intervals."),
     Setting("ttlDurationDefaultInSeconds", 0, "Default message TTL (0: none).", True),

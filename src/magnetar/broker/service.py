@@ -115,6 +115,11 @@ class BrokerService:
             await self.metadata.create_partitioned_topic(str(name), partitions)
         return partitions
 
+    def topic_exists(self, name: TopicName) -> bool:
+        """A non-partitioned topic or a partition that is stored (a partitioned topic is not a topic)."""
+        key = str(name)
+        return key in self.topics or key in self.storage.topics()
+
     def namespace_exists(self, namespace: str) -> bool:
         tenant = namespace.split("/", 1)[0]
         return tenant in self.metadata.tenants() and namespace in self.metadata.namespaces(tenant)

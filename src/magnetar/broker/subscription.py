@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from magnetar.broker.consumer import ServerConsumer
     from magnetar.broker.topic import PersistentTopic
 
-__all__ = ["PersistentSubscription", "MARKER_PRODUCER_NAME"]
+__all__ = ["PersistentSubscription", "MARKER_PRODUCER_NAME", "entry_after"]
 
 # Pulsar writes internal markers (replicated-subscription snapshots, transaction markers) with this
 # producer name; clients never publish under it (connections refuse SENDs that carry a marker type).
@@ -92,6 +92,13 @@ class PersistentSubscription:
         self._cancel_requested = False
         self._wakeup: asyncio.TimerHandle | None = None
         self._wakeup_at_ms: int | None = None
+        # Pulsar's subscription stats beyond the dispatcher's: what consumers that left had received,
+        # and when a consumer last asked for messages and the mark-delete position last moved (epoch
+        # ms). Consumers keep them up to date (consumer.py).
+        self.msg_out_from_removed_consumers = 0
+        self.bytes_out_from_removed_consumers = 0
+        self.last_consumed_flow_ms = 0
+        self.last_mark_delete_advanced_ms = 0
 
     @property
     def durable(self) -> bool:
@@ -376,11 +383,11 @@ class PersistentSubscription:
         for lower, upper in cursor.individually_deleted.ranges():
             gap = ledger.count_entries(position, lower)
             if remaining <= gap:
-                return _entry_after(ledger, position, remaining)
+                return entry_after(ledger, position, remaining)
             remaining -= gap
             position = upper
         if remaining <= ledger.count_entries(position, ledger.last_confirmed_entry):
-            return _entry_after(ledger, position, remaining)
+            return entry_after(ledger, position, remaining)
         return None
 
     def skip_messages(self, n: int) -> None:
@@ -402,13 +409,27 @@ class PersistentSubscription:
     # ------------------------------------------------------------------------------ stats
 
     def stats(self) -> dict[str, Any]:
-        base = self.dispatcher.stats() if self.dispatcher is not None else {"consumers": [], "msgInReplay": 0}
+        """The dispatcher's stats, the cursor's backlog and durability; each entry of `consumers` also
+        names the `ServerConsumer` it describes (key `consumer`). Rates and Pulsar's whole JSON shape
+        are the admin API's business (admin/stats.py)."""
+        dispatcher = self.dispatcher
+        base = dispatcher.stats() if dispatcher is not None else {"consumers": [], "msgInReplay": 0}
+        if dispatcher is not None:
+            # A dispatcher lists its consumers' stats in the order of its `consumers` dict.
+            for consumer_id, consumer_stats in zip(dispatcher.consumers, base["consumers"]):
+                consumer_stats["consumer"] = self.consumers.get(consumer_id)
         base["isDurable"] = self.durable
         base["msgBacklog"] = self.cursor.number_of_entries_in_backlog()
         return base
 
+    def read_state(self) -> tuple[bool, bool, bool]:
+        """(a normal read is pending, a replay read is pending, a read waits for new entries): what
+        internalStats shows as subscriptionHavePendingRead, ...PendingReplayRead and waitingReadOp."""
+        in_flight = self.dispatcher.read_in_flight if self.dispatcher is not None else None
+        return in_flight == "normal", in_flight == "replay", self._read_waiting
 
-def _entry_after(ledger: Any, position: Position, count: int) -> Position | None:
+
+def entry_after(ledger: Any, position: Position, count: int) -> Position | None:
     """The `count`-th stored entry after `position` (count >= 1), walking the ledgers' entry counts."""
     for info in ledger.ledgers:
         if info.ledger_id < position[0] or not info.entries:

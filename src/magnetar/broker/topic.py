@@ -14,7 +14,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
-from magnetar.broker.subscription import PersistentSubscription
+from magnetar.broker.subscription import PersistentSubscription, entry_after
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.positions import EARLIEST, LATEST, Position
 from magnetar.protocol.pulsar_api_pb2 import Schema
@@ -92,6 +92,10 @@ class PersistentTopic:
         # appending): Pulsar's highestSequencedPersisted / highestSequencedPushed.
         self.sequence_persisted: dict[str, int] = {}
         self.sequence_pushed: dict[str, int] = {}
+        # Pulsar's msgInCounter and bytesInCounter: published since the topic was loaded, producers
+        # that left included (producers add to them per socket read).
+        self.msg_in_counter = 0
+        self.bytes_in_counter = 0
         # brokerDeduplicationEnabled, unless the namespace's or the topic's policy says otherwise.
         self.deduplication_enabled = service.deduplication_enabled(name)
         self._exclusive_waiters: deque[asyncio.Future[None]] = deque()
@@ -295,6 +299,10 @@ class PersistentTopic:
         expired_up_to = await self._expired_up_to(ttl_seconds, now_ms)
         if expired_up_to > subscription.cursor.mark_delete_position:
             subscription.skip_to(expired_up_to)
+
+    def nth_entry_position(self, n: int) -> Position | None:
+        """The n-th stored entry (from 1), for examinemessage."""
+        return entry_after(self.ledger, EARLIEST, n) if n >= 1 else None
 
     def position_at_or_after(self, position: tuple[int, int]) -> Position:
         """Where a cursor given `position` goes, as Pulsar's resetCursor normalises it: the earliest
