@@ -1,111 +1,101 @@
-"""`magnetar` entry point: one subcommand per verb, each handing its arguments to the package that owns it.
+"""`magnetar` entry point: one subcommand per verb, each handing its arguments to the module that owns it.
 
-Subcommands: `standalone` (the broker), `topics create-partitioned-topic` (offline, on a stopped
-broker's data directory, until the admin API exists), `sim` (the deterministic simulator), `perf` (load generator).
+Subcommands: `standalone` (the broker), `admin …` (pulsar-admin over the HTTP admin API, admin.py),
+`produce` and `consume` (pulsar-client over the official client, client.py), `sim` (the deterministic
+simulator) and `perf` (load generator), whose own argparse mains receive their arguments untouched.
+Must not touch: any logic of those packages; this module only parses and dispatches.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import sys
+from typing import Annotated
 
-__all__ = ["main"]
+import typer
 
-USAGE = """usage: magnetar <command> [options]
+from magnetar.cli import admin, client
+from magnetar.cli.output import error
+from magnetar.cli.rest import AdminError
 
-commands:
-  standalone   run a broker (magnetar standalone --help)
-  topics       create-partitioned-topic on a stopped broker's data directory
-  sim          run seeded simulations of the ordering core (magnetar sim --help)
-  perf         load a broker like pulsar-perf (magnetar perf produce|consume --help)
-"""
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="magnetar",
+    help="A message broker that speaks Apache Pulsar's protocol, and the tools to run and operate it.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+# sim and perf keep their own argparse parsers: every argument, --help included, goes to them as given.
+_PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
-def _standalone(argv: list[str]) -> int:
+@app.command()
+def standalone(
+    data_dir: Annotated[str, typer.Option("--data-dir", help="where topics and cursors are stored")] = "data",
+    config: Annotated[str | None, typer.Option("--config", help="a broker.conf-style file with Pulsar's setting names")] = None,
+    settings: Annotated[
+        list[str] | None, typer.Option("--set", "-c", metavar="KEY=VALUE", help="override one setting (repeatable)")
+    ] = None,
+    port: Annotated[int | None, typer.Option("--port", help="brokerServicePort (default 6650)")] = None,
+    http_port: Annotated[int | None, typer.Option("--http-port", help="webServicePort (default 8080)")] = None,
+    log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
+) -> None:
+    """Run a magnetar broker."""
     from magnetar.broker.config import ConfigError, load_config
     from magnetar.broker.server import run_standalone
 
-    parser = argparse.ArgumentParser(prog="magnetar standalone", description="Run a magnetar broker.")
-    parser.add_argument("--data-dir", default="data", help="where topics and cursors are stored (default ./data)")
-    parser.add_argument("--config", help="a broker.conf-style file with Pulsar's setting names")
-    parser.add_argument(
-        "-c", "--set", action="append", default=[], metavar="KEY=VALUE", help="override one setting (repeatable)"
-    )
-    parser.add_argument("--port", type=int, help="brokerServicePort (default 6650)")
-    parser.add_argument("--http-port", type=int, help="webServicePort (default 8080)")
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    overrides = [tuple(item.split("=", 1)) for item in args.set if "=" in item]
-    if len(overrides) != len(args.set):
-        parser.error("-c takes KEY=VALUE")
-    if args.port is not None:
-        overrides.append(("brokerServicePort", str(args.port)))
-    if args.http_port is not None:
-        overrides.append(("webServicePort", str(args.http_port)))
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = [tuple(item.split("=", 1)) for item in settings or [] if "=" in item]
+    if len(overrides) != len(settings or []):
+        raise typer.BadParameter("-c takes KEY=VALUE", param_hint="--set")
+    if port is not None:
+        overrides.append(("brokerServicePort", str(port)))
+    if http_port is not None:
+        overrides.append(("webServicePort", str(http_port)))
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        config = load_config(args.config, overrides)
-    except (ConfigError, OSError) as error:
-        print(f"magnetar: {error}", file=sys.stderr)
-        return 2
-    return asyncio.run(run_standalone(config, args.data_dir))
+        broker_config = load_config(config, overrides)
+    except (ConfigError, OSError) as failure:
+        error(str(failure))
+        raise typer.Exit(2) from None
+    raise typer.Exit(asyncio.run(run_standalone(broker_config, data_dir)))
 
 
-def _topics(argv: list[str]) -> int:
-    from magnetar.broker.topic_name import InvalidTopicName, TopicName
-    from magnetar.storage import ManagedLedgerFactory, StorageError
+app.add_typer(admin.app, name="admin")
+app.command("produce")(client.produce)
+app.command("consume")(client.consume)
 
-    parser = argparse.ArgumentParser(prog="magnetar topics")
-    sub = parser.add_subparsers(dest="verb", required=True)
-    create = sub.add_parser("create-partitioned-topic", help="declare a partitioned topic (broker stopped)")
-    create.add_argument("topic")
-    create.add_argument("-p", "--partitions", type=int, required=True)
-    create.add_argument("--data-dir", default="data")
-    args = parser.parse_args(argv)
 
-    async def run() -> int:
-        try:
-            name = TopicName.parse(args.topic)
-            factory = await ManagedLedgerFactory.open(args.data_dir)
-        except (InvalidTopicName, StorageError) as error:
-            print(f"magnetar: {error}", file=sys.stderr)
-            return 2
-        try:
-            await factory.metadata.ensure_defaults(factory.config.clusterName)
-            await factory.metadata.create_partitioned_topic(str(name), args.partitions)
-        except (StorageError, ValueError) as error:
-            print(f"magnetar: {error}", file=sys.stderr)
-            return 1
-        finally:
-            await factory.close()
-        print(f"created {name} with {args.partitions} partitions")
-        return 0
+@app.command(context_settings=_PASS_THROUGH, add_help_option=False)
+def sim(ctx: typer.Context) -> None:
+    """Run seeded simulations of the ordering core (magnetar sim --help)."""
+    from magnetar.sim.__main__ import main as sim_main
 
-    return asyncio.run(run())
+    raise typer.Exit(sim_main(ctx.args))
+
+
+@app.command(context_settings=_PASS_THROUGH, add_help_option=False)
+def perf(ctx: typer.Context) -> None:
+    """Load a broker like pulsar-perf (magnetar perf produce|consume --help)."""
+    from magnetar.perf import main as perf_main
+
+    raise typer.Exit(perf_main(ctx.args))
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE, end="")
-        return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    if command == "standalone":
-        return _standalone(rest)
-    if command == "topics":
-        return _topics(rest)
-    if command == "sim":
-        from magnetar.sim.__main__ import main as sim_main
-
-        return sim_main(rest)
-    if command == "perf":
-        from magnetar.perf import main as perf_main
-
-        return perf_main(rest)
-    print(f"magnetar: unknown command {command!r}\n{USAGE}", end="", file=sys.stderr)
-    return 2
+    """Run one command and return its exit code: 0 done, 1 failed (reason on stderr), 2 bad usage."""
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="magnetar", standalone_mode=True)
+    except SystemExit as finished:
+        code = finished.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except AdminError as failure:
+        error(failure.reason)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

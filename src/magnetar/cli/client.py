@@ -1,0 +1,358 @@
+"""`magnetar produce` and `magnetar consume`: pulsar-client's two commands, on the official `pulsar` client.
+
+Owns: reading messages from options and files, pacing to a rate, printing received messages (Pulsar's
+"----- got message -----" text, or JSON lines for scripts), and progress on long runs (a rich bar on a
+terminal, a plain line per interval otherwise, both on stderr so stdout keeps the data). Must not
+touch: the broker; it is a network client like any other.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from enum import Enum
+from pathlib import Path
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from magnetar.cli.output import error
+
+__all__ = ["consume", "produce", "split_messages"]
+
+T = TypeVar("T")
+
+DEFAULT_SERVICE_URL = "pulsar://127.0.0.1:6650"
+# A run shorter than this shows no progress at all; after it, a plain line per interval or a bar
+# redrawn ten times a second.
+PROGRESS_INTERVAL_S = 1.0
+BAR_REFRESH_S = 0.1
+# How soon a consume notices Ctrl-C while no message arrives.
+RECEIVE_POLL_MS = 500
+
+class SubscriptionType(str, Enum):
+    Exclusive = "Exclusive"
+    Shared = "Shared"
+    Failover = "Failover"
+    Key_Shared = "Key_Shared"
+
+
+class SubscriptionPosition(str, Enum):
+    Latest = "Latest"
+    Earliest = "Earliest"
+
+
+class TextFormat(str, Enum):
+    json = "json"
+    text = "text"
+
+
+ServiceUrl = Annotated[
+    str, typer.Option("--service-url", "--url", envvar="MAGNETAR_SERVICE_URL", help="the broker's pulsar:// URL")
+]
+OutputOption = Annotated[
+    TextFormat | None,
+    typer.Option("--output", "-o", help="json (one object a line) or text (default: json unless stdout is a terminal)"),
+]
+
+
+def split_messages(messages: list[str], separator: str) -> list[str]:
+    """Each -m value holds one or more messages split by the separator, as pulsar-client reads them."""
+    if not separator:
+        return list(messages)
+    return [part for value in messages for part in value.split(separator)]
+
+
+def _with_client(service_url: str, work: Callable[[Any], T]) -> T:
+    """Run `work(client)` with an official client that is always closed; a client error ends the command
+    with its message on stderr and exit code 1, never a traceback."""
+    import pulsar
+
+    # The C++ client logs INFO lines to stdout by default; route them through Python logging to stderr.
+    logger = logging.getLogger("pulsar")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("pulsar %(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
+    try:
+        client = pulsar.Client(service_url, logger=logger)
+    except pulsar.PulsarException as failure:
+        error(f"{service_url}: {failure}")
+        raise typer.Exit(1) from None
+    try:
+        return work(client)
+    except pulsar.PulsarException as failure:
+        error(f"{type(failure).__name__}: {failure}")
+        raise typer.Exit(1) from None
+    finally:
+        client.close()
+
+
+def _wants_json(fmt: TextFormat | None) -> bool:
+    return fmt == TextFormat.json or (fmt is None and not sys.stdout.isatty())
+
+
+class RunProgress:
+    """Progress of a long run on stderr: a rich bar on a terminal, one plain line per interval otherwise.
+
+    `advance()` runs once per message: it only counts and compares a clock, drawing at most once per
+    interval, so progress costs nothing measurable next to a send or a receive.
+    """
+
+    def __init__(self, verb: str, total: int | None) -> None:
+        self.verb = verb
+        self.total = total
+        self.count = 0
+        self._started = time.monotonic()
+        self._next_report = self._started + PROGRESS_INTERVAL_S
+        self._reported_count = 0
+        self._reported_at = self._started
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> RunProgress:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def advance(self, count: int = 1) -> None:
+        self.count += count
+        now = time.monotonic()
+        if now < self._next_report:
+            return
+        if sys.stderr.isatty():
+            self._draw()
+            self._next_report = now + BAR_REFRESH_S
+            return
+        rate = (self.count - self._reported_count) / (now - self._reported_at)
+        of_total = f"/{self.total:,}" if self.total else ""
+        print(f"{self.verb}: {self.count:,}{of_total} messages, {rate:,.0f} msg/s", file=sys.stderr, flush=True)
+        self._reported_count, self._reported_at = self.count, now
+        self._next_report = now + PROGRESS_INTERVAL_S
+
+    def _draw(self) -> None:
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            # Printed messages go above the bar only when stdout is the same terminal; a piped stdout
+            # must not be captured into the stderr console.
+            self._bar = Progress(
+                TextColumn(self.verb),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+                redirect_stdout=sys.stdout.isatty(),
+                redirect_stderr=False,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.verb, total=self.total)
+        self._bar.update(self._task, completed=self.count)
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self._started
+
+
+def _pace(rate: float, index: int, started: float) -> None:
+    if rate > 0:
+        ahead = started + index / rate - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+def _properties(pairs: list[str]) -> dict[str, str]:
+    properties = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{pair!r} is not key=value", param_hint="--properties")
+        properties[key] = value
+    return properties
+
+
+def produce(
+    topic: Annotated[str, typer.Argument(help="the topic to publish to")],
+    messages: Annotated[
+        list[str] | None, typer.Option("--messages", "-m", help="message text; several split by the separator")
+    ] = None,
+    files: Annotated[
+        list[Path] | None, typer.Option("--files", "-f", help="files whose whole content is one message each")
+    ] = None,
+    num_produce: Annotated[int, typer.Option("--num-produce", "-n", help="send all the messages this many times")] = 1,
+    rate: Annotated[float, typer.Option("--rate", "-r", help="messages per second; 0 = as fast as possible")] = 0,
+    separator: Annotated[str, typer.Option("--separator", "-s", help="splits each -m value into messages")] = ",",
+    key: Annotated[str | None, typer.Option("--key", "-k", help="partition key of every message")] = None,
+    properties: Annotated[
+        list[str] | None, typer.Option("--properties", "-p", help="key=value, on every message (repeatable)")
+    ] = None,
+    disable_batching: Annotated[bool, typer.Option("--disable-batching", "-db", help="one entry per message")] = False,
+    service_url: ServiceUrl = DEFAULT_SERVICE_URL,
+    output: OutputOption = None,
+) -> None:
+    """Publish messages, as `pulsar-client produce` does."""
+    payloads = [text.encode() for text in split_messages(messages or [], separator)]
+    for path in files or []:
+        try:
+            payloads.append(path.read_bytes())
+        except OSError as error:
+            raise typer.BadParameter(f"cannot read {path}: {error.strerror}", param_hint="--files") from None
+    if not payloads:
+        raise typer.BadParameter("give messages with -m or files with -f")
+    if num_produce < 1:
+        raise typer.BadParameter("must be at least 1", param_hint="--num-produce")
+    message_properties = _properties(properties or [])
+    total = len(payloads) * num_produce
+
+    def send_all(client: Any) -> tuple[list[str], float]:
+        import pulsar
+
+        producer = client.create_producer(topic, batching_enabled=not disable_batching, block_if_queue_full=True)
+        failures: list[str] = []
+        receipts = [0]
+
+        def receipt(result: Any, _message_id: Any) -> None:
+            # One io thread runs every callback, so the counters need no lock.
+            receipts[0] += 1
+            if result != pulsar.Result.Ok:
+                failures.append(str(result))
+
+        with RunProgress("produce", total) as progress:
+            started = time.monotonic()
+            for index in range(total):
+                _pace(rate, index, started)
+                producer.send_async(
+                    payloads[index % len(payloads)], receipt, properties=message_properties, partition_key=key
+                )
+                progress.advance()
+            producer.flush()
+            while receipts[0] < total:
+                time.sleep(0.001)
+        producer.close()
+        return failures, progress.seconds
+
+    failures, seconds = _with_client(service_url, send_all)
+    produced = total - len(failures)
+    if _wants_json(output):
+        print(json.dumps({"topic": topic, "produced": produced, "failed": len(failures), "seconds": round(seconds, 3)}))
+    else:
+        print(f"{produced} messages successfully produced", flush=True)
+    if failures:
+        error(f"{len(failures)} messages failed: {failures[0]}")
+        raise typer.Exit(1)
+
+
+def _message_id(message: Any) -> str:
+    """Pulsar's text form: ledger:entry:partition, with :batchIndex for a message of a batch."""
+    mid = message.message_id()
+    text = f"{mid.ledger_id()}:{mid.entry_id()}:{mid.partition()}"
+    return f"{text}:{mid.batch_index()}" if mid.batch_index() >= 0 else text
+
+
+def _as_json(message: Any, hex_dump: bool, hide_content: bool) -> str:
+    data = message.data()
+    record: dict[str, Any] = {
+        "messageId": _message_id(message),
+        "key": message.partition_key() or None,
+        "properties": message.properties(),
+        "publishTime": message.publish_timestamp(),
+        "eventTime": message.event_timestamp() or None,
+        "redeliveryCount": message.redelivery_count(),
+    }
+    if not hide_content:
+        if hex_dump:
+            record["content"], record["encoding"] = data.hex(), "hex"
+        else:
+            try:
+                record["content"], record["encoding"] = data.decode("utf-8"), "utf-8"
+            except UnicodeDecodeError:
+                record["content"], record["encoding"] = data.hex(), "hex"
+    return json.dumps(record)
+
+
+def _as_text(message: Any, hex_dump: bool, hide_content: bool) -> str:
+    """pulsar-client's rendering: `key:[k], properties:[a=b], content:...`."""
+    parts = [f"key:[{message.partition_key() or 'null'}]"]
+    properties = message.properties()
+    if properties:
+        parts.append("properties:[" + ", ".join(f"{k}={v}" for k, v in properties.items()) + "]")
+    if not hide_content:
+        data = message.data()
+        parts.append("content:" + (data.hex(" ") if hex_dump else data.decode("utf-8", errors="replace")))
+    return "----- got message -----\n" + ", ".join(parts)
+
+
+def consume(
+    topic: Annotated[str, typer.Argument(help="the topic to consume from")],
+    subscription_name: Annotated[str, typer.Option("--subscription-name", "-s", help="subscription name")],
+    subscription_type: Annotated[
+        SubscriptionType, typer.Option("--subscription-type", "-t", help="subscription type")
+    ] = SubscriptionType.Exclusive,
+    num_messages: Annotated[
+        int, typer.Option("--num-messages", "-n", help="how many to receive and acknowledge; 0 = until Ctrl-C")
+    ] = 1,
+    subscription_position: Annotated[
+        SubscriptionPosition,
+        typer.Option("--subscription-position", "-p", help="where a new subscription starts"),
+    ] = SubscriptionPosition.Latest,
+    rate: Annotated[float, typer.Option("--rate", "-r", help="messages per second; 0 = as fast as they come")] = 0,
+    hex_dump: Annotated[bool, typer.Option("--hex", help="show content as hex")] = False,
+    hide_content: Annotated[bool, typer.Option("--hide-content", help="do not show content")] = False,
+    receiver_queue_size: Annotated[int, typer.Option("--queue-size", "-q", help="receiver queue size")] = 1000,
+    service_url: ServiceUrl = DEFAULT_SERVICE_URL,
+    output: OutputOption = None,
+) -> None:
+    """Receive and acknowledge messages, as `pulsar-client consume` does."""
+    if num_messages < 0:
+        raise typer.BadParameter("must be 0 (forever) or more", param_hint="--num-messages")
+    as_json = _wants_json(output)
+    render = _as_json if as_json else _as_text
+
+    def receive_all(client: Any) -> int:
+        import pulsar
+
+        consumer = client.subscribe(
+            topic,
+            subscription_name,
+            consumer_type=getattr(pulsar.ConsumerType, subscription_type.value.replace("_", "")),
+            initial_position=getattr(pulsar.InitialPosition, subscription_position.value),
+            receiver_queue_size=receiver_queue_size,
+        )
+        received = 0
+        # Ctrl-C ends a consume without -n: the handler only asks the loop to stop, so the consumer and
+        # client close cleanly. (A KeyboardInterrupt raised inside the client's receive() escaped an
+        # enclosing `except KeyboardInterrupt` in CPython 3.11 with pulsar-client 3.13.)
+        stop = threading.Event()
+        previous_handler = signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
+        try:
+            with RunProgress("consume", num_messages or None) as progress:
+                started = time.monotonic()
+                while not stop.is_set() and (num_messages == 0 or received < num_messages):
+                    _pace(rate, received, started)
+                    try:
+                        message = consumer.receive(RECEIVE_POLL_MS)
+                    except pulsar.Timeout:
+                        continue
+                    print(render(message, hex_dump, hide_content), flush=True)
+                    consumer.acknowledge(message)
+                    received += 1
+                    progress.advance()
+        finally:
+            signal.signal(signal.SIGINT, previous_handler)
+        consumer.close()
+        return received
+
+    received = _with_client(service_url, receive_all)
+    if not as_json:
+        print(f"{received} messages successfully consumed", file=sys.stderr, flush=True)

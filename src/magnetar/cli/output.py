@@ -1,0 +1,139 @@
+"""How `magnetar` commands show results: JSON for scripts, rich tables for people, errors on stderr.
+
+Owns: choosing the format (JSON when stdout is not a terminal, tables when it is, `--output` to force),
+rendering any JSON value as tables, and the one-line error format. Must not touch: requests, the
+client, or what the data means (any JSON value renders; no command-specific layouts here).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["Format", "Output", "error"]
+
+# Past this many columns a list of objects (e.g. consumers in stats) is shown one object per table:
+# a terminal row cannot hold thirty fields legibly.
+TABLE_COLUMNS_MAX = 8
+
+
+class Format(str, Enum):
+    json = "json"
+    table = "table"
+
+
+def error(message: str) -> None:
+    print(f"magnetar: {message}", file=sys.stderr, flush=True)
+
+
+class Output:
+    """Where one command's result goes. `fmt` None picks by whether stdout is a terminal."""
+
+    def __init__(self, fmt: Format | None) -> None:
+        self.json = fmt == Format.json or (fmt is None and not sys.stdout.isatty())
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            self._console = Console(highlight=False)
+        return self._console
+
+    def show(self, data: Any, title: str = "") -> None:
+        """The answer of a command that returns data."""
+        if self.json:
+            print(json.dumps(data, indent=2), flush=True)
+        else:
+            _render(self.console, data, title)
+
+    def done(self, message: str) -> None:
+        """A command that returns nothing succeeded: silent for scripts (as pulsar-admin is), a line for people."""
+        if not self.json:
+            self.console.print(message)
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _is_flat(value: Any) -> bool:
+    """Fits in one table cell: a scalar, an empty container, or a list of scalars."""
+    if _is_scalar(value):
+        return True
+    if isinstance(value, (list, dict)) and not value:
+        return True
+    return isinstance(value, list) and all(_is_scalar(item) for item in value)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".") if value % 1 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return ", ".join(_cell(item) for item in value) if value else "-"
+    if isinstance(value, dict):
+        return json.dumps(value) if value else "-"
+    return str(value)
+
+
+def _table(title: str, show_header: bool = True) -> Table:
+    # A title wider than its table would wrap; the table grows to hold it instead.
+    return Table(title=title or None, show_header=show_header, title_justify="left", min_width=len(title) or None)
+
+
+def _render(console: Console, data: Any, title: str) -> None:
+    if _is_scalar(data):
+        console.print(_cell(data))
+    elif isinstance(data, list):
+        _render_list(console, data, title)
+    elif isinstance(data, dict):
+        _render_dict(console, data, title)
+
+
+def _render_list(console: Console, items: list[Any], title: str) -> None:
+    if not items:
+        console.print(f"{title}: none" if title else "none")
+        return
+    if all(_is_scalar(item) for item in items):
+        table = _table(title, show_header=False)
+        table.add_column()
+        for item in items:
+            table.add_row(_cell(item))
+        console.print(table)
+        return
+    if all(isinstance(item, dict) for item in items):
+        columns = list(dict.fromkeys(key for item in items for key in item))
+        if len(columns) <= TABLE_COLUMNS_MAX and all(_is_flat(v) for item in items for v in item.values()):
+            table = _table(title)
+            for column in columns:
+                table.add_column(column, overflow="fold")
+            for item in items:
+                table.add_row(*(_cell(item.get(column)) for column in columns))
+            console.print(table)
+            return
+    for index, item in enumerate(items):
+        _render(console, item, f"{title}[{index}]")
+
+
+def _render_dict(console: Console, data: dict[str, Any], title: str) -> None:
+    flat = [(key, value) for key, value in data.items() if _is_flat(value)]
+    if flat or not data:
+        table = _table(title, show_header=False)
+        table.add_column(style="bold")
+        table.add_column(overflow="fold")
+        for key, value in flat:
+            table.add_row(key, _cell(value))
+        console.print(table)
+    for key, value in data.items():
+        if not _is_flat(value):
+            _render(console, value, f"{title} › {key}" if title else key)
