@@ -63,6 +63,7 @@ class ServerConnection:
         self.producers: dict[int, ServerProducer] = {}
         self.consumers: dict[int, ServerConsumer] = {}
         self.peer = writer.get_extra_info("peername")
+        self.client_version = ""  # from CONNECT, for the admin stats
         self.closed = False
         self.last_received = time.monotonic()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -178,6 +179,7 @@ class ServerConnection:
             if consumer is not None:
                 consumer.flow(command.flow.messagePermits)
         elif kind == BaseCommand.CONNECT:
+            self.client_version = command.connect.client_version
             self.write(
                 commands.connected(SERVER_VERSION, self.protocol.protocol_version, self.service.config["maxMessageSize"])
             )

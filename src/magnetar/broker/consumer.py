@@ -2,12 +2,15 @@
 
 Owns: writing MESSAGE frames for what the dispatcher sends it (with redelivery counts and the ack set
 of partly acknowledged batches), remembering the batch size of batch entries it sent (to read ack sets),
-and turning the client's ACK / FLOW / REDELIVER into subscription calls.
+turning the client's ACK / FLOW / REDELIVER into subscription calls, and the counters and timestamps of
+Pulsar's consumer stats (counted per frame batch or command, never per message; the admin API derives
+rates from them when asked).
 Must not touch: the cursor or the dispatcher directly.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from magnetar.core.events import Entry
@@ -21,6 +24,11 @@ if TYPE_CHECKING:
 __all__ = ["ServerConsumer"]
 
 _WORD = 64
+
+
+def _now_ms() -> int:
+    """Epoch milliseconds, the unit of Pulsar's stats timestamps."""
+    return int(time.time() * 1000)
 
 
 def unacked_words(batch_size: int, acked_mask: int) -> list[int]:
@@ -51,13 +59,20 @@ class ServerConsumer:
         self.consumer_id = 0  # the subscription's id for it, set once attached
         # position -> batch size, for batch entries sent and not yet fully acked
         self.batch_sizes: dict[Position, int] = {}
-        self.msg_out_counter = 0
         self.closed = False
+        self.connected_since_ms = _now_ms()
+        self.msg_out_counter = 0
+        self.bytes_out_counter = 0
+        self.msg_ack_counter = 0  # message ids acknowledged (a whole batch entry counts once)
+        self.last_consumed_ms = 0
+        self.last_acked_ms = 0
+        self.last_consumed_flow_ms = 0
 
     def send_entries(self, entries: list[Entry], redelivery_counts: list[int] | None) -> None:
         """MESSAGE frames for a `Dispatch`: the stored SEND bytes follow each command verbatim."""
         cursor = self.subscription.cursor
         frames = []
+        messages = size = 0
         consumer_id, partition = self.client_consumer_id, self.partition_index
         for index, entry in enumerate(entries):
             stored: Any = entry.payload
@@ -78,13 +93,26 @@ class ServerConsumer:
                     partition,
                 )
             )
-            self.msg_out_counter += entry.message_count
+            messages += entry.message_count
+            size += len(stored.data)
+        self.msg_out_counter += messages
+        self.bytes_out_counter += size
+        self.last_consumed_ms = _now_ms()
         self.connection.write(b"".join(frames))
 
     def send_active_change(self, is_active: bool) -> None:
         self.connection.write(commands.active_consumer_change(self.client_consumer_id, is_active))
 
     def acknowledge(self, message_ids: list[tuple[Position, list[int]]], cumulative: bool) -> None:
+        subscription = self.subscription
+        self.msg_ack_counter += len(message_ids)
+        self.last_acked_ms = now_ms = _now_ms()
+        before = subscription.cursor.mark_delete_position
+        self._acknowledge(message_ids, cumulative)
+        if subscription.cursor.mark_delete_position != before:
+            subscription.last_mark_delete_advanced_ms = now_ms
+
+    def _acknowledge(self, message_ids: list[tuple[Position, list[int]]], cumulative: bool) -> None:
         subscription = self.subscription
         if cumulative:
             if message_ids:
@@ -119,6 +147,7 @@ class ServerConsumer:
         subscription.acknowledge(self.consumer_id, whole, partial)
 
     def flow(self, permits: int) -> None:
+        self.last_consumed_flow_ms = self.subscription.last_consumed_flow_ms = _now_ms()
         self.subscription.flow(self.consumer_id, permits)
 
     def redeliver(self, positions: list[Position] | None) -> None:
@@ -128,7 +157,11 @@ class ServerConsumer:
         """The consumer goes (closed by the client, or its connection dropped)."""
         if not self.closed:
             self.closed = True
-            self.subscription.remove_consumer(self.consumer_id)
+            subscription = self.subscription
+            # Pulsar's subscription counters keep what consumers that left had received.
+            subscription.msg_out_from_removed_consumers += self.msg_out_counter
+            subscription.bytes_out_from_removed_consumers += self.bytes_out_counter
+            subscription.remove_consumer(self.consumer_id)
 
     def close_by_broker(self) -> None:
         """Pulsar's way to make a client re-subscribe (after a seek): CLOSE_CONSUMER with request id -1."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -42,8 +43,10 @@ class ServerProducer:
         # (sequence id, highest sequence id, future of the batch's positions, index in the batch), in
         # send order; a duplicate's future holds [_DUPLICATE].
         self._pending: deque[tuple[int, int, asyncio.Future, int]] = deque()
+        # Counted per socket read of SENDs, not per message; the admin API turns them into rates.
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
+        self.connected_since_ms = int(time.time() * 1000)
 
     def publish_many(self, sends: list[tuple[int, int, bytes, int, int, int]]) -> None:
         """Append the SENDs of one socket read, each (sequence id, highest sequence id, entry bytes, key
@@ -69,8 +72,11 @@ class ServerProducer:
             future = topic.ledger.append_many(datas, hashes, counts, times, [self.name] * len(datas), sequence_ids)
             for index, send in enumerate(accepted):
                 self._pending.append((send[0], send[1], future, index))
-            self.msg_in_counter += sum(counts)
-            self.bytes_in_counter += sum(map(len, datas))
+            messages, size = sum(counts), sum(map(len, datas))
+            self.msg_in_counter += messages
+            self.bytes_in_counter += size
+            topic.msg_in_counter += messages
+            topic.bytes_in_counter += size
             future.add_done_callback(self._on_done)
         self._flush()
 

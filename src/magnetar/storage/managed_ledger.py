@@ -45,6 +45,7 @@ from magnetar.storage.sqlite_engine import (
     runs_of_records,
     segment_id,
 )
+from magnetar.storage.write_latency import LatencyBuckets
 
 __all__ = ["ManagedLedger", "ManagedLedgerFactory", "LedgerInfo", "Entry"]
 
@@ -103,6 +104,10 @@ class ManagedLedger:
         # keeps defaultRetentionTimeInMinutes / defaultRetentionSizeInMB.
         self.retention: tuple[int, int] | None = None
         self._pending: deque[PendingAppend] = deque()
+        # Hand-offs to the commit thread that are not durable yet, as (last position, entries,
+        # monotonic time): one per loop iteration, so timing writes costs nothing per entry.
+        self._submitted: deque[tuple[tuple[int, int], int, float]] = deque()
+        self.write_latency = LatencyBuckets()
         # Appended since the last hand-off to the commit thread: Records (`append`), Runs (`append_many`).
         self._unsubmitted: list[Record | Run] = []
         self._unsubmitted_runs = 0
@@ -298,6 +303,11 @@ class ManagedLedger:
                     records.append(piece)
             if records:
                 runs.extend(runs_of_records(records))
+        if runs:
+            last = runs[-1]
+            entries = sum(len(run.datas) for run in runs)
+            last_position = (last.ledger_id, last.first_entry_id + len(last.datas) - 1)
+            self._submitted.append((last_position, entries, time.monotonic()))
         self._engine.submit((self, runs, size))
 
     def _current_is_full(self) -> bool:
@@ -385,6 +395,13 @@ class ManagedLedger:
                 cache.put(run)
         if last_position is not None:
             self.last_confirmed_entry = last_position
+        submitted = self._submitted
+        if submitted and submitted[0][0] <= last:
+            now = time.monotonic()
+            record = self.write_latency.record
+            while submitted and submitted[0][0] <= last:
+                _last, entries, submitted_at = submitted.popleft()
+                record((now - submitted_at) * 1000, entries)
         if info is not None:
             info.entries += done
             info.size += size
@@ -411,6 +428,7 @@ class ManagedLedger:
             else:
                 kept.append(item)
         self._pending = kept
+        self._submitted = deque(item for item in self._submitted if item[0][0] != ledger_id)
         self.factory.pending_adds -= failed
         if self._current is not None and self._current.ledger_id == ledger_id:
             # Fenced: the next append opens a new ledger, so entry ids never skip the failed ones.
