@@ -555,9 +555,15 @@ def _b64(value: bytes) -> str:
 
 @router.get("/{tenant}/{namespace}/{topic}/deduplicationEnabled", response_model=bool,
             responses={204: {"description": "The policy is not set"}} | error_responses(404, 412))
-async def get_deduplication(request: Request, tenant: str, namespace: str, topic: str) -> Any:
+async def get_deduplication(
+    request: Request, tenant: str, namespace: str, topic: str, applied: bool = False
+) -> Any:
+    """The topic's own policy; with `applied`, the one in force (topic, else namespace, else broker), as
+    Pulsar's `topicPolicies().getDeduplicationStatus(topic, true)` asks."""
     service = _service(request)
     name = _policy_topic(service, tenant, namespace, topic)
+    if applied:
+        return service.deduplication_enabled(name)
     enabled = service.topic_policies(name).get("deduplicationEnabled")
     return Response(status_code=204) if enabled is None else enabled
 
