@@ -88,7 +88,12 @@ class LedgerInfo:
 
 class ManagedLedger:
     def __init__(
-        self, factory: ManagedLedgerFactory, name: str, topic_id: int, ledgers: list[LedgerInfo]
+        self,
+        factory: ManagedLedgerFactory,
+        name: str,
+        topic_id: int,
+        ledgers: list[LedgerInfo],
+        entries_trimmed: int = 0,
     ) -> None:
         self.factory = factory
         self.config = factory.config
@@ -113,7 +118,10 @@ class ManagedLedger:
         self._unsubmitted_runs = 0
         self._unsubmitted_size = 0
         self._waiters: list[asyncio.Future[None]] = []
-        self.entries_added_counter = sum(info.entries for info in ledgers)
+        # Every entry the topic ever stored, those retention deleted included (persisted per topic), so
+        # that `entries_added_counter - number_of_entries` is the index of the first stored entry: how a
+        # reader that held a position learns how many entries it lost to retention.
+        self.entries_added_counter = entries_trimmed + sum(info.entries for info in ledgers)
         self.state = "LedgerOpened"
         self.last_ledger_created_timestamp_ms = 0
         # The last durable entry; before any, (first ledger, -1) as Pulsar reports for an empty topic.
@@ -733,10 +741,16 @@ class ManagedLedger:
         low, high = segment_id(info.ledger_id, 0), segment_id(info.ledger_id + 1, 0)
         ledger_id = info.ledger_id
 
+        trimmed_key, entries = _entries_trimmed_key(self.topic_id), info.entries
+
         def apply(connection: Any) -> None:
             connection.execute("DELETE FROM segments WHERE id >= ? AND id < ?", (low, high))
             connection.execute("DELETE FROM ledgers WHERE id=?", (ledger_id,))
             _remember_deleted_ledger(connection, ledger_id)
+            connection.execute(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = value + excluded.value",
+                (trimmed_key, entries),
+            )
 
         self.factory.write(apply)
 
@@ -850,9 +864,10 @@ class ManagedLedgerFactory:
             self._topic_ids[name] = topic_id
             ledgers: list[LedgerInfo] = []
             cursors: list[tuple[Any, ...]] = []
+            trimmed = 0
         else:
-            ledgers, cursors = await self.engine.run_read(_load_topic, topic_id, self.engine.db_path)
-        ledger = ManagedLedger(self, name, topic_id, ledgers)
+            ledgers, cursors, trimmed = await self.engine.run_read(_load_topic, topic_id, self.engine.db_path)
+        ledger = ManagedLedger(self, name, topic_id, ledgers, trimmed)
         ledger._restore_cursors(cursors)
         self.schedule_trim(ledger)
         return ledger
@@ -881,6 +896,7 @@ class ManagedLedgerFactory:
             connection.execute("DELETE FROM ledgers WHERE topic_id=?", (topic_id,))
             connection.execute("DELETE FROM cursors WHERE topic_id=?", (topic_id,))
             connection.execute("DELETE FROM topics WHERE id=?", (topic_id,))
+            connection.execute("DELETE FROM meta WHERE key=?", (_entries_trimmed_key(topic_id),))
 
         await self.write(apply)
 
@@ -971,9 +987,16 @@ def _remember_deleted_ledger(connection: Any, ledger_id: int) -> None:
     )
 
 
-def _load_topic(connection: Any, topic_id: int, db_path: str) -> tuple[list[LedgerInfo], list[tuple[Any, ...]]]:
-    """A topic's ledgers and cursors, on a reader thread; the cursors' acknowledged ranges are decoded
-    here too, off the event loop (a restart decodes a million of them)."""
+def _entries_trimmed_key(topic_id: int) -> str:
+    """The `meta` row counting the entries of a topic's ledgers that retention deleted."""
+    return f"entries_trimmed:{topic_id}"
+
+
+def _load_topic(
+    connection: Any, topic_id: int, db_path: str
+) -> tuple[list[LedgerInfo], list[tuple[Any, ...]], int]:
+    """A topic's ledgers, cursors and count of entries trimmed, on a reader thread; the cursors'
+    acknowledged ranges are decoded here too, off the event loop (a restart decodes a million of them)."""
     ledgers = [
         LedgerInfo(*row)
         for row in connection.execute(
@@ -996,4 +1019,5 @@ def _load_topic(connection: Any, topic_id: int, db_path: str) -> tuple[list[Ledg
                     f"{db_path}: cursor {name!r} of topic {topic_id}: damaged acknowledged ranges: {error}"
                 ) from error
             decoded.append((name, md_ledger, md_entry, individually_deleted, batch, properties))
-    return ledgers, decoded
+    row = connection.execute("SELECT value FROM meta WHERE key=?", (_entries_trimmed_key(topic_id),)).fetchone()
+    return ledgers, decoded, row[0] if row else 0

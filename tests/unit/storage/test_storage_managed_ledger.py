@@ -173,6 +173,32 @@ def test_consumed_ledgers_are_deleted_without_retention_and_ids_never_reused(run
     run_storage(second, config)
 
 
+def test_entries_added_counter_counts_trimmed_entries_across_restarts(run_storage, small_config):
+    """The index of the first stored entry (entriesAddedCounter - numberOfEntries) survives retention
+    and restarts: a reader holding an old position learns how many entries it lost."""
+    config = small_config.with_changes(defaultRetentionTimeInMinutes=0, defaultRetentionSizeInMB=0)
+
+    async def first(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        cursor = await ledger.open_cursor("sub", "earliest")
+        positions = await append_all(ledger, [b"t"] * 12)
+        cursor.mark_delete(positions[9])
+        await asyncio.sleep(0.05)
+        assert ledger.first_position() == positions[10]
+        assert ledger.entries_added_counter - ledger.number_of_entries == 10
+
+    async def second(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        assert ledger.entries_added_counter == 12
+        assert ledger.entries_added_counter - ledger.number_of_entries == 10
+        await factory.delete_ledger(TOPIC)
+        again = await factory.open_ledger(TOPIC)
+        assert again.entries_added_counter == 0
+
+    run_storage(first, config)
+    run_storage(second, config)
+
+
 def test_retention_size_keeps_consumed_ledgers_up_to_the_quota(run_storage, small_config):
     config = small_config.with_changes(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=1)
     payload = b"k" * 100_000
