@@ -1,9 +1,617 @@
-"""Admin routes: stats."""
+"""Admin routes: topic stats and internal stats, in the JSON shapes of Pulsar 4.0's `/admin/v2`.
+
+Owns: `GET .../{topic}/stats`, `.../internalStats`, `.../partitioned-stats` and
+`.../partitioned-internalStats`; Pulsar's TopicStats, PublisherStats, SubscriptionStats, ConsumerStats,
+PartitionedTopicStats and PersistentTopicInternalStats shapes; rates derived from the broker's counters
+when stats are read; finding the topic a path names (explain.py and metrics.py use these too).
+Must not touch: state. It reads the broker's objects, the core's stats and queries, and the storage's
+internal stats.
+
+Rates. Producers and consumers only count (per socket read or dispatch, never per message). A rate is
+the change of a counter over the window between two reads of it, a window of at least
+`RATE_WINDOW_MIN_S`; reads within a window return that window's rates. Pulsar computes the same rates
+on a timer every `statsUpdateFrequencyInSecs`; here nothing runs unless someone asks, and a scraper
+polling every 15 s gets rates over 15 s. The first window of a producer or consumer starts when it
+connected.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import datetime
+import time
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
-__all__ = ["router"]
+from fastapi import APIRouter, Request
 
-router = APIRouter()
+from magnetar.admin.clusters import check_namespace
+from magnetar.admin.errors import error_responses, not_found, precondition_failed
+from magnetar.broker.service import TopicNotFoundError
+from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.storage.cursor import encode_ranges
+from magnetar.storage.internal_stats import managed_ledger_internal_stats
+
+if TYPE_CHECKING:
+    from magnetar.broker.consumer import ServerConsumer
+    from magnetar.broker.producer import ServerProducer
+    from magnetar.broker.service import BrokerService
+    from magnetar.broker.subscription import PersistentSubscription
+    from magnetar.broker.topic import PersistentTopic
+
+__all__ = [
+    "router",
+    "RATE_WINDOW_MIN_S",
+    "find_topic",
+    "find_subscription",
+    "topic_stats",
+    "producer_rates",
+    "consumer_rates",
+    "backlog_size",
+    "iso_time",
+]
+
+router = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}")
+
+# Shorter windows make rates jumpy (a dispatch of 100 messages in a 10 ms window reads as 10,000/s);
+# one second is the shortest window Pulsar can be configured with (statsUpdateFrequencyInSecs).
+RATE_WINDOW_MIN_S = 1.0
+
+_ERRORS = error_responses(404, 412)
+
+
+# ------------------------------------------------------------------------------------- rates
+
+
+class _RateMeter:
+    """Per-second rates of some monotonic counters over the last completed window."""
+
+    __slots__ = ("at_s", "counters", "rates")
+
+    def __init__(self, at_s: float, width: int) -> None:
+        self.at_s = at_s
+        self.counters: tuple[int, ...] = (0,) * width
+        self.rates: tuple[float, ...] = (0.0,) * width
+
+    def read(self, now_s: float, counters: tuple[int, ...]) -> tuple[float, ...]:
+        elapsed = now_s - self.at_s
+        if elapsed >= RATE_WINDOW_MIN_S:
+            self.rates = tuple((now - before) / elapsed for now, before in zip(counters, self.counters))
+            self.at_s, self.counters = now_s, counters
+        return self.rates
+
+
+# Keyed by the producer or consumer object: a meter goes with the connection it measures.
+_meters: WeakKeyDictionary[object, _RateMeter] = WeakKeyDictionary()
+
+
+def _rates(owner: object, since_ms: int, counters: tuple[int, ...], now_s: float) -> tuple[float, ...]:
+    meter = _meters.get(owner)
+    if meter is None:
+        meter = _meters[owner] = _RateMeter(since_ms / 1000, len(counters))
+    return meter.read(now_s, counters)
+
+
+def producer_rates(producer: ServerProducer, now_s: float) -> tuple[float, float]:
+    """(msgRateIn, msgThroughputIn)."""
+    rate, throughput = _rates(
+        producer, producer.connected_since_ms, (producer.msg_in_counter, producer.bytes_in_counter), now_s
+    )
+    return rate, throughput
+
+
+def consumer_rates(consumer: ServerConsumer, redelivered: int, now_s: float) -> tuple[float, float, float, float]:
+    """(msgRateOut, msgThroughputOut, msgRateRedeliver, messageAckRate); `redelivered` is the core's
+    count of entries this consumer asked to have redelivered."""
+    counters = (consumer.msg_out_counter, consumer.bytes_out_counter, redelivered, consumer.msg_ack_counter)
+    rate, throughput, redeliver, ack = _rates(consumer, consumer.connected_since_ms, counters, now_s)
+    return rate, throughput, redeliver, ack
+
+
+# ---------------------------------------------------------------------------------- rendering
+
+
+def iso_time(epoch_ms: int) -> str:
+    """Pulsar's DateFormatter: ISO-8601 in the broker's time zone, with the offset."""
+    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000).astimezone()
+    return moment.isoformat(timespec="milliseconds" if epoch_ms % 1000 else "seconds")
+
+
+def _address(connection: Any) -> str:
+    peer = connection.peer
+    return f"/{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+
+
+def _publisher_stats(producer: ServerProducer, now_s: float) -> dict[str, Any]:
+    rate, throughput = producer_rates(producer, now_s)
+    return {
+        "accessMode": producer.access_mode,
+        "msgRateIn": rate,
+        "msgThroughputIn": throughput,
+        "averageMsgSize": throughput / rate if rate else 0.0,
+        "chunkedMessageRate": 0.0,
+        "producerId": producer.producer_id,
+        "supportsPartialProducer": False,
+        "producerName": producer.name,
+        "address": _address(producer.connection),
+        "connectedSince": iso_time(producer.connected_since_ms),
+        "clientVersion": producer.connection.client_version,
+        "metadata": {},
+    }
+
+
+# The core's per-consumer keys that ConsumerStats places after blockedConsumerOnUnackedMsgs, in order.
+_CONSUMER_ORDERING_KEYS = ("readPositionWhenJoining", "lastSentPositionWhenJoining")
+_DRAINING_KEYS = ("drainingHashesCount", "drainingHashesClearedTotal", "drainingHashesUnackedMessages")
+
+
+def _consumer_stats(core: dict[str, Any], redelivered: int, now_s: float) -> dict[str, Any]:
+    consumer: ServerConsumer = core["consumer"]
+    rate, throughput, redeliver, ack = consumer_rates(consumer, redelivered, now_s)
+    stats: dict[str, Any] = {
+        "msgRateOut": rate,
+        "msgThroughputOut": throughput,
+        "bytesOutCounter": consumer.bytes_out_counter,
+        "msgOutCounter": consumer.msg_out_counter,
+        "msgRateRedeliver": redeliver,
+        "messageAckRate": ack,
+        "chunkedMessageRate": 0.0,
+        "consumerName": core["consumerName"],
+        "availablePermits": core["availablePermits"],
+        "unackedMessages": core.get("unackedMessages", 0),
+        "avgMessagesPerEntry": round(core.get("avgMessagesPerEntry", 1)),
+        "blockedConsumerOnUnackedMsgs": core.get("blockedConsumerOnUnackedMsgs", False),
+    }
+    for key in _CONSUMER_ORDERING_KEYS:
+        if key in core:
+            stats[key] = core[key]
+    # Java ints: present, and 0, on every consumer; the per-hash list only where hashes can drain.
+    for key in _DRAINING_KEYS:
+        stats[key] = core.get(key, 0)
+    if "drainingHashes" in core:
+        stats["drainingHashes"] = core["drainingHashes"]
+    stats.update(
+        {
+            "address": _address(consumer.connection),
+            "connectedSince": iso_time(consumer.connected_since_ms),
+            "clientVersion": consumer.connection.client_version,
+            "lastAckedTimestamp": consumer.last_acked_ms,
+            "lastConsumedTimestamp": consumer.last_consumed_ms,
+            "lastConsumedFlowTimestamp": consumer.last_consumed_flow_ms,
+        }
+    )
+    for key in ("keyHashRangeArrays", "keyHashRanges"):
+        if key in core:
+            stats[key] = core[key]
+    stats["metadata"] = {}
+    stats["lastAckedTime"] = iso_time(consumer.last_acked_ms)
+    stats["lastConsumedTime"] = iso_time(consumer.last_consumed_ms)
+    return stats
+
+
+def backlog_size(subscription: PersistentSubscription) -> int:
+    """Pulsar's estimate of the bytes after the mark-delete position: whole ledgers after it, and the
+    share of its own ledger's bytes that its entries after the position hold."""
+    mark_delete = subscription.cursor.mark_delete_position
+    size = 0
+    for info in subscription.topic.ledger.ledgers:
+        if info.ledger_id > mark_delete[0]:
+            size += info.size
+        elif info.ledger_id == mark_delete[0] and info.entries:
+            after = info.entries - (mark_delete[1] + 1)
+            if after > 0:
+                size += info.size * after // info.entries
+    return size
+
+
+async def _earliest_publish_time(subscription: PersistentSubscription) -> int:
+    """The publish time of the first unacknowledged entry, -1 when nothing is in the backlog."""
+    if subscription.cursor.number_of_entries_in_backlog() == 0:
+        return -1
+    ledger = subscription.topic.ledger
+    entries = await ledger.read_entries(ledger.next_valid_position(subscription.cursor.mark_delete_position), 1)
+    return entries[0].publish_time if entries else -1
+
+
+async def subscription_stats(
+    subscription: PersistentSubscription,
+    now_s: float,
+    *,
+    with_backlog_size: bool = True,
+    earliest_time: bool = False,
+    exclude_consumers: bool = False,
+) -> dict[str, Any]:
+    """SubscriptionStats: the core's figures, the consumers' counters and rates, the cursor's backlog."""
+    core = subscription.stats()
+    dispatcher = subscription.dispatcher
+    core_consumers = dispatcher.consumers if dispatcher is not None else {}
+    consumers = []
+    for entry in core["consumers"]:
+        server = entry.get("consumer")
+        if server is None:
+            continue
+        redelivered = getattr(core_consumers.get(server.consumer_id), "redelivered_counter", 0)
+        consumers.append(_consumer_stats(entry, redelivered, now_s))
+    msg_backlog = core["msgBacklog"]
+    delayed = core.get("msgDelayed", 0)
+    last_consumed = max((c.last_consumed_ms for c in subscription.consumers.values()), default=0)
+    last_acked = max((c.last_acked_ms for c in subscription.consumers.values()), default=0)
+    ranges = subscription.cursor.individually_deleted
+    stats: dict[str, Any] = {
+        "msgRateOut": sum(c["msgRateOut"] for c in consumers),
+        "msgThroughputOut": sum(c["msgThroughputOut"] for c in consumers),
+        "bytesOutCounter": subscription.bytes_out_from_removed_consumers + sum(c["bytesOutCounter"] for c in consumers),
+        "msgOutCounter": subscription.msg_out_from_removed_consumers + sum(c["msgOutCounter"] for c in consumers),
+        "msgRateRedeliver": sum(c["msgRateRedeliver"] for c in consumers),
+        "messageAckRate": sum(c["messageAckRate"] for c in consumers),
+        "chunkedMessageRate": 0,
+        "msgBacklog": msg_backlog,
+        "backlogSize": backlog_size(subscription) if with_backlog_size else -1,
+        "earliestMsgPublishTimeInBacklog": await _earliest_publish_time(subscription) if earliest_time else 0,
+        "msgBacklogNoDelayed": msg_backlog - delayed,
+        "blockedSubscriptionOnUnackedMsgs": core.get("blockedSubscriptionOnUnackedMsgs", False),
+        "msgDelayed": delayed,
+        "msgInReplay": core.get("msgInReplay", 0),
+        "unackedMessages": core.get("unackedMessages", 0),
+        "type": core.get("type", subscription.subscription_type) or "Exclusive",
+    }
+    if core.get("activeConsumerName") is not None:
+        stats["activeConsumerName"] = core["activeConsumerName"]
+    stats.update(
+        {
+            # Message TTL expiry is applied, but not counted yet.
+            "msgRateExpired": 0.0,
+            "totalMsgExpired": 0,
+            "lastExpireTimestamp": 0,
+            "lastConsumedFlowTimestamp": subscription.last_consumed_flow_ms,
+            "lastConsumedTimestamp": last_consumed,
+            "lastAckedTimestamp": last_acked,
+            "lastMarkDeleteAdvancedTimestamp": subscription.last_mark_delete_advanced_ms,
+            "consumers": [] if exclude_consumers else consumers,
+            "isDurable": core["isDurable"],
+            "isReplicated": False,
+            "allowOutOfOrderDelivery": core.get("allowOutOfOrderDelivery", False),
+        }
+    )
+    if "keySharedMode" in core:
+        stats["keySharedMode"] = core["keySharedMode"]
+    stats["consumersAfterMarkDeletePosition"] = core.get("consumersAfterMarkDeletePosition", {})
+    for key in ("lastSentPosition", "individuallySentPositions"):  # pip282 (PIP-282's names)
+        if key in core:
+            stats[key] = core[key]
+    max_ranges = subscription.topic.service.config["managedLedgerMaxUnackedRangesToPersist"]
+    stats.update(
+        {
+            "nonContiguousDeletedMessagesRanges": ranges.range_count(),
+            "nonContiguousDeletedMessagesRangesSerializedSize": len(encode_ranges(ranges, max_ranges)) if ranges else 0,
+            "delayedMessageIndexSizeInBytes": 0,
+            "subscriptionProperties": dict(subscription.cursor.properties),
+            "filterProcessedMsgCount": 0,
+            "filterAcceptedMsgCount": 0,
+            "filterRejectedMsgCount": 0,
+            "filterRescheduledMsgCount": 0,
+            "dispatchThrottledMsgEventsBySubscriptionLimit": 0,
+            "dispatchThrottledBytesEventsBySubscriptionLimit": 0,
+            "dispatchThrottledMsgEventsByTopicLimit": 0,
+            "dispatchThrottledBytesEventsByTopicLimit": 0,
+            "dispatchThrottledMsgEventsByBrokerLimit": 0,
+            "dispatchThrottledBytesEventsByBrokerLimit": 0,
+            "drainingHashesCount": sum(c["drainingHashesCount"] for c in consumers),
+            "drainingHashesClearedTotal": sum(c["drainingHashesClearedTotal"] for c in consumers),
+            "drainingHashesUnackedMessages": sum(c["drainingHashesUnackedMessages"] for c in consumers),
+            # Jackson also writes the boolean getters isDurable()/isReplicated() under these names.
+            "durable": core["isDurable"],
+            "replicated": False,
+        }
+    )
+    return stats
+
+
+async def topic_stats(
+    topic: PersistentTopic,
+    owner: str,
+    *,
+    with_backlog_size: bool = True,
+    earliest_time: bool = False,
+    exclude_publishers: bool = False,
+    exclude_consumers: bool = False,
+) -> dict[str, Any]:
+    """TopicStats of one (non-partitioned, or partition) topic."""
+    now_s = time.time()
+    publishers = [_publisher_stats(p, now_s) for p in topic.producers.values()]
+    subscriptions = {}
+    for name, subscription in list(topic.subscriptions.items()):
+        subscriptions[name] = await subscription_stats(
+            subscription,
+            now_s,
+            with_backlog_size=with_backlog_size,
+            earliest_time=earliest_time,
+            exclude_consumers=exclude_consumers,
+        )
+    rate_in = sum(p["msgRateIn"] for p in publishers)
+    throughput_in = sum(p["msgThroughputIn"] for p in publishers)
+    durable = [s for s in subscriptions.values() if s["isDurable"]]
+    earliest = [s["earliestMsgPublishTimeInBacklog"] for s in durable if s["earliestMsgPublishTimeInBacklog"] > 0]
+    return {
+        "msgRateIn": rate_in,
+        "msgThroughputIn": throughput_in,
+        "msgRateOut": sum(s["msgRateOut"] for s in subscriptions.values()),
+        "msgThroughputOut": sum(s["msgThroughputOut"] for s in subscriptions.values()),
+        "bytesInCounter": topic.bytes_in_counter,
+        "msgInCounter": topic.msg_in_counter,
+        "systemTopicBytesInCounter": 0,
+        "bytesOutCounter": sum(s["bytesOutCounter"] for s in subscriptions.values()),
+        "msgOutCounter": sum(s["msgOutCounter"] for s in subscriptions.values()),
+        "bytesOutInternalCounter": 0,
+        "averageMsgSize": throughput_in / rate_in if rate_in else 0.0,
+        "msgChunkPublished": False,
+        "storageSize": topic.ledger.total_size,
+        "backlogSize": max((s["backlogSize"] for s in durable), default=0),
+        "backlogQuotaLimitSize": -1,
+        "backlogQuotaLimitTime": -1,
+        "publishRateLimitedTimes": 0,
+        "earliestMsgPublishTimeInBacklogs": min(earliest, default=0),
+        "offloadedStorageSize": 0,
+        "lastOffloadLedgerId": 0,
+        "lastOffloadSuccessTimeStamp": 0,
+        "lastOffloadFailureTimeStamp": 0,
+        "ongoingTxnCount": 0,
+        "abortedTxnCount": 0,
+        "committedTxnCount": 0,
+        "publishers": [] if exclude_publishers else publishers,
+        "waitingPublishers": len(topic._exclusive_waiters),
+        "subscriptions": subscriptions,
+        "replication": {},
+        "deduplicationStatus": "Enabled" if topic.deduplication_enabled else "Disabled",
+        "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subscriptions.values()),
+        "nonContiguousDeletedMessagesRangesSerializedSize": sum(
+            s["nonContiguousDeletedMessagesRangesSerializedSize"] for s in subscriptions.values()
+        ),
+        "delayedMessageIndexSizeInBytes": 0,
+        "compaction": {
+            "lastCompactionRemovedEventCount": 0,
+            "lastCompactionSucceedTimestamp": 0,
+            "lastCompactionFailedTimestamp": 0,
+            "lastCompactionDurationTimeInMills": 0,
+        },
+        "ownerBroker": owner,
+    }
+
+
+def topic_internal_stats(topic: PersistentTopic) -> dict[str, Any]:
+    """PersistentTopicInternalStats: the managed ledger's, with what only the broker knows per cursor."""
+    stats = managed_ledger_internal_stats(topic.ledger)
+    for name, cursor_stats in stats["cursors"].items():
+        subscription = topic.subscriptions.get(name)
+        pending, pending_replay, waiting = subscription.read_state() if subscription else (False, False, False)
+        cursor_stats["waitingReadOp"] = waiting
+        cursor_stats["subscriptionHavePendingRead"] = pending
+        cursor_stats["subscriptionHavePendingReplayRead"] = pending_replay
+    stats["schemaLedgers"] = []
+    stats["compactedLedger"] = {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False, "underReplicated": False}
+    return stats
+
+
+# --------------------------------------------------------------------------------- aggregation
+
+
+def _add_consumer(into: dict[str, Any], stats: dict[str, Any]) -> None:
+    for key in ("msgRateOut", "msgThroughputOut", "bytesOutCounter", "msgOutCounter", "msgRateRedeliver",
+                "messageAckRate", "availablePermits", "unackedMessages", *_DRAINING_KEYS):
+        into[key] += stats[key]
+    into["blockedConsumerOnUnackedMsgs"] |= stats["blockedConsumerOnUnackedMsgs"]
+    for key in ("lastAckedTimestamp", "lastConsumedTimestamp", "lastConsumedFlowTimestamp"):
+        into[key] = max(into[key], stats[key])
+
+
+# Hash ranges and draining hashes belong to one partition's selector: a sum across partitions is
+# meaningless, so the aggregate leaves them to `partitions`.
+_PER_PARTITION_CONSUMER_KEYS = ("drainingHashes", "keyHashRangeArrays", "keyHashRanges")
+
+_SUBSCRIPTION_SUMS = (
+    "msgRateOut", "msgThroughputOut", "bytesOutCounter", "msgOutCounter", "msgRateRedeliver", "messageAckRate",
+    "msgBacklog", "msgBacklogNoDelayed", "msgDelayed", "msgInReplay", "unackedMessages",
+    "nonContiguousDeletedMessagesRanges", "nonContiguousDeletedMessagesRangesSerializedSize",
+    *_DRAINING_KEYS,
+)
+
+
+def _add_subscription(into: dict[str, Any], stats: dict[str, Any]) -> None:
+    for key in _SUBSCRIPTION_SUMS:
+        into[key] += stats[key]
+    if stats["backlogSize"] >= 0:
+        into["backlogSize"] = max(into["backlogSize"], 0) + stats["backlogSize"]
+    into["blockedSubscriptionOnUnackedMsgs"] |= stats["blockedSubscriptionOnUnackedMsgs"]
+    for key in ("lastConsumedFlowTimestamp", "lastConsumedTimestamp", "lastAckedTimestamp",
+                "lastMarkDeleteAdvancedTimestamp"):
+        into[key] = max(into[key], stats[key])
+    by_name = {c["consumerName"]: c for c in into["consumers"]}
+    for consumer in stats["consumers"]:
+        mine = by_name.get(consumer["consumerName"])
+        if mine is None:
+            mine = {k: v for k, v in consumer.items() if k not in _PER_PARTITION_CONSUMER_KEYS}
+            into["consumers"].append(mine)
+            by_name[mine["consumerName"]] = mine
+        else:
+            _add_consumer(mine, consumer)
+
+
+def _copy_subscription(stats: dict[str, Any]) -> dict[str, Any]:
+    copy = dict(stats)
+    copy["consumers"] = [{k: v for k, v in c.items() if k not in _PER_PARTITION_CONSUMER_KEYS} for c in stats["consumers"]]
+    return copy
+
+
+_TOPIC_SUMS = (
+    "msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter", "msgInCounter",
+    "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize", "waitingPublishers",
+    "nonContiguousDeletedMessagesRanges", "nonContiguousDeletedMessagesRangesSerializedSize",
+)
+
+
+def partitioned_stats(partitions: dict[str, dict[str, Any]], count: int, per_partition: bool) -> dict[str, Any]:
+    """PartitionedTopicStats: sums over the partitions (publishers and consumers joined by name, as the
+    clients name every partition's producer and consumer alike), averageMsgSize their mean."""
+    total: dict[str, Any] | None = None
+    for stats in partitions.values():
+        if total is None:
+            total = {k: v for k, v in stats.items() if k not in ("publishers", "subscriptions")}
+            total["publishers"] = [dict(p) for p in stats["publishers"]]
+            total["subscriptions"] = {n: _copy_subscription(s) for n, s in stats["subscriptions"].items()}
+            continue
+        for key in _TOPIC_SUMS:
+            total[key] += stats[key]
+        publishers = {p["producerName"]: p for p in total["publishers"]}
+        for publisher in stats["publishers"]:
+            mine = publishers.get(publisher["producerName"])
+            if mine is None:
+                total["publishers"].append(dict(publisher))
+            else:
+                mine["msgRateIn"] += publisher["msgRateIn"]
+                mine["msgThroughputIn"] += publisher["msgThroughputIn"]
+                mine["averageMsgSize"] = mine["msgThroughputIn"] / mine["msgRateIn"] if mine["msgRateIn"] else 0.0
+        for name, subscription in stats["subscriptions"].items():
+            if name in total["subscriptions"]:
+                _add_subscription(total["subscriptions"][name], subscription)
+            else:
+                total["subscriptions"][name] = _copy_subscription(subscription)
+    if total is None:
+        total = {"msgRateIn": 0.0, "msgRateOut": 0.0, "publishers": [], "subscriptions": {}}
+    else:
+        sizes = [s["averageMsgSize"] for s in partitions.values()]
+        total["averageMsgSize"] = sum(sizes) / len(sizes)
+    total["metadata"] = {"partitions": count}
+    total["partitions"] = partitions if per_partition else {}
+    return total
+
+
+# -------------------------------------------------------------------------------------- lookup
+
+
+def _service(request: Request) -> BrokerService:
+    return request.app.state.service
+
+
+def topic_name(request: Request, tenant: str, namespace: str, topic: str) -> TopicName:
+    """The persistent topic a path names, in a namespace that exists: 412 for a name Pulsar would not
+    parse, 404 for an unknown tenant or namespace (the checks and reasons of topics.py)."""
+    try:
+        name = TopicName.parse(f"persistent://{tenant}/{namespace}/{topic}")
+    except InvalidTopicName as error:
+        raise precondition_failed("Topic name is not valid") from error
+    check_namespace(_service(request), tenant, namespace)
+    return name
+
+
+async def find_topic(request: Request, tenant: str, namespace: str, topic: str) -> PersistentTopic:
+    """A stored non-partitioned topic or partition, loaded if it is not; 404 otherwise."""
+    name = topic_name(request, tenant, namespace, topic)
+    try:
+        return await _service(request).get_topic(name, create=False)
+    except TopicNotFoundError as error:
+        raise not_found(f"Topic {name} not found") from error
+
+
+async def find_subscription(
+    request: Request, tenant: str, namespace: str, topic: str, subscription: str
+) -> PersistentSubscription:
+    found_topic = await find_topic(request, tenant, namespace, topic)
+    found = found_topic.subscriptions.get(subscription)
+    if found is None:
+        raise not_found(f"Subscription {subscription} not found for topic {found_topic.name}")
+    return found
+
+
+async def _partitions(request: Request, tenant: str, namespace: str, topic: str) -> tuple[TopicName, int]:
+    name = topic_name(request, tenant, namespace, topic)
+    count = _service(request).partitions(name)
+    if count == 0:
+        raise not_found(f"Partitioned Topic not found: {name} does not exist")
+    return name, count
+
+
+async def _loaded_partition(request: Request, name: TopicName) -> PersistentTopic | None:
+    """A partition's topic, or None while no one has used it (its stats are all zero)."""
+    try:
+        return await _service(request).get_topic(name, create=False)
+    except TopicNotFoundError:
+        return None
+
+
+# -------------------------------------------------------------------------------------- routes
+
+
+@router.get("/stats", tags=["persistent topic"], responses=_ERRORS)
+async def get_stats(
+    request: Request,
+    tenant: str,
+    namespace: str,
+    topic: str,
+    authoritative: bool = False,
+    getPreciseBacklog: bool = False,
+    subscriptionBacklogSize: bool = True,
+    getEarliestTimeInBacklog: bool = False,
+    excludePublishers: bool = False,
+    excludeConsumers: bool = False,
+) -> dict[str, Any]:
+    """TopicStats. `getPreciseBacklog` changes nothing: backlogs are always counted in entries exactly."""
+    found = await find_topic(request, tenant, namespace, topic)
+    return await topic_stats(
+        found,
+        request.url.netloc,
+        with_backlog_size=subscriptionBacklogSize,
+        earliest_time=getEarliestTimeInBacklog,
+        exclude_publishers=excludePublishers,
+        exclude_consumers=excludeConsumers,
+    )
+
+
+@router.get("/internalStats", tags=["persistent topic"], responses=_ERRORS)
+async def get_internal_stats(
+    request: Request, tenant: str, namespace: str, topic: str, authoritative: bool = False, metadata: bool = False
+) -> dict[str, Any]:
+    return topic_internal_stats(await find_topic(request, tenant, namespace, topic))
+
+
+@router.get("/partitioned-stats", tags=["persistent topic"], responses=_ERRORS)
+async def get_partitioned_stats(
+    request: Request,
+    tenant: str,
+    namespace: str,
+    topic: str,
+    perPartition: bool = True,
+    authoritative: bool = False,
+    getPreciseBacklog: bool = False,
+    subscriptionBacklogSize: bool = True,
+    getEarliestTimeInBacklog: bool = False,
+    excludePublishers: bool = False,
+    excludeConsumers: bool = False,
+) -> dict[str, Any]:
+    name, count = await _partitions(request, tenant, namespace, topic)
+    partitions: dict[str, dict[str, Any]] = {}
+    for index in range(count):
+        partition = name.partition(index)
+        loaded = await _loaded_partition(request, partition)
+        if loaded is None:
+            continue
+        partitions[str(partition)] = await topic_stats(
+            loaded,
+            request.url.netloc,
+            with_backlog_size=subscriptionBacklogSize,
+            earliest_time=getEarliestTimeInBacklog,
+            exclude_publishers=excludePublishers,
+            exclude_consumers=excludeConsumers,
+        )
+    return partitioned_stats(partitions, count, perPartition)
+
+
+@router.get("/partitioned-internalStats", tags=["persistent topic"], responses=_ERRORS)
+async def get_partitioned_internal_stats(
+    request: Request, tenant: str, namespace: str, topic: str, authoritative: bool = False
+) -> dict[str, Any]:
+    name, count = await _partitions(request, tenant, namespace, topic)
+    partitions = {}
+    for index in range(count):
+        loaded = await _loaded_partition(request, name.partition(index))
+        if loaded is not None:
+            partitions[str(name.partition(index))] = topic_internal_stats(loaded)
+    return {"metadata": {"partitions": count}, "partitions": partitions}
