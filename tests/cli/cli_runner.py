@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -10,10 +11,14 @@ from typing import Any
 COMMAND_TIMEOUT_S = 60
 
 
-def magnetar(*args: str, timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """`magnetar ARGS…` with stdout and stderr captured (so stdout is not a terminal: JSON by default)."""
+def magnetar(
+    *args: str, timeout: float = COMMAND_TIMEOUT_S, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`magnetar ARGS…` with stdout and stderr captured (so stdout is not a terminal: JSON by default);
+    `env` adds environment variables."""
     return subprocess.run(
-        [sys.executable, "-m", "magnetar.cli.main", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "magnetar.cli.main", *args],
+        capture_output=True, text=True, timeout=timeout, env=os.environ | env if env else None,
     )
 
 

@@ -580,11 +580,54 @@ def topics_unload(ctx: typer.Context, topic: Topic) -> None:
     s.out.done(f"unloaded {topic}")
 
 
+# What a person needs of one pending message, one row each under a short heading so that a row fits
+# 80 columns; JSON keeps every field under Pulsar-style names.
+_PENDING_COLUMNS = {
+    "message": "messageId",
+    "hash": "stickyKeyHash",
+    "redelivered": "redeliveryCount",
+    "unacked": "unackedMessages",
+    "sent": "sentTime",
+}
+
+
+def _pending_rows(entries: Any) -> Any:
+    if not isinstance(entries, list):
+        return entries
+    return [
+        {heading: entry.get(field) for heading, field in _PENDING_COLUMNS.items()}
+        for entry in entries
+        if isinstance(entry, dict)
+    ]
+
+
+def _pending_acks_view(data: Any) -> Any:
+    """Per consumer, named `name (id)`: its unacked count, then its pending messages as rows."""
+    if not isinstance(data, dict) or not isinstance(data.get("consumers"), list):
+        return data
+    consumers = {
+        f"{consumer.get('consumerName')} ({consumer.get('consumerId')})": {
+            key: _pending_rows(value) if key == "pendingAcks" else value
+            for key, value in consumer.items()
+            if key not in ("consumerName", "consumerId")
+        }
+        for consumer in data["consumers"]
+    }
+    return {key: value for key, value in data.items() if key != "consumers"} | {"consumers": consumers}
+
+
+def _explain_view(data: Any) -> Any:
+    if not isinstance(data, dict):
+        return data
+    return {key: _pending_rows(value) if key == "pendingMessages" else value for key, value in data.items()}
+
+
 @topics.command("pending-acks")
 def topics_pending_acks(ctx: typer.Context, topic: Topic, subscription: Subscription) -> None:
     """Each consumer's pending messages: id, sticky hash, redelivery count, when sent (beyond Pulsar)."""
     s = _session(ctx)
-    s.out.show(s.client.get(f"{_subscription_path(topic, subscription)}/pendingAcks"), "pending acks")
+    answer = s.client.get(f"{_subscription_path(topic, subscription)}/pendingAcks")
+    s.out.show(answer, "pending acks", _pending_acks_view)
 
 
 @topics.command("explain-key")
@@ -601,4 +644,4 @@ def topics_explain_key(
     s = _session(ctx)
     base = _subscription_path(topic, subscription)
     path = f"{base}/keys/{segment(key)}" if key is not None else f"{base}/hashes/{hash_value}"
-    s.out.show(s.client.get(path), f"key {key}" if key is not None else f"hash {hash_value}")
+    s.out.show(s.client.get(path), f"key {key}" if key is not None else f"hash {hash_value}", _explain_view)

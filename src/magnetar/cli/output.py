@@ -2,13 +2,14 @@
 
 Owns: choosing the format (JSON when stdout is not a terminal, tables when it is, `--output` to force),
 rendering any JSON value as tables, and the one-line error format. Must not touch: requests, the
-client, or what the data means (any JSON value renders; no command-specific layouts here).
+client, or what the data means (any JSON value renders; commands pass their own table views).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
@@ -44,12 +45,13 @@ class Output:
             self._console = Console(highlight=False)
         return self._console
 
-    def show(self, data: Any, title: str = "") -> None:
-        """The answer of a command that returns data."""
+    def show(self, data: Any, title: str = "", table_view: Callable[[Any], Any] | None = None) -> None:
+        """The answer of a command that returns data. JSON shows it whole; tables show `table_view(data)`
+        when the command gives one (fewer, chosen fields where the whole would not read well)."""
         if self.json:
             print(json.dumps(data, indent=2), flush=True)
         else:
-            _render(self.console, data, title)
+            _render(self.console, table_view(data) if table_view else data, title)
 
     def done(self, message: str) -> None:
         """A command that returns nothing succeeded: silent for scripts (as pulsar-admin is), a line for people."""
