@@ -130,6 +130,9 @@ def test_peek_splits_batches_with_keys_and_properties(admin, topic, module_broke
     ledger_entry = peeked[0]["messageId"].rsplit(":", 1)[0]
     assert [m["messageId"] for m in peeked] == [f"{ledger_entry}:0", f"{ledger_entry}:1"]
     assert all(m["key"] == "order-7" and m["properties"] == {"source": "cli"} for m in peeked)
+    table = ok(*admin("-o", "table", "topics", "peek-messages", topic, "-s", "s", "-n", "5")).stdout
+    rows = [line for line in table.splitlines() if "order-7" in line]
+    assert len(rows) == 2 and all("source=cli" in row for row in rows)
 
 
 def test_internal_stats_and_unload(admin, topic, module_broker) -> None:

@@ -521,6 +521,23 @@ def topics_expire_messages(
     s.out.done(f"expired messages older than {seconds} s of {subscription} on {topic}")
 
 
+def _messages_view(messages: Any) -> Any:
+    """One row per message; the producer, sequence id and encoding stay in the JSON."""
+    if not isinstance(messages, list):
+        return messages
+    return [
+        {
+            "message": m.get("messageId"),
+            "published": m.get("publishTime"),
+            "key": m.get("key"),
+            "properties": ", ".join(f"{k}={v}" for k, v in (m.get("properties") or {}).items()) or None,
+            "payload": m.get("payload") if m.get("encoding") == "utf-8" else f"(base64) {m.get('payload')}",
+        }
+        for m in messages
+        if isinstance(m, dict)
+    ]
+
+
 @topics.command("peek-messages")
 def topics_peek_messages(
     ctx: typer.Context,
@@ -544,7 +561,7 @@ def topics_peek_messages(
             raise
         messages.extend(decode_messages(headers, body)[: count - len(messages)])
         position += 1
-    s.out.show(messages, "messages")
+    s.out.show(messages, "messages", _messages_view)
 
 
 @topics.command("examine-message")
@@ -562,7 +579,7 @@ def topics_examine_message(
     s = _session(ctx)
     params = {"initialPosition": initial_position, "messagePosition": message_position}
     headers, body = s.client.get_raw(f"{topic_path(topic)}/examinemessage", params)
-    s.out.show(decode_messages(headers, body), "messages")
+    s.out.show(decode_messages(headers, body), "messages", _messages_view)
 
 
 @topics.command("last-message-id")
