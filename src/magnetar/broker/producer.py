@@ -68,8 +68,11 @@ class ServerProducer:
                 topic.sequence_pushed[self.name] = last
             accepted.append(send)
         if accepted:
-            sequence_ids, _highest, datas, hashes, counts, times = map(list, zip(*accepted))
-            future = topic.ledger.append_many(datas, hashes, counts, times, [self.name] * len(datas), sequence_ids)
+            sequence_ids, highest_ids, datas, hashes, counts, times = map(list, zip(*accepted))
+            # An entry keeps its highest sequence id (a batch's last message's): a restart rebuilds
+            # deduplication from the stored ones, and a resent batch must stay a duplicate across it.
+            stored_ids = list(map(max, sequence_ids, highest_ids))
+            future = topic.ledger.append_many(datas, hashes, counts, times, [self.name] * len(datas), stored_ids)
             for index, send in enumerate(accepted):
                 self._pending.append((send[0], send[1], future, index))
             messages, size = sum(counts), sum(map(len, datas))
