@@ -9,7 +9,7 @@ touch: the broker; it is a network client like any other.
 from __future__ import annotations
 
 import json
-import logging
+import os
 import signal
 import sys
 import threading
@@ -68,21 +68,35 @@ def split_messages(messages: list[str], separator: str) -> list[str]:
     return [part for value in messages for part in value.split(separator)]
 
 
+_stdout_moved = False
+
+
+def _client_logs_to_stderr() -> None:
+    """Point file descriptor 1 at stderr, keeping Python's stdout on the original stdout.
+
+    The C++ client's console logger writes to fd 1, where it would mix with the data scripts read.
+    A Python `logging.Logger` handed to the client instead aborted the process at exit about one run in
+    seven ("terminate called without an active exception", pulsar-client 3.13), and its FileLogger
+    on /dev/stderr writes at its own file offset, over our lines when stderr is a file.
+    """
+    global _stdout_moved
+    if _stdout_moved:
+        return
+    sys.stdout.flush()
+    original_stdout = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(original_stdout, "w", buffering=1)
+    _stdout_moved = True
+
+
 def _with_client(service_url: str, work: Callable[[Any], T]) -> T:
     """Run `work(client)` with an official client that is always closed; a client error ends the command
     with its message on stderr and exit code 1, never a traceback."""
     import pulsar
 
-    # The C++ client logs INFO lines to stdout by default; route them through Python logging to stderr.
-    logger = logging.getLogger("pulsar")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("pulsar %(levelname)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.WARNING)
-        logger.propagate = False
+    _client_logs_to_stderr()
     try:
-        client = pulsar.Client(service_url, logger=logger)
+        client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
     except pulsar.PulsarException as failure:
         error(f"{service_url}: {failure}")
         raise typer.Exit(1) from None
