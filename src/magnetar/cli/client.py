@@ -156,15 +156,14 @@ class RunProgress:
     def _draw(self) -> None:
         if self._bar is None:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
             # Printed messages go above the bar only when stdout is the same terminal; a piped stdout
             # must not be captured into the stderr console.
             self._bar = Progress(
-                TextColumn(self.verb),
+                TextColumn("{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TimeElapsedColumn(),
                 console=Console(stderr=True),
                 transient=True,
                 redirect_stdout=sys.stdout.isatty(),
@@ -172,7 +171,8 @@ class RunProgress:
             )
             self._bar.start()
             self._task = self._bar.add_task(self.verb, total=self.total)
-        self._bar.update(self._task, completed=self.count)
+        rate = self.count / self.seconds
+        self._bar.update(self._task, completed=self.count, description=f"{self.verb} {rate:,.0f} msg/s")
 
     @property
     def seconds(self) -> float:
