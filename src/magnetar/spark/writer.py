@@ -1,0 +1,319 @@
+"""The sink: `df.write` and `df.writeStream` into topics, exactly once through broker deduplication.
+
+Owns: checking at planning time that the target has deduplication in force, turning Arrow record
+batches of rows (`value` required; `key`, `orderingKey`, `properties`, `eventTime`, `topic` optional)
+into batch entries grouped by sticky key, and the producer names and sequence ids that make a retried
+task or a replayed micro-batch write nothing twice.
+Must not touch: broker internals (it produces over the network) or the source's reading.
+
+Exactly once: every task writes with producer name `spark-<query id>-<partition id>` (a batch write
+uses an id drawn when it is planned instead of the query id) and gives its messages the sequence ids
+`batch id << 32 | n`, n counting the task's messages in the order it sends them. The grouping into
+entries depends on the rows alone (counts and sizes, never time), so a second attempt of the same task
+on the same rows sends the same entries with the same sequence ids, and the broker, which drops a
+SEND whose sequence id is not above the highest it stored for that producer, stores nothing twice.
+This needs the rows of a (batch, partition) to be the same on every attempt: true for this source and
+any deterministic transformation; a nondeterministic shuffle upstream breaks it, as for any sink.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from magnetar.spark.options import SinkOptions
+
+__all__ = ["MagnetarBatchWriter", "MagnetarStreamWriter", "SinkError", "WriteReport", "check_target"]
+
+_U32 = struct.Struct(">I")
+# The sequence id of message n of micro-batch b is b << 32 | n: a task writes fewer than 2^32 messages.
+_BATCH_SHIFT = 32
+# How long a new attempt of a task waits for the broker to let go of its previous attempt's producer
+# (same name) before giving up: the old connection closes with its process, which can take a moment.
+_PRODUCER_BUSY_WAIT_S = 30.0
+# Open key groups a task holds before it sends them all: bounds memory with many distinct keys.
+_OPEN_GROUPS_MAX = 4096
+_OPEN_BYTES_MAX = 32 * 1024 * 1024
+_ACCEPTED_COLUMNS = {"value", "key", "orderingKey", "properties", "eventTime", "topic"}
+
+
+class SinkError(Exception):
+    """The sink cannot write exactly once to its target."""
+
+
+@dataclass
+class WriteReport(WriterCommitMessage):
+    """What one task wrote: messages, entries stored, entries the broker dropped as duplicates."""
+
+    partition_id: int
+    messages: int = 0
+    entries: int = 0
+    duplicates: int = 0
+    topics: list[str] = field(default_factory=list)
+
+
+def check_columns(schema: object, options: SinkOptions) -> None:
+    names = {f.name for f in schema.fields}
+    if "value" not in names:
+        raise SinkError("the magnetar sink needs a value column (binary or string)")
+    if options.topic is None and "topic" not in names:
+        raise SinkError("the magnetar sink needs the option topic, or a topic column")
+    unknown = names - _ACCEPTED_COLUMNS
+    if unknown:
+        raise SinkError(
+            f"the magnetar sink writes the columns {sorted(_ACCEPTED_COLUMNS)}; drop or fold into properties: "
+            f"{sorted(unknown)}"
+        )
+
+
+def check_target(options: SinkOptions, topic: str) -> None:
+    """Refuse a target without deduplication in force: without it the sink would not be exactly once."""
+    from magnetar.spark import rest
+    from magnetar.spark.wire import Connection, Producer
+
+    try:
+        in_force = rest.deduplication_in_force(options.admin_url, topic)
+    except rest.TopicMissing:
+        # The write would create it; create it now (a producer does) so that its policy can be asked.
+        with Connection(options.service_url) as connection:
+            if not connection.partitions(topic):
+                Producer(connection, topic, f"spark-check-{os.urandom(4).hex()}").close()
+        in_force = rest.deduplication_in_force(options.admin_url, topic)
+    if not in_force:
+        raise SinkError(
+            f"topic: deduplication is off for {topic}, and the magnetar sink is exactly-once only through "
+            f"it. Turn it on for the namespace (magnetar admin namespaces set-deduplication <tenant/ns> "
+            f"--enable), the topic, or the broker (brokerDeduplicationEnabled=true)."
+        )
+
+
+def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(tag: bytes, data: bytes) -> bytes:
+    return tag + _varint(len(data)) + data
+
+
+class _TopicWriter:
+    """One target topic (or one partition of it) of one task: key groups waiting to become entries, and
+    the producer that sends them."""
+
+    def __init__(self, sink: _TaskWriter, topic: str) -> None:
+        self.sink = sink
+        self.topic = topic
+        self.groups: dict[bytes | str | None, list[tuple[bytes, bytes]]] = {}
+        self.group_bytes: dict[bytes | str | None, int] = {}
+        self.producer = sink.open_producer(topic)
+
+    def add(self, sticky: object, metadata: bytes, value: bytes) -> None:
+        group = self.groups.get(sticky)
+        if group is None:
+            group = self.groups[sticky] = []
+            self.group_bytes[sticky] = 0
+        group.append((metadata, value))
+        size = self.group_bytes[sticky] = self.group_bytes[sticky] + len(value) + len(metadata) + 4
+        sink = self.sink
+        sink.open_bytes += len(value) + len(metadata) + 4
+        if len(group) >= sink.options.batching_max_messages or size >= sink.options.batching_max_bytes:
+            self.send(sticky)
+
+    def send(self, sticky: object) -> None:
+        from magnetar.protocol.messages import encode_entry
+        from magnetar.protocol.pulsar_api_pb2 import MessageMetadata
+
+        group = self.groups.pop(sticky)
+        self.sink.open_bytes -= self.group_bytes.pop(sticky)
+        sink = self.sink
+        first = sink.next_sequence
+        sink.next_sequence += len(group)
+        parts = []
+        for metadata, value in group:
+            parts += (_U32.pack(len(metadata)), metadata, value)
+        entry = MessageMetadata(
+            producer_name=self.producer.name,
+            sequence_id=first,
+            publish_time=int(time.time() * 1000),
+            num_messages_in_batch=len(group),
+            highest_sequence_id=first + len(group) - 1,
+        )
+        if isinstance(sticky, bytes):
+            entry.ordering_key = sticky
+        elif sticky is not None:
+            entry.partition_key = sticky
+        self.producer.send(first, first + len(group) - 1, len(group), encode_entry(entry, b"".join(parts)))
+        sink.report.messages += len(group)
+
+    def flush(self) -> None:
+        for sticky in list(self.groups):
+            self.send(sticky)
+        for receipt in self.producer.flush():
+            if receipt.duplicate:
+                self.sink.report.duplicates += 1
+            else:
+                self.sink.report.entries += 1
+
+
+class _TaskWriter:
+    """The rows of one task, to one or more topics, under one producer name and one sequence."""
+
+    def __init__(self, options: SinkOptions, producer_name: str, first_sequence: int, partition_id: int) -> None:
+        from magnetar.spark.wire import Connection
+
+        self.options = options
+        self.producer_name = producer_name
+        self.next_sequence = first_sequence
+        self.connection = Connection(options.service_url)
+        self.topics: dict[str, _TopicWriter] = {}
+        self.partitions: dict[str, int] = {}
+        self.checked: set[str] = set()
+        self.open_bytes = 0
+        self.partition_id = partition_id
+        self.report = WriteReport(partition_id)
+
+    def open_producer(self, topic: str) -> object:
+        from magnetar.spark.wire import BrokerError, Producer
+
+        deadline = time.monotonic() + _PRODUCER_BUSY_WAIT_S
+        while True:
+            try:
+                return Producer(self.connection, topic, self.producer_name)
+            except BrokerError as error:
+                if error.code != "ProducerBusy" or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def writer_for(self, topic: str, sticky: object) -> _TopicWriter:
+        partitions = self.partitions.get(topic)
+        if partitions is None:
+            if topic != self.options.topic and topic not in self.checked:
+                # Per-row topics are known only now; the topic option's was checked when planned.
+                check_target(self.options, topic)
+                self.checked.add(topic)
+            partitions = self.partitions[topic] = self.connection.partitions(topic)
+            self.report.topics.append(topic)
+        if partitions:
+            from magnetar.core.sticky_key import key_hash
+
+            # A partitioned topic: route by the sticky key's hash, keyless rows by the task's partition.
+            if sticky is None:
+                index = self.partition_id % partitions
+            else:
+                index = key_hash(sticky if isinstance(sticky, bytes) else sticky.encode()) % partitions
+            topic = f"{topic}-partition-{index}"
+        writer = self.topics.get(topic)
+        if writer is None:
+            writer = self.topics[topic] = _TopicWriter(self, topic)
+        return writer
+
+    def write(self, batches: Iterator[object]) -> WriteReport:
+        options = self.options
+        try:
+            for batch in batches:
+                columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+                values = columns["value"]
+                count = len(values)
+                keys = columns.get("key") or [None] * count
+                orderings = columns.get("orderingKey") or [None] * count
+                properties = columns.get("properties") or [None] * count
+                events = columns.get("eventTime")
+                topics = columns.get("topic") or [options.topic] * count
+                for index in range(count):
+                    value = values[index]
+                    if value is None:
+                        raise SinkError("the magnetar sink cannot write a null value")
+                    if isinstance(value, str):
+                        value = value.encode()
+                    key, ordering = keys[index], orderings[index]
+                    parts = []
+                    if properties[index]:
+                        for name, text in properties[index]:
+                            pair = _field(b"\x0a", name.encode()) + _field(b"\x12", (text or "").encode())
+                            parts.append(_field(b"\x0a", pair))
+                    if key is not None:
+                        parts.append(_field(b"\x12", key.encode()))
+                    parts += (b"\x18", _varint(len(value)))
+                    if events is not None and events[index] is not None:
+                        parts += (b"\x28", _varint(int(events[index].timestamp() * 1000)))
+                    if ordering is not None:
+                        parts.append(_field(b"\x3a", ordering))
+                    sticky = ordering if ordering is not None else key
+                    topic = topics[index] or options.topic
+                    if topic is None:
+                        raise SinkError("a row has no topic and the option topic is not set")
+                    self.writer_for(topic, sticky).add(sticky, b"".join(parts), value)
+                    if self.open_bytes > _OPEN_BYTES_MAX or sum(len(w.groups) for w in self.topics.values()) > _OPEN_GROUPS_MAX:
+                        for writer in self.topics.values():
+                            for group in list(writer.groups):
+                                writer.send(group)
+            for writer in self.topics.values():
+                writer.flush()
+            for writer in self.topics.values():
+                writer.producer.close()
+            return self.report
+        finally:
+            self.connection.close()
+
+
+def _task_context() -> tuple[str | None, int | None, int]:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    query_id = context.getLocalProperty("sql.streaming.queryId")
+    batch_id = context.getLocalProperty("streaming.sql.batchId")
+    return query_id, None if batch_id is None else int(batch_id), context.partitionId()
+
+
+class MagnetarBatchWriter(DataSourceArrowWriter):
+    """df.write: one write id per planned write, so retried tasks of this write are deduplicated."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        self.write_id = os.urandom(6).hex()
+
+    def write(self, iterator: Iterator[object]) -> WriteReport:
+        _query, _batch, partition_id = _task_context()
+        name = f"spark-{self.write_id}-{partition_id}"
+        return _TaskWriter(self.options, name, 0, partition_id).write(iterator)
+
+    def commit(self, messages: list[WriteReport | None]) -> None:
+        """Every message is stored when write() returns: nothing is left to commit."""
+
+    def abort(self, messages: list[WriteReport | None]) -> None:
+        """What succeeded stays; running the same write again writes new copies (it is a new write)."""
+
+
+class MagnetarStreamWriter(DataSourceStreamArrowWriter):
+    """df.writeStream: producer name per (query, partition), sequence ids per micro-batch."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[object]) -> WriteReport:
+        query_id, batch_id, partition_id = _task_context()
+        if query_id is None or batch_id is None:
+            raise SinkError("the streaming sink runs without a query id or batch id in its task context")
+        name = f"spark-{query_id}-{partition_id}"
+        return _TaskWriter(self.options, name, batch_id << _BATCH_SHIFT, partition_id).write(iterator)
+
+    def commit(self, messages: list[WriteReport | None], batchId: int) -> None:
+        """Every message is stored when write() returns: nothing is left to commit."""
+
+    def abort(self, messages: list[WriteReport | None], batchId: int) -> None:
+        """A replay of the batch sends the same sequence ids; the broker drops what is stored already."""
