@@ -97,6 +97,9 @@ class KeySharedDispatcher(SharedDispatcher):
         self._unsent: SortedDict = SortedDict()
         self._membership_changes = 0
         self._selector_checked = -1
+        # (membership changes when computed, ranges by consumer): the ranges only change when consumers
+        # come and go, and walking the ring for them costs milliseconds per stats read.
+        self._ranges: tuple[int, dict[Consumer, list[Range]]] | None = None
 
     # ------------------------------------------------------------------------------- consumers
 
@@ -412,7 +415,7 @@ class KeySharedDispatcher(SharedDispatcher):
         self, consumer: Consumer, ranges: dict | None = None, draining_stats: dict | None = None
     ) -> dict[str, object]:
         stats = super().consumer_stats(consumer)
-        mine_ranges = (ranges if ranges is not None else self.selector.ranges_by_consumer()).get(consumer, [])
+        mine_ranges = (ranges if ranges is not None else self.ranges_by_consumer()).get(consumer, [])
         if self.ordering_mode == "classic":
             # Pulsar 4.0's classic implementation reports ranges as strings, the PIP-379 one as arrays.
             stats["keyHashRanges"] = [f"[{start}, {end}]" for start, end in mine_ranges]
@@ -433,7 +436,7 @@ class KeySharedDispatcher(SharedDispatcher):
 
     def stats(self) -> dict[str, object]:
         draining_stats = self.draining.stats_by_consumer() if self.draining_required else None
-        ranges = self.selector.ranges_by_consumer()
+        ranges = self.ranges_by_consumer()
         consumers = [self.consumer_stats(c, ranges, draining_stats) for c in self.consumers.values()]
         meta = self.meta or KeySharedMeta()
         stats: dict[str, object] = {
@@ -474,6 +477,13 @@ class KeySharedDispatcher(SharedDispatcher):
 
     def _sticky_hash_of(self, key_hash: int) -> int | None:
         return self._slot(key_hash)
+
+    def ranges_by_consumer(self) -> dict[Consumer, list[Range]]:
+        """The selector's ranges of each consumer (inclusive, merged); do not modify the answer."""
+        cached = self._ranges
+        if cached is None or cached[0] != self._membership_changes:
+            cached = self._ranges = (self._membership_changes, self.selector.ranges_by_consumer())
+        return cached[1]
 
     def sticky_hash_of_key(self, key: bytes) -> tuple[int, int]:
         """(key hash, sticky hash) of a message key under this subscription's selector."""
