@@ -1,0 +1,360 @@
+"""Clusters, tenants, namespaces and namespace policies over `/admin/v2`, black-box against a broker process.
+
+Shapes, status codes and reasons are Pulsar's (ClustersBase, TenantsBase, NamespacesBase). Policies are
+checked for their effect with the official client: subscription types refused at SUBSCRIBE,
+deduplication dropping a resent sequence id, retention keeping consumed ledgers, message TTL expiring.
+One broker serves the module; each test works in its own tenant or namespace.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pulsar
+import pytest
+
+from conftest import BrokerProcess
+
+# Small ledgers (and no minimum age before a roll) so that a few messages span several ledgers and
+# retention has closed ledgers to keep or delete; message TTL checked every 0.6 s.
+SETTINGS = {
+    "managedLedgerMaxEntriesPerLedger": "2",
+    "managedLedgerMinLedgerRolloverTimeMinutes": "0",
+    "messageExpiryCheckIntervalInMinutes": "0.01",
+}
+WAIT_S = 10
+
+
+@pytest.fixture(scope="module")
+def admin_broker(tmp_path_factory) -> Iterator[BrokerProcess]:
+    broker = BrokerProcess(tmp_path_factory.mktemp("admin-namespaces") / "data", SETTINGS)
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def http(admin_broker: BrokerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=f"{admin_broker.http_url}/admin/v2", timeout=10) as client:
+        yield client
+
+
+@pytest.fixture
+def pulsar_client(admin_broker: BrokerProcess, client_factory) -> pulsar.Client:
+    return client_factory(admin_broker.url)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def tenant(http: httpx.Client) -> str:
+    name = unique("tenant")
+    assert http.put(f"/tenants/{name}", json={"adminRoles": [], "allowedClusters": ["standalone"]}).status_code == 204
+    return name
+
+
+@pytest.fixture
+def namespace(http: httpx.Client, tenant: str) -> str:
+    name = f"{tenant}/ns"
+    assert http.put(f"/namespaces/{name}").status_code == 204
+    return name
+
+
+def reason(response: httpx.Response) -> str:
+    return response.json()["reason"]
+
+
+def until(condition, what: str):
+    """Poll `condition` until it returns something truthy; fail with `what` after WAIT_S."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"not within {WAIT_S} s: {what}")
+
+
+# ------------------------------------------------------------------------------------ clusters
+
+
+def test_clusters_list_get_create_update(http: httpx.Client) -> None:
+    assert http.get("/clusters").json() == ["standalone"]
+    assert http.get("/clusters/standalone").status_code == 200
+    name = unique("cluster")
+    data = {"serviceUrl": "http://east.example:8080", "brokerServiceUrl": "pulsar://east.example:6650"}
+    assert http.put(f"/clusters/{name}", json=data).status_code == 204
+    assert http.get(f"/clusters/{name}").json() == data
+    assert name in http.get("/clusters").json()
+    conflict = http.put(f"/clusters/{name}", json=data)
+    assert (conflict.status_code, reason(conflict)) == (409, "Cluster already exists")
+    updated = {"serviceUrl": "http://west.example:8080"}
+    assert http.post(f"/clusters/{name}", json=updated).status_code == 204
+    assert http.get(f"/clusters/{name}").json() == updated
+
+
+def test_cluster_errors(http: httpx.Client) -> None:
+    missing = http.get("/clusters/nowhere")
+    assert (missing.status_code, reason(missing)) == (404, "Cluster does not exist")
+    assert http.post("/clusters/nowhere", json={}).status_code == 404
+    invalid = http.put("/clusters/bad%20name", json={})
+    assert (invalid.status_code, reason(invalid)) == (412, "Cluster name is not valid")
+    bad_url = http.put(f"/clusters/{unique('c')}", json={"serviceUrl": "pulsar://wrong.scheme:8080"})
+    assert bad_url.status_code == 400
+    assert reason(bad_url).startswith("Illegal service url")
+    assert http.put(f"/clusters/{unique('c')}", json={"serviceUrl": 7}).status_code == 400
+
+
+# ------------------------------------------------------------------------------------- tenants
+
+
+def test_tenant_lifecycle(http: httpx.Client) -> None:
+    assert http.get("/tenants/public").json() == {"adminRoles": [], "allowedClusters": ["standalone"]}
+    name = unique("tenant")
+    info = {"adminRoles": ["ops"], "allowedClusters": ["standalone"]}
+    assert http.put(f"/tenants/{name}", json=info).status_code == 204
+    assert name in http.get("/tenants").json()
+    assert http.get(f"/tenants/{name}").json() == info
+    again = http.put(f"/tenants/{name}", json=info)
+    assert (again.status_code, reason(again)) == (409, "Tenant already exists")
+    assert http.post(f"/tenants/{name}", json={"adminRoles": [], "allowedClusters": ["standalone"]}).status_code == 204
+    assert http.get(f"/tenants/{name}").json()["adminRoles"] == []
+    assert http.delete(f"/tenants/{name}").status_code == 204
+    assert name not in http.get("/tenants").json()
+    gone = http.get(f"/tenants/{name}")
+    assert (gone.status_code, reason(gone)) == (404, "Tenant does not exist")
+
+
+def test_tenant_errors(http: httpx.Client, namespace: str) -> None:
+    tenant = namespace.split("/")[0]
+    unknown_cluster = http.put(f"/tenants/{unique('t')}", json={"allowedClusters": ["mars"]})
+    assert (unknown_cluster.status_code, reason(unknown_cluster)) == (412, "Clusters do not exist")
+    no_cluster = http.put(f"/tenants/{unique('t')}", json={"adminRoles": [], "allowedClusters": []})
+    assert (no_cluster.status_code, reason(no_cluster)) == (412, "Clusters can not be empty")
+    invalid = http.put("/tenants/no%20spaces", json={"allowedClusters": ["standalone"]})
+    assert (invalid.status_code, reason(invalid)) == (412, "Tenant name is not valid")
+    assert http.post(f"/tenants/{unique('t')}", json={"allowedClusters": ["standalone"]}).status_code == 404
+    assert http.delete(f"/tenants/{unique('t')}").status_code == 404
+    assert http.put(f"/tenants/{unique('t')}", json={"allowedClusters": "standalone"}).status_code == 400
+    busy = http.delete(f"/tenants/{tenant}")
+    assert (busy.status_code, reason(busy)) == (409, "The tenant still has active namespaces")
+    # The namespace replicates to standalone: the tenant may not stop allowing it.
+    other = unique("cluster")
+    assert http.put(f"/clusters/{other}", json={}).status_code == 204
+    in_use = http.post(f"/tenants/{tenant}", json={"allowedClusters": [other]})
+    assert in_use.status_code == 409
+    assert http.delete(f"/tenants/{tenant}", params={"force": "true"}).status_code == 204
+    assert http.get(f"/namespaces/{tenant}").status_code == 404
+
+
+# ---------------------------------------------------------------------------------- namespaces
+
+
+def test_namespace_lifecycle_and_policies_shape(http: httpx.Client, tenant: str) -> None:
+    name = f"{tenant}/orders"
+    assert http.put(f"/namespaces/{name}").status_code == 204
+    assert http.get(f"/namespaces/{tenant}").json() == [name]
+    again = http.put(f"/namespaces/{name}")
+    assert (again.status_code, reason(again)) == (409, "Namespace already exists")
+    policies = http.get(f"/namespaces/{name}").json()
+    assert policies["replication_clusters"] == ["standalone"]
+    assert policies["bundles"] == {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1}
+    assert policies["subscription_types_enabled"] == []
+    assert policies["deleted"] is False
+    assert "message_ttl_in_seconds" not in policies and "retention_policies" not in policies
+    assert http.get(f"/namespaces/{name}/topics").json() == []
+    assert http.delete(f"/namespaces/{name}").status_code == 204
+    assert http.get(f"/namespaces/{tenant}").json() == []
+    assert http.get(f"/namespaces/{name}").status_code == 404
+
+
+def test_namespace_created_with_policies(http: httpx.Client, tenant: str) -> None:
+    name = f"{tenant}/configured"
+    body = {
+        "message_ttl_in_seconds": 30,
+        "retention_policies": {"retentionTimeInMinutes": 5, "retentionSizeInMB": -1},
+        "deduplicationEnabled": True,
+        "subscription_types_enabled": ["Shared"],
+        "bundles": {"numBundles": 4},
+    }
+    assert http.put(f"/namespaces/{name}", json=body).status_code == 204
+    policies = http.get(f"/namespaces/{name}").json()
+    assert policies["message_ttl_in_seconds"] == 30
+    assert policies["retention_policies"] == {"retentionTimeInMinutes": 5, "retentionSizeInMB": -1}
+    assert policies["deduplicationEnabled"] is True
+    assert policies["subscription_types_enabled"] == ["Shared"]
+
+
+def test_namespace_errors(http: httpx.Client, tenant: str) -> None:
+    unknown_tenant = http.put(f"/namespaces/{unique('t')}/ns")
+    assert (unknown_tenant.status_code, reason(unknown_tenant)) == (404, "Tenant does not exist")
+    assert http.get(f"/namespaces/{unique('t')}").status_code == 404
+    invalid = http.put(f"/namespaces/{tenant}/bad%20name")
+    assert (invalid.status_code, reason(invalid)) == (412, "Namespace name is not valid")
+    missing = http.get(f"/namespaces/{tenant}/missing")
+    assert (missing.status_code, reason(missing)) == (404, "Namespace does not exist")
+    assert http.delete(f"/namespaces/{tenant}/missing").status_code == 404
+    unknown_cluster = http.put(f"/namespaces/{tenant}/x", json={"replication_clusters": ["mars"]})
+    assert (unknown_cluster.status_code, reason(unknown_cluster)) == (403, "Invalid cluster id: mars")
+    assert http.put(f"/namespaces/{tenant}/y", json={"message_ttl_in_seconds": "soon"}).status_code == 400
+
+
+def test_delete_namespace_with_topics_needs_force(http: httpx.Client, namespace: str, pulsar_client) -> None:
+    assert http.put(f"/persistent/{namespace}/plain").status_code == 204
+    assert http.put(f"/persistent/{namespace}/parted/partitions", json=2).status_code == 204
+    producer = pulsar_client.create_producer(f"persistent://{namespace}/plain")
+    producer.send(b"kept until forced")
+    refused = http.delete(f"/namespaces/{namespace}")
+    assert (refused.status_code, reason(refused)) == (409, "Cannot delete non empty namespace")
+    assert http.delete(f"/namespaces/{namespace}", params={"force": "true"}).status_code == 204
+    assert http.get(f"/namespaces/{namespace}").status_code == 404
+    # Re-created, the namespace is empty: the topics and the partitioned topic went with it.
+    assert http.put(f"/namespaces/{namespace}").status_code == 204
+    assert http.get(f"/persistent/{namespace}").json() == []
+    assert http.get(f"/persistent/{namespace}/partitioned").json() == []
+
+
+# ---------------------------------------------------------------------------- policy endpoints
+
+
+def test_retention_endpoints(http: httpx.Client, namespace: str) -> None:
+    path = f"/namespaces/{namespace}/retention"
+    assert http.get(path).status_code == 204
+    assert http.post(path, json={"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}).status_code == 204
+    assert http.get(path).json() == {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}
+    half = http.post(path, json={"retentionTimeInMinutes": 0, "retentionSizeInMB": 100})
+    assert half.status_code == 412
+    assert "Setting a single time or size limit to 0 is invalid" in reason(half)
+    assert http.post(path, json={"retentionTimeInMinutes": -2, "retentionSizeInMB": 1}).status_code == 412
+    assert http.post(path, json={"retentionTimeInMinutes": "long"}).status_code == 400
+    assert http.delete(path).status_code == 204
+    assert http.get(path).status_code == 204
+    assert http.get(f"/namespaces/{namespace.split('/')[0]}/missing/retention").status_code == 404
+
+
+def test_message_ttl_endpoints(http: httpx.Client, namespace: str) -> None:
+    path = f"/namespaces/{namespace}/messageTTL"
+    assert http.get(path).status_code == 204
+    assert http.post(path, json=120).status_code == 204
+    assert http.get(path).json() == 120
+    negative = http.post(path, json=-1)
+    assert (negative.status_code, reason(negative)) == (412, "Invalid value for message TTL, message TTL must >= 0")
+    assert http.post(path, json="120").status_code == 400
+    assert http.post(path, json=2**31).status_code == 400
+    assert http.delete(path).status_code == 204
+    assert http.get(path).status_code == 204
+
+
+def test_deduplication_endpoints(http: httpx.Client, namespace: str) -> None:
+    path = f"/namespaces/{namespace}/deduplication"
+    assert http.get(path).status_code == 204
+    assert http.post(path, json=True).status_code == 204
+    assert http.get(path).json() is True
+    assert http.post(path, json="yes").status_code == 400
+    assert http.delete(path).status_code == 204
+    assert http.get(path).status_code == 204
+
+
+def test_replication_cluster_endpoints(http: httpx.Client, namespace: str) -> None:
+    path = f"/namespaces/{namespace}/replication"
+    assert http.get(path).json() == ["standalone"]
+    other = unique("cluster")
+    assert http.put(f"/clusters/{other}", json={}).status_code == 204
+    not_allowed = http.post(path, json=[other])
+    assert not_allowed.status_code == 403
+    assert "is not in the list of allowed clusters" in reason(not_allowed)
+    assert http.post(path, json=["mars"]).status_code == 403
+    assert http.post(path, json=[]).status_code == 412
+    tenant = namespace.split("/")[0]
+    assert http.post(f"/tenants/{tenant}", json={"allowedClusters": ["standalone", other]}).status_code == 204
+    assert http.post(path, json=[other, "standalone"]).status_code == 204
+    assert http.get(path).json() == sorted([other, "standalone"])
+
+
+def test_subscription_types_endpoints(http: httpx.Client, namespace: str) -> None:
+    path = f"/namespaces/{namespace}/subscriptionTypesEnabled"
+    assert http.get(path).json() == []
+    assert http.post(path, json=["Shared", "Key_Shared"]).status_code == 204
+    assert http.get(path).json() == ["Key_Shared", "Shared"]
+    assert http.post(path, json=["Sharded"]).status_code == 400
+    assert http.delete(path).status_code == 204
+    assert http.get(path).json() == []
+
+
+# ------------------------------------------------------------------------------ policy effects
+
+
+def test_subscription_types_enabled_refuses_other_types(http: httpx.Client, namespace: str, pulsar_client) -> None:
+    topic = f"persistent://{namespace}/typed"
+    path = f"/namespaces/{namespace}/subscriptionTypesEnabled"
+    assert http.post(path, json=["Exclusive"]).status_code == 204
+    with pytest.raises(pulsar.NotAllowedError):
+        pulsar_client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared)
+    pulsar_client.subscribe(topic, "exclusive", consumer_type=pulsar.ConsumerType.Exclusive).close()
+    assert http.delete(path).status_code == 204
+    pulsar_client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared).close()
+
+
+def test_namespace_deduplication_drops_resent_sequence_ids(http: httpx.Client, namespace: str, pulsar_client) -> None:
+    topic = f"persistent://{namespace}/dedup"
+    consumer = pulsar_client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+    producer = pulsar_client.create_producer(topic, producer_name="p")
+    producer.send(b"before", sequence_id=5)
+    # Switched on while the topic is loaded: the sequence ids already stored count.
+    assert http.post(f"/namespaces/{namespace}/deduplication", json=True).status_code == 204
+    producer.close()
+    producer = pulsar_client.create_producer(topic, producer_name="p")
+    assert producer.last_sequence_id() == 5
+    producer.send(b"resent", sequence_id=5)
+    producer.send(b"after", sequence_id=6)
+    received = [consumer.receive(timeout_millis=5000).data() for _ in range(2)]
+    assert received == [b"before", b"after"]
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(timeout_millis=300)
+
+
+def test_retention_keeps_consumed_ledgers(http: httpx.Client, tenant: str, pulsar_client) -> None:
+    """Ten messages of two per ledger, all acknowledged: without retention their closed ledgers go,
+    with a namespace retention they stay (the earliest stored message is still the first one), until
+    the policy is removed."""
+    assert http.put(f"/namespaces/{tenant}/kept").status_code == 204
+    assert http.put(f"/namespaces/{tenant}/dropped").status_code == 204
+    retention = {"retentionTimeInMinutes": 60, "retentionSizeInMB": -1}
+    assert http.post(f"/namespaces/{tenant}/kept/retention", json=retention).status_code == 204
+
+    def earliest(namespace: str) -> bytes:
+        response = http.get(f"/persistent/{tenant}/{namespace}/t/examinemessage",
+                            params={"initialPosition": "earliest", "messagePosition": 1})
+        assert response.status_code == 200
+        return response.content
+
+    for namespace in ("kept", "dropped"):
+        topic = f"persistent://{tenant}/{namespace}/t"
+        consumer = pulsar_client.subscribe(topic, "sub")
+        producer = pulsar_client.create_producer(topic)
+        for i in range(10):
+            producer.send(f"m{i}".encode())
+        for _ in range(10):
+            consumer.acknowledge(consumer.receive(timeout_millis=5000))
+        producer.send(b"m10")  # rolls the ledger that holds m8 and m9, so they may go too
+    until(lambda: earliest("dropped") != b"m0", "consumed ledgers deleted without retention")
+    assert earliest("kept") == b"m0"
+    assert http.delete(f"/namespaces/{tenant}/kept/retention").status_code == 204
+    until(lambda: earliest("kept") != b"m0", "consumed ledgers deleted once retention is removed")
+
+
+def test_namespace_message_ttl_expires_backlog(http: httpx.Client, namespace: str, pulsar_client) -> None:
+    topic = f"persistent://{namespace}/ttl"
+    pulsar_client.subscribe(topic, "idle").close()
+    producer = pulsar_client.create_producer(topic)
+    for i in range(3):
+        producer.send(f"old{i}".encode())
+    peek = f"/persistent/{namespace}/ttl/subscription/idle/position/1"
+    assert http.get(peek).status_code == 200
+    assert http.post(f"/namespaces/{namespace}/messageTTL", json=1).status_code == 204
+    until(lambda: http.get(peek).status_code == 404, "backlog expired by the namespace's message TTL")
