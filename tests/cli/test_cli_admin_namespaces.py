@@ -88,7 +88,8 @@ def test_namespace_policies_set_get_and_shown_together(admin, tenant) -> None:
     ok(*admin("namespaces", "set-clusters", namespace, "-c", "standalone"))
     assert ok_json(*admin("namespaces", "get-clusters", namespace)) == ["standalone"]
     ok(*admin("namespaces", "set-subscription-types-enabled", namespace, "-t", "Shared,Key_Shared"))
-    assert sorted(ok_json(*admin("namespaces", "get-subscription-types-enabled", namespace))) == ["Key_Shared", "Shared"]
+    types = ok_json(*admin("namespaces", "get-subscription-types-enabled", namespace))
+    assert sorted(types) == ["Key_Shared", "Shared"]
 
     policies = ok_json(*admin("namespaces", "policies", namespace))
     assert policies["retention_policies"] == {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
@@ -118,7 +119,8 @@ def test_bad_options_are_usage_errors(admin, tenant) -> None:
     assert "exactly one of --enable or --disable" in fails(
         *admin("namespaces", "set-deduplication", f"{tenant}/ns"), code=2
     )
-    assert "is not a size" in fails(*admin("namespaces", "set-retention", f"{tenant}/ns", "-s", "ten", "-t", "1h"), code=2)
+    bad_size = admin("namespaces", "set-retention", f"{tenant}/ns", "-s", "ten", "-t", "1h")
+    assert "is not a size" in fails(*bad_size, code=2)
     assert "is not a time" in fails(*admin("namespaces", "set-message-ttl", f"{tenant}/ns", "-ttl", "soon"), code=2)
     # A namespace name without its tenant is refused before any request.
     assert "invalid namespace name" in fails(*admin("namespaces", "policies", "lonely"))

@@ -32,7 +32,9 @@ def consume_json(url: str, topic: str, count: int, *extra: str) -> list[dict]:
 
 
 def test_produce_splits_repeats_and_consume_receives_in_order(url, topic) -> None:
-    summary = ok_json("produce", topic, "-m", "a,b,c", "-m", "d", "-n", "2", "-k", "k1", "-p", "x=y", "--service-url", url)
+    summary = ok_json(
+        "produce", topic, "-m", "a,b,c", "-m", "d", "-n", "2", "-k", "k1", "-p", "x=y", "--service-url", url
+    )
     assert summary["produced"] == 8 and summary["failed"] == 0
     messages = consume_json(url, topic, 8)
     assert [m["content"] for m in messages] == list("abcdabcd")

@@ -58,7 +58,9 @@ def test_relative_times_as_pulsar_reads_them(text: str, seconds: int) -> None:
     assert parse_relative_time_s(text) == seconds
 
 
-@pytest.mark.parametrize(("text", "size"), [("4096", 4096), ("10M", 10 << 20), ("16g", 16 << 30), ("3T", 3 << 40), ("-1", -1)])
+@pytest.mark.parametrize(
+    ("text", "size"), [("4096", 4096), ("10M", 10 << 20), ("16g", 16 << 30), ("3T", 3 << 40), ("-1", -1)]
+)
 def test_sizes_as_pulsar_reads_them(text: str, size: int) -> None:
     assert parse_size_bytes(text) == size
 

@@ -35,7 +35,9 @@ _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 @app.command()
 def standalone(
     data_dir: Annotated[str, typer.Option("--data-dir", help="where topics and cursors are stored")] = "data",
-    config: Annotated[str | None, typer.Option("--config", help="a broker.conf-style file with Pulsar's setting names")] = None,
+    config: Annotated[
+        str | None, typer.Option("--config", help="a broker.conf-style file with Pulsar's setting names")
+    ] = None,
     settings: Annotated[
         list[str] | None, typer.Option("--set", "-c", metavar="KEY=VALUE", help="override one setting (repeatable)")
     ] = None,
