@@ -188,6 +188,18 @@ def test_partitioned_topic_errors(http: httpx.Client, name: str, pulsar_client) 
     assert http.delete(f"/persistent/{NS}/{other}/partitions").status_code == 204
 
 
+def test_force_delete_partitioned_topic_in_use(http: httpx.Client, name: str, pulsar_client) -> None:
+    """The producer closed by the deletion reconnects at once; it must not re-create a partition."""
+    assert http.put(f"/persistent/{NS}/{name}/partitions", json=2).status_code == 204
+    producer = pulsar_client.create_producer(full(name), send_timeout_millis=2000)
+    producer.send(b"x", partition_key="a")
+    assert http.delete(f"/persistent/{NS}/{name}/partitions", params={"force": "true"}).status_code == 204
+    with pytest.raises(pulsar.PulsarException):
+        producer.send(b"y", partition_key="a")
+    assert not [t for t in http.get(f"/persistent/{NS}").json() if t.startswith(full(name))]
+    assert http.get(f"/persistent/{NS}/{name}/partitions").status_code == 404
+
+
 def test_partitioned_subscription_operations_reach_every_partition(http: httpx.Client, name: str, pulsar_client) -> None:
     assert http.put(f"/persistent/{NS}/{name}/partitions", json=2).status_code == 204
     sub = f"/persistent/{NS}/{name}/subscription/audit"

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from magnetar.admin.errors import RestError, conflict, error_responses, not_found, precondition_failed
 from magnetar.broker.service import BrokerService, NamespaceNotEmptyError
-from magnetar.storage.metadata import AlreadyExistsError
+from magnetar.storage.metadata import AlreadyExistsError, NotFoundError
 
 __all__ = [
     "ClusterData",
@@ -369,6 +369,8 @@ async def create_namespace(
         await service.create_namespace(f"{tenant}/{namespace}", stored)
     except AlreadyExistsError as error:
         raise conflict("Namespace already exists") from error
+    except NotFoundError as error:  # the tenant was deleted meanwhile
+        raise not_found("Tenant does not exist") from error
     return Response(status_code=204)
 
 
@@ -432,7 +434,10 @@ def _policy(request: Request, tenant: str, namespace: str, key: str) -> Any:
 
 async def _set_policy(request: Request, tenant: str, namespace: str, key: str, value: Any) -> Response:
     service = _service(request)
-    await service.set_namespace_policies(check_namespace(service, tenant, namespace), {key: value})
+    try:
+        await service.set_namespace_policies(check_namespace(service, tenant, namespace), {key: value})
+    except NotFoundError as error:  # deleted meanwhile
+        raise not_found("Namespace does not exist") from error
     return Response(status_code=204)
 
 

@@ -30,6 +30,7 @@ from magnetar.broker.topic_name import PARTITION_SUFFIX, InvalidTopicName, Topic
 from magnetar.core.positions import LATEST, Position
 from magnetar.protocol import messages
 from magnetar.protocol.pulsar_api_pb2 import CompressionType
+from magnetar.storage.metadata import AlreadyExistsError
 
 __all__ = ["MessageIdData", "PartitionedTopicMetadata", "ResetCursorData", "router"]
 
@@ -230,7 +231,10 @@ async def create_partitioned_topic(
         raise conflict("Partitioned topic already exists")
     if service.topic_exists(name):
         raise conflict("This topic already exists")
-    await service.create_partitioned_topic(name, partitions)
+    try:
+        await service.create_partitioned_topic(name, partitions)
+    except AlreadyExistsError as error:  # created meanwhile
+        raise conflict("Partitioned topic already exists") from error
     return Response(status_code=204)
 
 

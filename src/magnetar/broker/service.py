@@ -20,7 +20,7 @@ from magnetar.broker.topic import PersistentTopic, delayed_delivery_path, schema
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.settings import DispatcherSettings
 from magnetar.storage import ManagedLedgerFactory
-from magnetar.storage.metadata import NotFoundError
+from magnetar.storage.metadata import BadVersionError, NotFoundError
 
 __all__ = ["BrokerService", "NamespaceNotEmptyError", "TopicBusyError", "TopicNotFoundError"]
 
@@ -49,8 +49,10 @@ class BrokerService:
         self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
         self.subscription_types_enabled = config.subscription_types_enabled()
         self._expiry: asyncio.Task[None] | None = None
-        # Topics whose deletion is under way: nobody may load (and so re-create) them meanwhile.
+        # Topics and namespaces whose deletion is under way: nobody may load (and so re-create) their
+        # topics meanwhile, as clients closed by the deletion reconnect at once.
         self._deleting: set[str] = set()
+        self._deleting_namespaces: set[str] = set()
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -132,7 +134,7 @@ class BrokerService:
         topic = self.topics.get(key)
         if topic is not None:
             return topic
-        if key in self._deleting:
+        if key in self._deleting or name.namespace_name in self._deleting_namespaces:
             raise TopicNotFoundError(f"Topic {key} is being deleted")
         loading = self._loading.get(key)
         if loading is not None:
@@ -215,14 +217,19 @@ class BrokerService:
 
     async def set_namespace_policies(self, namespace: str, changes: dict[str, Any]) -> None:
         """Change some of a namespace's policies (a value of None removes one), then apply them to the
-        namespace's loaded topics."""
-        policies = dict(self.metadata.namespace_policies(namespace))
-        for key, value in changes.items():
-            if value is None:
-                policies.pop(key, None)
-            else:
-                policies[key] = value
-        await self.metadata.set_namespace_policies(namespace, policies)
+        namespace's loaded topics. Raises NotFoundError when the namespace does not exist."""
+        while True:
+            policies = dict(self.metadata.namespace_policies(namespace))
+            for key, value in changes.items():
+                if value is None:
+                    policies.pop(key, None)
+                else:
+                    policies[key] = value
+            try:
+                await self.metadata.set_namespace_policies(namespace, policies)
+                break
+            except BadVersionError:
+                continue  # another change of this namespace's policies came first: apply ours to it
         await self._apply_policies([t for t in self.topics.values() if t.name.namespace_name == namespace])
 
     async def set_topic_policies(self, name: TopicName, changes: dict[str, Any]) -> None:
@@ -279,11 +286,15 @@ class BrokerService:
         topics = self.topics_of_namespace(namespace)
         if (partitioned or topics) and not force:
             raise NamespaceNotEmptyError("Cannot delete non empty namespace")
-        for base in partitioned:
-            await self.delete_partitioned_topic(TopicName.parse(base), force=True)
-        for topic in self.topics_of_namespace(namespace):
-            await self.delete_topic(TopicName.parse(topic), force=True)
-        await self.metadata.delete_namespace(namespace)
+        self._deleting_namespaces.add(namespace)
+        try:
+            for base in partitioned:
+                await self.delete_partitioned_topic(TopicName.parse(base), force=True)
+            for topic in self.topics_of_namespace(namespace):
+                await self.delete_topic(TopicName.parse(topic), force=True)
+            await self.metadata.delete_namespace(namespace)
+        finally:
+            self._deleting_namespaces.discard(namespace)
 
     async def create_topic(self, name: TopicName) -> PersistentTopic:
         """A non-partitioned topic (or a partition), created now rather than on first use."""
@@ -316,18 +327,21 @@ class BrokerService:
         await self.metadata.update_partitioned_topic(str(name), partitions)
 
     async def delete_partitioned_topic(self, name: TopicName, force: bool) -> None:
-        """Delete every partition (all or none when some are in use and not `force`), then the metadata."""
+        """Delete the partitioned topic and every partition (none when some are in use and not `force`).
+        The metadata goes first, as Pulsar marks it deleted first: clients closed by the deletion then
+        cannot re-create a partition when they reconnect."""
         partitions = [name.partition(i) for i in range(self.partitions(name))]
         if not force:
             for partition in partitions:
                 topic = self.topics.get(str(partition))
                 if topic is not None and topic.has_clients():
                     raise TopicBusyError("Topic has active producers/subscriptions")
-        for partition in partitions:
-            await self.delete_topic(partition, force=True)
+        await self.metadata.delete_partitioned_topic(str(name))
         if self.metadata.get(_topic_policies_path(name)) is not None:
             await self.metadata.delete(_topic_policies_path(name))
-        await self.metadata.delete_partitioned_topic(str(name))
+        for partition in partitions:
+            if self.topic_exists(partition):
+                await self.delete_topic(partition, force=True)
 
     async def unload_topic(self, name: TopicName) -> None:
         """Close a loaded topic: its clients reconnect and load it again from storage, as after a
