@@ -290,3 +290,20 @@ def test_unknown_topics_and_namespaces_are_404_and_bad_names_412(brokers, path) 
             assert response.json()["reason"]
         response = http.get(f"/{NS}/bad%20name/{path}")
         assert response.status_code == 412 and response.json() == {"reason": "Topic name is not valid"}
+
+
+def test_failover_names_its_active_consumer_and_an_idle_subscription_has_no_type(brokers, client_factory, name) -> None:
+    broker = brokers()
+    client = client_factory(broker.url)
+    topic = f"persistent://{NS}/{name}"
+    client.subscribe(topic, "failover", consumer_type=pulsar.ConsumerType.Failover, consumer_name="first")
+    client.subscribe(topic, "failover", consumer_type=pulsar.ConsumerType.Failover, consumer_name="second")
+    client.subscribe(topic, "idle").close()
+    with admin(broker) as http:
+        subscriptions = http.get(f"/{name}/stats").json()["subscriptions"]
+    failover = subscriptions["failover"]
+    assert failover["type"] == "Failover" and failover["activeConsumerName"] in ("first", "second")
+    assert [c["consumerName"] for c in failover["consumers"]] == ["first", "second"]
+    assert all(CONSUMER_FIELDS <= set(c) for c in failover["consumers"])
+    idle = subscriptions["idle"]
+    assert idle["type"] == "None" and idle["consumers"] == [] and "activeConsumerName" not in idle

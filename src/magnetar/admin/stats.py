@@ -255,7 +255,8 @@ async def subscription_stats(
         "msgDelayed": delayed,
         "msgInReplay": core.get("msgInReplay", 0),
         "unackedMessages": core.get("unackedMessages", 0),
-        "type": core.get("type", subscription.subscription_type) or "Exclusive",
+        # Pulsar names no type while no consumer is connected (no dispatcher).
+        "type": core.get("type") or "None",
     }
     if core.get("activeConsumerName") is not None:
         stats["activeConsumerName"] = core["activeConsumerName"]
