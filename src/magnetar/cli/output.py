@@ -11,10 +11,11 @@ import json
 import sys
 from collections.abc import Callable
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 __all__ = ["Format", "Output", "error"]
 
@@ -42,6 +43,9 @@ class Output:
     @property
     def console(self) -> Console:
         if self._console is None:
+            # rich loads only when a table is drawn: scripts (JSON) and the broker's start-up skip it.
+            from rich.console import Console
+
             self._console = Console(highlight=False)
         return self._console
 
@@ -89,6 +93,8 @@ def _cell(value: Any) -> str:
 
 
 def _table(title: str, show_header: bool = True) -> Table:
+    from rich.table import Table
+
     # A title wider than its table would wrap; the table grows to hold it instead.
     return Table(title=title or None, show_header=show_header, title_justify="left", min_width=len(title) or None)
 
