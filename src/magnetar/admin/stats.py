@@ -161,7 +161,8 @@ def _consumer_stats(core: dict[str, Any], redelivered: int, now_s: float) -> dic
         "consumerName": core["consumerName"],
         "availablePermits": core["availablePermits"],
         "unackedMessages": core.get("unackedMessages", 0),
-        "avgMessagesPerEntry": round(core.get("avgMessagesPerEntry", 1)),
+        # An int in Pulsar, 0 until something was sent.
+        "avgMessagesPerEntry": round(core.get("avgMessagesPerEntry", 1)) if consumer.msg_out_counter else 0,
         "blockedConsumerOnUnackedMsgs": core.get("blockedConsumerOnUnackedMsgs", False),
     }
     for key in _CONSUMER_ORDERING_KEYS:
