@@ -530,7 +530,7 @@ async def _partitions(request: Request, tenant: str, namespace: str, topic: str)
     name = topic_name(request, tenant, namespace, topic)
     count = _service(request).partitions(name)
     if count == 0:
-        raise not_found(f"Partitioned Topic not found: {name} does not exist")
+        raise not_found(f"Partitioned Topic {name} not found")
     return name, count
 
 
