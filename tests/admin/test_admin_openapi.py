@@ -75,7 +75,8 @@ def seed(fuzzed_broker: BrokerProcess) -> Iterator:
     def again() -> None:
         http.put("/tenants/public", json={"adminRoles": [], "allowedClusters": ["standalone"]})
         http.put("/namespaces/public/default")
-        http.put(f"/persistent/public/default/{TOPIC}/subscription/{SUBSCRIPTION}", json={"ledgerId": -1, "entryId": -1})
+        earliest = {"ledgerId": -1, "entryId": -1}
+        http.put(f"/persistent/public/default/{TOPIC}/subscription/{SUBSCRIPTION}", json=earliest)
         if http.get(f"/persistent/public/default/{TOPIC}/subscription/{SUBSCRIPTION}/position/3").status_code != 200:
             producer = client.create_producer(f"persistent://public/default/{TOPIC}")
             for i in range(5):

@@ -244,8 +244,11 @@ async def get_cluster(request: Request, cluster: str) -> ClusterData:
     return ClusterData.model_validate(record[0])
 
 
-@router.put("/clusters/{cluster}", tags=["clusters"], status_code=204, responses=_NO_CONTENT | error_responses(409, 412))
-async def create_cluster(request: Request, cluster: str, data: Annotated[ClusterData | None, Body()] = None) -> Response:
+@router.put("/clusters/{cluster}", tags=["clusters"], status_code=204,
+            responses=_NO_CONTENT | error_responses(409, 412))
+async def create_cluster(
+    request: Request, cluster: str, data: Annotated[ClusterData | None, Body()] = None
+) -> Response:
     data = data or ClusterData()
     _check_name(cluster, "Cluster")
     _check_cluster_data(data)

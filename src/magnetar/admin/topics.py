@@ -274,7 +274,9 @@ async def delete_partitioned_topic(
 
 @router.get("/{tenant}/{namespace}/{topic}/partitions", response_model=PartitionedTopicMetadata,
             responses=error_responses(404, 412))
-async def get_partitioned_metadata(request: Request, tenant: str, namespace: str, topic: str) -> PartitionedTopicMetadata:
+async def get_partitioned_metadata(
+    request: Request, tenant: str, namespace: str, topic: str
+) -> PartitionedTopicMetadata:
     service = _service(request)
     name = _existing_namespace_topic(service, tenant, namespace, topic)
     partitions = service.partitions(name)
@@ -348,7 +350,8 @@ async def delete_subscription(
              responses=_NO_CONTENT | error_responses(404, 412))
 async def skip_all_messages(request: Request, tenant: str, namespace: str, topic: str, subName: str) -> Response:
     service = _service(request)
-    for subscription in await _subscriptions(service, _existing_namespace_topic(service, tenant, namespace, topic), subName):
+    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    for subscription in await _subscriptions(service, name, subName):
         subscription.skip_all()
     return Response(status_code=204)
 
@@ -418,7 +421,9 @@ async def reset_cursor_to_message_id(
     _not_partitioned(service, name, "Reset-cursor at position is not allowed for partitioned-topic")
     loaded = await _topic(service, name)
     subscription = _subscription(loaded, subName)
-    entry_id = message_id.entryId + 1 if message_id.isExcluded and message_id.entryId < _LONG_MAX else message_id.entryId
+    entry_id = message_id.entryId
+    if message_id.isExcluded and entry_id < _LONG_MAX:
+        entry_id += 1
     await subscription.reset_cursor(loaded.position_at_or_after((message_id.ledgerId, entry_id)))
     return Response(status_code=204)
 
@@ -578,7 +583,8 @@ async def set_deduplication(
     request: Request, tenant: str, namespace: str, topic: str, enabled: Annotated[bool, Body(strict=True)]
 ) -> Response:
     service = _service(request)
-    await service.set_topic_policies(_policy_topic(service, tenant, namespace, topic), {"deduplicationEnabled": enabled})
+    name = _policy_topic(service, tenant, namespace, topic)
+    await service.set_topic_policies(name, {"deduplicationEnabled": enabled})
     return Response(status_code=204)
 
 
