@@ -85,7 +85,11 @@ def until(condition, what: str):
 
 def test_clusters_list_get_create_update(http: httpx.Client) -> None:
     assert http.get("/clusters").json() == ["standalone"]
-    assert http.get("/clusters/standalone").status_code == 200
+    standalone = http.get("/clusters/standalone")
+    assert standalone.status_code == 200
+    # The standalone's own cluster names this broker's URLs, as Pulsar standalone does.
+    assert standalone.json()["serviceUrl"] == str(http.base_url).split("/admin/v2")[0]
+    assert standalone.json()["brokerServiceUrl"].startswith("pulsar://127.0.0.1:")
     name = unique("cluster")
     data = {"serviceUrl": "http://east.example:8080", "brokerServiceUrl": "pulsar://east.example:6650"}
     assert http.put(f"/clusters/{name}", json=data).status_code == 204

@@ -238,10 +238,16 @@ async def get_clusters(request: Request) -> list[str]:
             responses=error_responses(404, 412))
 async def get_cluster(request: Request, cluster: str) -> ClusterData:
     _check_name(cluster, "Cluster")
-    record = _service(request).metadata.get(f"/admin/clusters/{cluster}")
+    service = _service(request)
+    record = service.metadata.get(f"/admin/clusters/{cluster}")
     if record is None:
         raise not_found("Cluster does not exist")
-    return ClusterData.model_validate(record[0])
+    data = ClusterData.model_validate(record[0])
+    if cluster == service.config["clusterName"]:
+        # The standalone's own cluster is stored before its ports are bound: its URLs are this broker's.
+        data.serviceUrl = data.serviceUrl or service.config.advertised_web_url
+        data.brokerServiceUrl = data.brokerServiceUrl or service.config.advertised_url
+    return data
 
 
 @router.put("/clusters/{cluster}", tags=["clusters"], status_code=204,

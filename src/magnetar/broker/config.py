@@ -139,6 +139,11 @@ class BrokerConfig:
         host = self.values["advertisedAddress"] or self.values["bindAddress"]
         return f"pulsar://{host}:{self.values['brokerServicePort']}"
 
+    @property
+    def advertised_web_url(self) -> str:
+        host = self.values["advertisedAddress"] or self.values["bindAddress"]
+        return f"http://{host}:{self.values['webServicePort']}"
+
 
 _DISPATCHER_KEYS = {key for key, _doc, _dynamic in PULSAR_KEYS.values()}
 

@@ -62,6 +62,9 @@ class Broker:
         self._http = AdminServer(create_app(self.service, lambda: self.ready), host, self.config["webServicePort"])
         await self._http.start()
         self.http_port = self._http.port
+        if self.config["webServicePort"] == 0:
+            self.config = type(self.config)(dict(self.config.values) | {"webServicePort": self.http_port})
+            self.service.config = self.config
         self.ready = True
         log.info(
             "magnetar ready in %.0f ms: pulsar://%s:%d, http://%s:%d, data %s",
