@@ -184,7 +184,9 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # share is taken whole, so that every micro-batch moves.
         from magnetar.spark.wire import FULL_HASH_RANGE, read_range
 
-        shares = share_budget(available, budget)
+        total = sum(available.values())
+        # The records budget split in proportion to the entries each topic has waiting.
+        shares = {topic: max(1, budget * count // total) if count else 0 for topic, count in available.items()}
         limited = {}
         for topic, target in targets.items():
             records = 0
