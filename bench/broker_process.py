@@ -55,6 +55,7 @@ class Broker:
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
         self.process: subprocess.Popen | None = None
         self.url = ""
+        self.http_url = ""
 
     def start(self) -> None:
         args = MAGNETAR + ["standalone", "--data-dir", str(self.data_dir), "--port", "0", "--http-port", "0"]
@@ -66,7 +67,7 @@ class Broker:
         while time.monotonic() < deadline:
             match = READY.search(self.log_path.read_text())
             if match:
-                self.url = match.group(1)
+                self.url, self.http_url = match.group(1), match.group(3)
                 return
             if self.process.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.log_path.read_text()}")
