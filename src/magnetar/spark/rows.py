@@ -27,10 +27,11 @@ from magnetar.protocol.pulsar_api_pb2 import CompressionType, SingleMessageMetad
 __all__ = ["RowBuilder", "UnsupportedEntry"]
 
 _U32 = struct.Struct(">I")
-# Tag bytes of SingleMessageMetadata fields (field number << 3 | wire type 2): a metadata whose bytes
+# Tag bytes of SingleMessageMetadata fields (field number << 3 | wire type): a metadata whose bytes
 # lack the byte cannot hold the field, so the costlier presence checks run only when it is there.
 _TAG_PROPERTIES = 0x0A
 _TAG_PARTITION_KEY = 0x12
+_TAG_EVENT_TIME = 0x28  # a varint field: field number 5 << 3 | wire type 0
 _TAG_ORDERING_KEY = 0x3A
 # Pulsar's codecs; pyarrow ships the same ones (LZ4 is the raw block format, as Pulsar writes it).
 _ARROW_CODECS = {CompressionType.LZ4: "lz4_raw", CompressionType.ZSTD: "zstd", CompressionType.SNAPPY: "snappy"}
@@ -122,12 +123,14 @@ class RowBuilder:
     def _unpack_batch(self, payload: bytes, count: int, first_sequence_id: int) -> None:
         """The hot loop: per message, one size, one SingleMessageMetadata parse and one payload slice;
         each wanted field is then read by a comprehension (measured: a field read inside the loop with
-        `HasField` cost 2.5 us a message, this 1 us)."""
+        `HasField` cost 2.5 us a message, this 1 us). Optional fields are looked for first by their tag
+        byte in all the messages' metadata at once: a batch where no metadata holds the byte has none
+        of them, which spares a check per message."""
         unpack = _U32.unpack_from
         parse = SingleMessageMetadata.FromString
         singles: list = []
         raws: list = []
-        values = self._value
+        add_single, add_raw, add_value = singles.append, raws.append, self._value.append
         offset = 0
         for _ in range(count):
             start = offset + 4
@@ -135,26 +138,32 @@ class RowBuilder:
             raw = payload[start:body]
             single = parse(raw)
             offset = body + single.payload_size
-            singles.append(single)
-            raws.append(raw)
-            values.append(payload[body:offset])
+            add_single(single)
+            add_raw(raw)
+            add_value(payload[body:offset])
         if offset != len(payload):
             raise UnsupportedEntry(f"batch payload has {len(payload) - offset} bytes after its {count} messages")
         names = self.names
-        # An unset string field reads as "": only then is the field's tag byte looked for, and only
-        # when it is there is HasField asked, to tell an empty key from none.
+        metadata = b"".join(raws)
         if "key" in names:
+            # An unset string reads as "": only then is HasField asked, to tell an empty key from none.
             self._key += [
                 s.partition_key or ("" if _TAG_PARTITION_KEY in raw and s.HasField("partition_key") else None)
                 for s, raw in zip(singles, raws)
             ]
         if "orderingKey" in names:
-            self._ordering += [
-                s.ordering_key or (b"" if _TAG_ORDERING_KEY in raw and s.HasField("ordering_key") else None)
-                for s, raw in zip(singles, raws)
-            ]
+            if _TAG_ORDERING_KEY not in metadata:
+                self._ordering += [None] * count
+            else:
+                self._ordering += [
+                    s.ordering_key or (b"" if _TAG_ORDERING_KEY in raw and s.HasField("ordering_key") else None)
+                    for s, raw in zip(singles, raws)
+                ]
         if "eventTime" in names:
-            self._event += [s.event_time * 1000 or None for s in singles]
+            if _TAG_EVENT_TIME not in metadata:
+                self._event += [None] * count
+            else:
+                self._event += [s.event_time * 1000 or None for s in singles]
         if "sequenceId" in names:
             self._sequence += [
                 s.sequence_id or (0 if s.HasField("sequence_id") else first_sequence_id + index)
@@ -162,11 +171,14 @@ class RowBuilder:
             ]
         if "properties" in names:
             keys, offsets = self._prop_keys, self._prop_offsets
-            for raw, single in zip(raws, singles):
-                if _TAG_PROPERTIES in raw and single.properties:
-                    self._add_properties(single.properties)
-                else:
-                    offsets.append(len(keys))
+            if _TAG_PROPERTIES not in metadata:
+                offsets += [len(keys)] * count
+            else:
+                for raw, single in zip(raws, singles):
+                    if _TAG_PROPERTIES in raw and single.properties:
+                        self._add_properties(single.properties)
+                    else:
+                        offsets.append(len(keys))
 
     def take(self) -> pa.RecordBatch:
         """The rows added since the last `take`, as a record batch of `schema`."""

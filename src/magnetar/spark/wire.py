@@ -396,7 +396,7 @@ def _read_range_once(
                 _last, mark_delete = connection.last_message_id(consumer_id)
                 if mark_delete is not None and mark_delete >= end:
                     break
-                idle_s = min(idle_s * 2, 0.1)
+                idle_s = min(idle_s * 2, 0.02)
                 continue
             idle_s = 0.002
             message_id = frame.command.message.message_id

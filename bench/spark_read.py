@@ -1,0 +1,89 @@
+"""Rows/s that spark.read.format("magnetar") delivers from a broker process, against the ceiling of
+Spark's Python Data Source API measured in the same run with in-memory sources.
+
+1,000,000 messages of 100 B published with the official client, batched by key (64 keys, up to 1,000
+messages an entry), read with 2 and 8 key hash ranges into Spark's `noop` sink (which makes Spark
+materialise every column). Prints a table; writes bench/results/spark_read.json.
+
+    python bench/spark_read.py [--messages N] [--repeats R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from broker_process import Broker, machine
+from spark_common import fill_topic, spark_session, timed
+
+RESULTS = Path(__file__).parent / "results" / "spark_read.json"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    before = machine()
+    with tempfile.TemporaryDirectory() as scratch:
+        broker = Broker(Path(scratch) / "data")
+        broker.start()
+        try:
+            topic = "persistent://public/default/spark-read"
+            publish_s = fill_topic(broker.url, topic, args.messages, keys=64)
+            spark = spark_session()
+
+            def noop(frame) -> None:
+                frame.write.format("noop").mode("overwrite").save()
+
+            def memory(kind: str, rows: int):
+                return spark.read.format(kind).option("rows", rows).option("partitions", 2).load()
+
+            def magnetar(ranges: int):
+                read = spark.read.format("magnetar").option("serviceUrl", broker.url).option("adminUrl", broker.http_url)
+                return read.option("topic", topic).option("keyHashRanges", ranges).load()
+
+            # The first Python data source job of a session costs seconds: pay it before measuring.
+            noop(memory("memory_arrow", 10_000))
+            assert magnetar(2).count() == args.messages
+            paths = {
+                "in-memory tuples (ceiling)": lambda: noop(memory("memory_tuples", args.messages)),
+                "in-memory Arrow (ceiling)": lambda: noop(memory("memory_arrow", args.messages)),
+                "magnetar, 2 hash ranges": lambda: noop(magnetar(2)),
+                "magnetar, 8 hash ranges": lambda: noop(magnetar(8)),
+            }
+            results = {}
+            for name, action in paths.items():
+                seconds = [timed(action) for _ in range(args.repeats)]
+                results[name] = {
+                    "seconds": seconds,
+                    "rows_per_s_best": args.messages / min(seconds),
+                    "rows_per_s_median": args.messages / statistics.median(seconds),
+                }
+            spark.stop()
+        finally:
+            broker.stop()
+    after = machine()
+    arrow = results["in-memory Arrow (ceiling)"]["rows_per_s_median"]
+    print(f"{args.messages:,} messages of 100 B, published in {publish_s:.1f} s; {args.repeats} runs each")
+    print(f"{'path':<30} {'best rows/s':>12} {'median rows/s':>14} {'of Arrow ceiling':>17}")
+    for name, result in results.items():
+        share = result["rows_per_s_median"] / arrow
+        print(f"{name:<30} {result['rows_per_s_best']:>12,.0f} {result['rows_per_s_median']:>14,.0f} {share:>16.0%}")
+    print(f"load average before {' '.join(before['loadavg'])}, after {' '.join(after['loadavg'])}")
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {"messages": args.messages, "message_bytes": 100, "publish_s": publish_s, "results": results,
+             "machine": before, "loadavg_after": after["loadavg"]},
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
