@@ -117,6 +117,26 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
     broker.stop()
 
 
+@pytest.fixture(scope="module")
+def module_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """Brokers with given settings shared by a module's tests, one per distinct settings (started on
+    first use), all stopped at the end of the module. Saves test modules importing `conftest`, which
+    resolves to another directory's conftest.py when the run collects that directory first."""
+    started: dict[tuple, BrokerProcess] = {}
+
+    def get(**settings: object) -> BrokerProcess:
+        key = tuple(sorted((k, str(v)) for k, v in settings.items()))
+        if key not in started:
+            broker = BrokerProcess(tmp_path_factory.mktemp("module-brokers") / "data", dict(key))
+            broker.start()
+            started[key] = broker
+        return started[key]
+
+    yield get
+    for broker in started.values():
+        broker.stop()
+
+
 @pytest.fixture
 def client_factory():
     """Official clients, closed at the end of the test."""

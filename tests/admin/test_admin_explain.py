@@ -12,13 +12,12 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pulsar
 import pytest
 
-from conftest import BrokerProcess
 from e2e.key_shared_helpers import key_hash, key_shared, keys_owned, ring_slot
 
 NS = "public/default"
@@ -27,22 +26,9 @@ SUB = "key_shared"
 
 
 @pytest.fixture(scope="module")
-def brokers(tmp_path_factory) -> Iterator[Callable[[str], BrokerProcess]]:
-    started: dict[str, BrokerProcess] = {}
-
-    def get(mode: str = "pip379") -> BrokerProcess:
-        if mode not in started:
-            broker = BrokerProcess(
-                tmp_path_factory.mktemp(f"explain-{mode}") / "data",
-                {"keySharedOrderingMode": mode, "keySharedUnblockingIntervalMs": "0"},
-            )
-            broker.start()
-            started[mode] = broker
-        return started[mode]
-
-    yield get
-    for broker in started.values():
-        broker.stop()
+def brokers(module_broker_factory) -> Callable[[str], object]:
+    """A broker per Key_Shared ordering mode, started on first use and shared by the module."""
+    return lambda mode="pip379": module_broker_factory(keySharedOrderingMode=mode, keySharedUnblockingIntervalMs=0)
 
 
 @pytest.fixture

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pulsar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import BrokerProcess
 from e2e.key_shared_helpers import key_shared, keys_owned
 
 NS = "public/default"
@@ -20,11 +19,8 @@ WAIT_S = 20
 
 
 @pytest.fixture(scope="module")
-def metrics_broker(tmp_path_factory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data", {"keySharedUnblockingIntervalMs": "0"})
-    broker.start()
-    yield broker
-    broker.stop()
+def metrics_broker(module_broker_factory):
+    return module_broker_factory(keySharedUnblockingIntervalMs=0)
 
 
 @pytest.fixture
@@ -32,7 +28,7 @@ def topic() -> str:
     return f"persistent://{NS}/metrics-{uuid.uuid4().hex[:10]}"
 
 
-def scrape(broker: BrokerProcess) -> dict[str, dict[tuple, float]]:
+def scrape(broker) -> dict[str, dict[tuple, float]]:
     """name -> {sorted label items: value}, from one scrape."""
     response = httpx.get(f"{broker.http_url}/metrics", timeout=10)
     assert response.status_code == 200

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pulsar
 import pytest
 
-from conftest import BrokerProcess
 from e2e.key_shared_helpers import key_shared, keys_owned, ring_slot
 
 NS = "public/default"
@@ -55,23 +54,9 @@ PUBLISHER_FIELDS = {
 
 
 @pytest.fixture(scope="module")
-def brokers(tmp_path_factory) -> Iterator[Callable[[str], BrokerProcess]]:
+def brokers(module_broker_factory) -> Callable[[str], object]:
     """A broker per Key_Shared ordering mode, started on first use and shared by the module."""
-    started: dict[str, BrokerProcess] = {}
-
-    def get(mode: str = "pip379") -> BrokerProcess:
-        if mode not in started:
-            broker = BrokerProcess(
-                tmp_path_factory.mktemp(f"stats-{mode}") / "data",
-                {"keySharedOrderingMode": mode, "keySharedUnblockingIntervalMs": "0"},
-            )
-            broker.start()
-            started[mode] = broker
-        return started[mode]
-
-    yield get
-    for broker in started.values():
-        broker.stop()
+    return lambda mode="pip379": module_broker_factory(keySharedOrderingMode=mode, keySharedUnblockingIntervalMs=0)
 
 
 @pytest.fixture
@@ -79,7 +64,7 @@ def name() -> str:
     return f"stats-{uuid.uuid4().hex[:10]}"
 
 
-def admin(broker: BrokerProcess) -> httpx.Client:
+def admin(broker) -> httpx.Client:
     return httpx.Client(base_url=f"{broker.http_url}/admin/v2/persistent/{NS}", timeout=10)
 
 
