@@ -54,19 +54,21 @@ def _base(topic: str) -> str:
     return match.group(1) if match else topic
 
 
-def resolve_topics(options: SourceOptions) -> list[str]:
-    """The topic partitions the options name: partitioned topics expand to their partitions."""
-    with Connection(options.service_url) as connection:
-        if options.topics_pattern is not None:
-            pattern = re.compile(options.topics_pattern)
-            namespace = _pattern_namespace(options.topics_pattern)
-            names = connection.topics_of_namespace(namespace)
-            return sorted(t for t in names if pattern.fullmatch(_base(t)) or pattern.fullmatch(t))
-        found: list[str] = []
-        for topic in options.topics:
-            partitions = connection.partitions(topic)
-            found += [f"{topic}-partition-{i}" for i in range(partitions)] if partitions else [topic]
-        return sorted(set(found))
+def resolve_topics(options: SourceOptions, connection: Connection | None = None) -> list[str]:
+    """The topic partitions the options name: partitioned topics expand to their partitions. A
+    streaming query passes the connection it keeps between micro-batches."""
+    if connection is None:
+        with Connection(options.service_url) as own:
+            return resolve_topics(options, own)
+    if options.topics_pattern is not None:
+        pattern = re.compile(options.topics_pattern)
+        names = connection.topics_of_namespace(_pattern_namespace(options.topics_pattern))
+        return sorted(t for t in names if pattern.fullmatch(_base(t)) or pattern.fullmatch(t))
+    found: list[str] = []
+    for topic in options.topics:
+        partitions = connection.partitions(topic)
+        found += [f"{topic}-partition-{i}" for i in range(partitions)] if partitions else [topic]
+    return sorted(set(found))
 
 
 def _pattern_namespace(pattern: str) -> str:

@@ -105,6 +105,21 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now: dict[str, Offset] | None = None
         self._cursors: dict[str, object] = {}
         self._reported: dict[str, dict[str, int]] = {}
+        self._connection: object | None = None
+
+    def _topics(self) -> list[str]:
+        """The topic partitions now, over a connection kept between micro-batches (opened again if it
+        broke), since the partitions of a topic and the topics of a pattern may change while it runs."""
+        from magnetar.spark.wire import Connection, ConnectionLost
+
+        if self._connection is None or self._connection.closed:
+            self._connection = Connection(self.options.service_url)
+        try:
+            return resolve_topics(self.options, self._connection)
+        except ConnectionLost:
+            # The broker restarted since the last micro-batch: once more, on a new connection.
+            self._connection = Connection(self.options.service_url)
+            return resolve_topics(self.options, self._connection)
 
     # ------------------------------------------------------------------------------ offsets
 
@@ -125,7 +140,7 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         options = self.options
-        topics = resolve_topics(options)
+        topics = self._topics()
         if not topics and options.topics_pattern is None:
             raise OptionError(f"{options.subscribed}: names no topic")
         states = topic_states(options, topics)
@@ -145,14 +160,12 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: read what is stored now, in as many micro-batches as the limits make."""
-        options = self.options
-        topics = resolve_topics(options)
-        self._available_now = {topic: state.latest for topic, state in self._states(topics).items()}
+        self._available_now = {topic: state.latest for topic, state in self._states(self._topics()).items()}
 
     def latestOffset(self, start: dict, limit: object) -> dict:
         options = self.options
         starts = decode_offsets(start)
-        topics = sorted(set(resolve_topics(options)) | set(starts))
+        topics = sorted(set(self._topics()) | set(starts))
         states = self._states(topics)
         for topic in states:
             if topic not in starts:
@@ -242,3 +255,6 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for cursor in self._cursors.values():
             cursor.close()
         self._cursors.clear()
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
