@@ -111,6 +111,23 @@ def _field(tag: bytes, data: bytes) -> bytes:
     return tag + _varint(len(data)) + data
 
 
+# The size prefixes of small metadata (most are a few to a few dozen bytes), packed once.
+_SIZES = tuple(_U32.pack(n) for n in range(256))
+# Entries in the per-task caches of encoded keys and payload sizes; cleared when full.
+_CACHE_MAX = 65_536
+
+
+class _Group:
+    """Messages of one sticky key waiting to become one batch entry, as the batch payload's parts."""
+
+    __slots__ = ("parts", "messages", "size")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.messages = 0
+        self.size = 0
+
+
 class _TopicWriter:
     """One target topic (or one partition of it) of one task: key groups waiting to become entries, and
     the producer that sends them."""
@@ -118,20 +135,23 @@ class _TopicWriter:
     def __init__(self, sink: _TaskWriter, topic: str) -> None:
         self.sink = sink
         self.topic = topic
-        self.groups: dict[bytes | str | None, list[tuple[bytes, bytes]]] = {}
-        self.group_bytes: dict[bytes | str | None, int] = {}
+        self.groups: dict[object, _Group] = {}
         self.producer = sink.open_producer(topic)
+        self.messages_max = sink.options.batching_max_messages
+        self.bytes_max = sink.options.batching_max_bytes
 
     def add(self, sticky: object, metadata: bytes, value: bytes) -> None:
         group = self.groups.get(sticky)
         if group is None:
-            group = self.groups[sticky] = []
-            self.group_bytes[sticky] = 0
-        group.append((metadata, value))
-        size = self.group_bytes[sticky] = self.group_bytes[sticky] + len(value) + len(metadata) + 4
-        sink = self.sink
-        sink.open_bytes += len(value) + len(metadata) + 4
-        if len(group) >= sink.options.batching_max_messages or size >= sink.options.batching_max_bytes:
+            group = self.groups[sticky] = _Group()
+            self.sink.open_groups += 1
+        length = len(metadata)
+        group.parts += (_SIZES[length] if length < 256 else _U32.pack(length), metadata, value)
+        size = length + len(value) + 4
+        group.messages += 1
+        group.size += size
+        self.sink.open_bytes += size
+        if group.messages >= self.messages_max or group.size >= self.bytes_max:
             self.send(sticky)
 
     def send(self, sticky: object) -> None:
@@ -139,30 +159,32 @@ class _TopicWriter:
         from magnetar.protocol.pulsar_api_pb2 import MessageMetadata
 
         group = self.groups.pop(sticky)
-        self.sink.open_bytes -= self.group_bytes.pop(sticky)
         sink = self.sink
+        sink.open_groups -= 1
+        sink.open_bytes -= group.size
+        count = group.messages
         first = sink.next_sequence
-        sink.next_sequence += len(group)
-        parts = []
-        for metadata, value in group:
-            parts += (_U32.pack(len(metadata)), metadata, value)
+        sink.next_sequence += count
         entry = MessageMetadata(
             producer_name=self.producer.name,
             sequence_id=first,
             publish_time=int(time.time() * 1000),
-            num_messages_in_batch=len(group),
-            highest_sequence_id=first + len(group) - 1,
+            num_messages_in_batch=count,
+            highest_sequence_id=first + count - 1,
         )
         if isinstance(sticky, bytes):
             entry.ordering_key = sticky
         elif sticky is not None:
             entry.partition_key = sticky
-        self.producer.send(first, first + len(group) - 1, len(group), encode_entry(entry, b"".join(parts)))
-        sink.report.messages += len(group)
+        self.producer.send(first, first + count - 1, count, encode_entry(entry, b"".join(group.parts)))
+        sink.report.messages += count
 
-    def flush(self) -> None:
+    def send_all(self) -> None:
         for sticky in list(self.groups):
             self.send(sticky)
+
+    def flush(self) -> None:
+        self.send_all()
         for receipt in self.producer.flush():
             if receipt.duplicate:
                 self.sink.report.duplicates += 1
@@ -183,9 +205,14 @@ class _TaskWriter:
         self.topics: dict[str, _TopicWriter] = {}
         self.partitions: dict[str, int] = {}
         self.checked: set[str] = set()
+        self.open_groups = 0
         self.open_bytes = 0
         self.partition_id = partition_id
         self.report = WriteReport(partition_id)
+        # key -> (writer, encoded key field) for rows with only a key and a value, and payload length ->
+        # encoded payload_size field: what most rows need, computed once per distinct value.
+        self._routes: dict[object, tuple[_TopicWriter, bytes]] = {}
+        self._sizes: dict[int, bytes] = {}
 
     def open_producer(self, topic: str) -> object:
         from magnetar.spark.wire import BrokerError, Producer
@@ -222,46 +249,36 @@ class _TaskWriter:
             writer = self.topics[topic] = _TopicWriter(self, topic)
         return writer
 
+    def _size_field(self, length: int) -> bytes:
+        field = self._sizes.get(length)
+        if field is None:
+            if len(self._sizes) >= _CACHE_MAX:
+                self._sizes.clear()
+            field = self._sizes[length] = b"\x18" + _varint(length)
+        return field
+
+    def _bound_open(self) -> None:
+        if self.open_bytes > _OPEN_BYTES_MAX or self.open_groups > _OPEN_GROUPS_MAX:
+            for writer in self.topics.values():
+                writer.send_all()
+
     def write(self, batches: Iterator[object]) -> WriteReport:
-        options = self.options
+        import pyarrow as pa
+
         try:
             for batch in batches:
-                columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-                values = columns["value"]
+                value_column = batch.column("value")
+                if not pa.types.is_binary(value_column.type):
+                    value_column = value_column.cast(pa.binary())
+                values = value_column.to_pylist()
                 count = len(values)
-                keys = columns.get("key") or [None] * count
-                orderings = columns.get("orderingKey") or [None] * count
-                properties = columns.get("properties") or [None] * count
-                events = columns.get("eventTime")
-                topics = columns.get("topic") or [options.topic] * count
-                for index in range(count):
-                    value = values[index]
-                    if value is None:
-                        raise SinkError("the magnetar sink cannot write a null value")
-                    if isinstance(value, str):
-                        value = value.encode()
-                    key, ordering = keys[index], orderings[index]
-                    parts = []
-                    if properties[index]:
-                        for name, text in properties[index]:
-                            pair = _field(b"\x0a", name.encode()) + _field(b"\x12", (text or "").encode())
-                            parts.append(_field(b"\x0a", pair))
-                    if key is not None:
-                        parts.append(_field(b"\x12", key.encode()))
-                    parts += (b"\x18", _varint(len(value)))
-                    if events is not None and events[index] is not None:
-                        parts += (b"\x28", _varint(int(events[index].timestamp() * 1000)))
-                    if ordering is not None:
-                        parts.append(_field(b"\x3a", ordering))
-                    sticky = ordering if ordering is not None else key
-                    topic = topics[index] or options.topic
-                    if topic is None:
-                        raise SinkError("a row has no topic and the option topic is not set")
-                    self.writer_for(topic, sticky).add(sticky, b"".join(parts), value)
-                    if self.open_bytes > _OPEN_BYTES_MAX or sum(len(w.groups) for w in self.topics.values()) > _OPEN_GROUPS_MAX:
-                        for writer in self.topics.values():
-                            for group in list(writer.groups):
-                                writer.send(group)
+                names = batch.schema.names
+                keys = batch.column("key").to_pylist() if "key" in names else [None] * count
+                extras = [n for n in ("orderingKey", "properties", "eventTime", "topic") if n in names]
+                if any(batch.column(n).null_count < count for n in extras):
+                    self._write_rows(batch, keys, values)
+                else:
+                    self._write_keyed(keys, values)
             for writer in self.topics.values():
                 writer.flush()
             for writer in self.topics.values():
@@ -269,6 +286,57 @@ class _TaskWriter:
             return self.report
         finally:
             self.connection.close()
+
+    def _write_keyed(self, keys: list, values: list) -> None:
+        """Rows of a key and a value to the topic option: the common case, with the least per row."""
+        if self.options.topic is None:
+            raise SinkError("a row has no topic and the option topic is not set")
+        routes, size_field = self._routes, self._size_field
+        for key, value in zip(keys, values):
+            if value is None:
+                raise SinkError("the magnetar sink cannot write a null value")
+            route = routes.get(key)
+            if route is None:
+                if len(routes) >= _CACHE_MAX:
+                    routes.clear()
+                route = routes[key] = (
+                    self.writer_for(self.options.topic, key),
+                    b"" if key is None else _field(b"\x12", key.encode()),
+                )
+            writer, key_field = route
+            writer.add(key, key_field + size_field(len(value)), value)
+            if self.open_groups > _OPEN_GROUPS_MAX or self.open_bytes > _OPEN_BYTES_MAX:
+                self._bound_open()
+
+    def _write_rows(self, batch: object, keys: list, values: list) -> None:
+        """Rows with properties, ordering keys, event times or their own topic."""
+        names = batch.schema.names
+        count = len(values)
+        orderings = batch.column("orderingKey").to_pylist() if "orderingKey" in names else [None] * count
+        properties = batch.column("properties").to_pylist() if "properties" in names else [None] * count
+        events = batch.column("eventTime").to_pylist() if "eventTime" in names else [None] * count
+        topics = batch.column("topic").to_pylist() if "topic" in names else [None] * count
+        for key, value, ordering, pairs, event, topic in zip(keys, values, orderings, properties, events, topics):
+            if value is None:
+                raise SinkError("the magnetar sink cannot write a null value")
+            parts = []
+            if pairs:
+                for name, text in pairs:
+                    pair = _field(b"\x0a", name.encode()) + _field(b"\x12", (text or "").encode())
+                    parts.append(_field(b"\x0a", pair))
+            if key is not None:
+                parts.append(_field(b"\x12", key.encode()))
+            parts.append(self._size_field(len(value)))
+            if event is not None:
+                parts += (b"\x28", _varint(int(event.timestamp() * 1000)))
+            if ordering is not None:
+                parts.append(_field(b"\x3a", ordering))
+            sticky = ordering if ordering is not None else key
+            topic = topic or self.options.topic
+            if topic is None:
+                raise SinkError("a row has no topic and the option topic is not set")
+            self.writer_for(topic, sticky).add(sticky, b"".join(parts), value)
+            self._bound_open()
 
 
 def _task_context() -> tuple[str | None, int | None, int]:
