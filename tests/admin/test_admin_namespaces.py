@@ -11,12 +11,15 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import httpx
 import pulsar
 import pytest
 
-from conftest import BrokerProcess
+if TYPE_CHECKING:
+    from conftest import BrokerProcess
+
 
 # Small ledgers (and no minimum age before a roll) so that a few messages span several ledgers and
 # retention has closed ledgers to keep or delete; message TTL checked every 0.6 s.
@@ -29,11 +32,8 @@ WAIT_S = 10
 
 
 @pytest.fixture(scope="module")
-def admin_broker(tmp_path_factory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("admin-namespaces") / "data", SETTINGS)
-    broker.start()
-    yield broker
-    broker.stop()
+def admin_broker(module_broker_factory) -> BrokerProcess:
+    return module_broker_factory(**SETTINGS)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ destructive operations are fair game; the resources are seeded again before each
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import httpx
 import pulsar
@@ -27,8 +28,10 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from conftest import BrokerProcess
 from magnetar.admin import create_app
+
+if TYPE_CHECKING:
+    from conftest import BrokerProcess
 
 # Enough to reach each operation's error paths and successes; the module takes a minute or two.
 EXAMPLES_PER_OPERATION = 15
@@ -54,11 +57,8 @@ SCENARIOS = ("positive", "negative", "existing")
 
 
 @pytest.fixture(scope="module")
-def fuzzed_broker(tmp_path_factory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("admin-openapi") / "data", {})
-    broker.start()
-    yield broker
-    broker.stop()
+def fuzzed_broker(module_broker_factory) -> BrokerProcess:
+    return module_broker_factory()
 
 
 @pytest.fixture(scope="module")

@@ -13,12 +13,15 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import httpx
 import pulsar
 import pytest
 
-from conftest import BrokerProcess
+if TYPE_CHECKING:
+    from conftest import BrokerProcess
+
 
 NS = "public/default"
 RECEIVE_MS = 5000
@@ -26,11 +29,8 @@ QUIET_MS = 300
 
 
 @pytest.fixture(scope="module")
-def admin_broker(tmp_path_factory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("admin-topics") / "data", {})
-    broker.start()
-    yield broker
-    broker.stop()
+def admin_broker(module_broker_factory) -> BrokerProcess:
+    return module_broker_factory()
 
 
 @pytest.fixture(scope="module")
