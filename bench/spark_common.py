@@ -184,3 +184,39 @@ def timed(action: Any) -> float:
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
+
+
+def tree_cpu_seconds(*roots: int) -> float:
+    """utime + stime of the processes under `roots` (the driver, its JVM and Python workers; the
+    broker): what a run costs in CPU whatever else the machine does, unlike its wall time. Processes
+    that exit during the run (Spark's short-lived planner processes) are missed; they do little."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = (int(fields[11]) + int(fields[12])) / ticks
+    wanted = set(roots)
+    changed = True
+    while changed:
+        changed = False
+        for pid, parent in parents.items():
+            if parent in wanted and pid not in wanted:
+                wanted.add(pid)
+                changed = True
+    return sum(times.get(pid, 0.0) for pid in wanted)
+
+
+def timed_with_cpu(action: Any, *roots: int) -> tuple[float, list[float]]:
+    """(wall seconds, CPU seconds of the process tree under each of `roots`) of one run of `action`."""
+    cpu = [tree_cpu_seconds(root) for root in roots]
+    started = time.perf_counter()
+    action()
+    wall = time.perf_counter() - started
+    return wall, [tree_cpu_seconds(root) - before for root, before in zip(roots, cpu)]

@@ -3,7 +3,10 @@ Spark's Python Data Source API measured in the same run with in-memory sources.
 
 1,000,000 messages of 100 B published with the official client, batched by key (64 keys, up to 1,000
 messages an entry), read with 2 and 8 key hash ranges into Spark's `noop` sink (which makes Spark
-materialise every column). Prints a table; writes bench/results/spark_read.json.
+materialise every column). Besides wall-clock rows/s, each run's CPU time (driver, JVM, Python
+workers, broker) gives the CPU per row and what two otherwise idle cores could sustain at that cost:
+the machine is shared, and wall-clock numbers move with its load. Prints a table; writes
+bench/results/spark_read.json.
 
     python bench/spark_read.py [--messages N] [--repeats R]
 """
@@ -12,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 from pathlib import Path
 
 from broker_process import Broker, machine
-from spark_common import fill_topic, spark_session, timed
+from spark_common import fill_topic, spark_session, timed_with_cpu
 
 RESULTS = Path(__file__).parent / "results" / "spark_read.json"
 
@@ -57,11 +61,19 @@ def main() -> None:
             }
             results = {}
             for name, action in paths.items():
-                seconds = [timed(action) for _ in range(args.repeats)]
+                runs = [timed_with_cpu(action, os.getpid(), broker.pid) for _ in range(args.repeats)]
+                seconds = [wall for wall, _cpu in runs]
+                cpu = statistics.median(sum(cpu) for _wall, cpu in runs)
+                broker_cpu = statistics.median(cpu[1] for _wall, cpu in runs)
                 results[name] = {
                     "seconds": seconds,
+                    "cpu_seconds": [sum(cpu) for _wall, cpu in runs],
+                    "broker_cpu_us_per_row": broker_cpu / args.messages * 1e6,
                     "rows_per_s_best": args.messages / min(seconds),
                     "rows_per_s_median": args.messages / statistics.median(seconds),
+                    "cpu_us_per_row": cpu / args.messages * 1e6,
+                    # What 2 otherwise idle cores could sustain at this CPU cost per row.
+                    "rows_per_s_2_idle_cores": 2 * args.messages / cpu,
                 }
             spark.stop()
         finally:
@@ -69,10 +81,17 @@ def main() -> None:
     after = machine()
     arrow = results["in-memory Arrow (ceiling)"]["rows_per_s_median"]
     print(f"{args.messages:,} messages of 100 B, published in {publish_s:.1f} s; {args.repeats} runs each")
-    print(f"{'path':<30} {'best rows/s':>12} {'median rows/s':>14} {'of Arrow ceiling':>17}")
+    print(
+        f"{'path':<30} {'best rows/s':>12} {'median rows/s':>14} {'of ceiling':>11} {'CPU us/row':>11} "
+        f"{'broker':>7} {'2 idle cores':>13}"
+    )
     for name, result in results.items():
         share = result["rows_per_s_median"] / arrow
-        print(f"{name:<30} {result['rows_per_s_best']:>12,.0f} {result['rows_per_s_median']:>14,.0f} {share:>16.0%}")
+        print(
+            f"{name:<30} {result['rows_per_s_best']:>12,.0f} {result['rows_per_s_median']:>14,.0f} {share:>10.0%} "
+            f"{result['cpu_us_per_row']:>11.2f} {result['broker_cpu_us_per_row']:>7.2f} "
+            f"{result['rows_per_s_2_idle_cores']:>13,.0f}"
+        )
     print(f"load average before {' '.join(before['loadavg'])}, after {' '.join(after['loadavg'])}")
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(
