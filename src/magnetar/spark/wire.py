@@ -104,15 +104,17 @@ class Connection:
         if url.scheme != "pulsar" or not url.hostname or not url.port:
             raise ValueError(f"serviceUrl must look like pulsar://host:port, not {service_url!r}")
         self.timeout_s = timeout_s
-        self._socket = socket.create_connection((url.hostname, url.port), timeout=timeout_s)
+        try:
+            self._socket = socket.create_connection((url.hostname, url.port), timeout=timeout_s)
+        except OSError as error:
+            raise ConnectionLost(f"cannot connect to the broker at {service_url}: {error}") from error
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._decoder = FrameDecoder(64 * 1024 * 1024)
         self._backlog: deque = deque()
         self.closed = False
-        self._send(BaseCommand(type=BaseCommand.CONNECT, connect={
-            "client_version": CLIENT_VERSION, "protocol_version": PROTOCOL_VERSION,
-        }))
-        frame = self._next(lambda f: f.command.type == BaseCommand.CONNECTED, time.monotonic() + timeout_s)
+        connect = {"client_version": CLIENT_VERSION, "protocol_version": PROTOCOL_VERSION}
+        self.send_command(BaseCommand(type=BaseCommand.CONNECT, connect=connect))
+        frame = self.next_frame(lambda f: f.command.type == BaseCommand.CONNECTED, time.monotonic() + timeout_s)
         self.max_message_size = frame.command.connected.max_message_size or 5 * 1024 * 1024
 
     def next_id(self) -> int:
@@ -134,7 +136,7 @@ class Connection:
 
     # ------------------------------------------------------------------------------ frames
 
-    def _send(self, command: BaseCommand, payload: bytes = b"") -> None:
+    def send_command(self, command: BaseCommand, payload: bytes = b"") -> None:
         self.send_raw(encode_frame(command, payload))
 
     def send_raw(self, data: bytes) -> None:
@@ -163,12 +165,12 @@ class Connection:
         for frame in self._decoder.receive_data(data):
             kind = frame.command.type
             if kind == BaseCommand.PING:
-                self._send(BaseCommand(type=BaseCommand.PONG, pong={}))
+                self.send_command(BaseCommand(type=BaseCommand.PONG, pong={}))
             elif kind != BaseCommand.PONG:
                 self._backlog.append(frame)
         return True
 
-    def _next(self, wanted: Callable[[object], bool], deadline: float) -> object:
+    def next_frame(self, wanted: Callable[[object], bool], deadline: float) -> object:
         """The first frame `wanted` accepts, leaving the others in order for whoever wants them."""
         seen = 0
         while True:
@@ -184,13 +186,13 @@ class Connection:
 
     def request(self, command: BaseCommand, request_id: int, payload: bytes = b"") -> BaseCommand:
         """Send a request and return the answer carrying its request id; ERROR raises BrokerError."""
-        self._send(command, payload)
+        self.send_command(command, payload)
 
         def answers(frame: object) -> bool:
             body = getattr(frame.command, _RESPONSE_FIELDS.get(frame.command.type, ""), None)
             return body is not None and getattr(body, "request_id", None) == request_id
 
-        frame = self._next(answers, time.monotonic() + self.timeout_s)
+        frame = self.next_frame(answers, time.monotonic() + self.timeout_s)
         command = frame.command
         if command.type == BaseCommand.ERROR:
             raise BrokerError(ServerError.Name(command.error.error), command.error.message)
@@ -257,7 +259,7 @@ class Connection:
         return consumer_id
 
     def flow(self, consumer_id: int, permits: int) -> None:
-        self._send(BaseCommand(type=BaseCommand.FLOW, flow={"consumer_id": consumer_id, "messagePermits": permits}))
+        self.send_command(BaseCommand(type=BaseCommand.FLOW, flow={"consumer_id": consumer_id, "messagePermits": permits}))
 
     def ack_cumulative(self, consumer_id: int, position: tuple[int, int], wait: bool = False) -> None:
         fields: dict[str, object] = {
@@ -266,7 +268,7 @@ class Connection:
             "message_id": [{"ledgerId": position[0] & _U64, "entryId": position[1] & _U64}],
         }
         if not wait:
-            self._send(BaseCommand(type=BaseCommand.ACK, ack=fields))
+            self.send_command(BaseCommand(type=BaseCommand.ACK, ack=fields))
             return
         request_id = fields["request_id"] = self.next_id()
         self.request(BaseCommand(type=BaseCommand.ACK, ack=fields), request_id)
@@ -473,7 +475,7 @@ class Producer:
             fields["num_messages"] = num_messages
         if highest_sequence_id != sequence_id:
             fields["highest_sequence_id"] = highest_sequence_id
-        self.connection._send(BaseCommand(type=BaseCommand.SEND, send=fields), section)
+        self.connection.send_command(BaseCommand(type=BaseCommand.SEND, send=fields), section)
         self._in_flight.append(sequence_id)
 
     def flush(self) -> list[Receipt]:
@@ -493,7 +495,7 @@ class Producer:
                 return frame.command.send_error.producer_id == producer_id
             return kind == BaseCommand.CLOSE_PRODUCER and frame.command.close_producer.producer_id == producer_id
 
-        frame = self.connection._next(mine, time.monotonic() + self.connection.timeout_s)
+        frame = self.connection.next_frame(mine, time.monotonic() + self.connection.timeout_s)
         command = frame.command
         if command.type == BaseCommand.SEND_ERROR:
             error = command.send_error
