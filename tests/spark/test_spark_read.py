@@ -132,3 +132,16 @@ def test_streaming_bad_options_fail_when_the_query_starts(spark, module_broker, 
     with pytest.raises(PySparkException) as failed:
         query.awaitTermination(60)
     assert "topic: topic persistent://public/default/never-created-x does not exist" in str(failed.value)
+
+
+def test_partitions_nobody_wrote_to_are_not_an_error(spark, module_broker, client_factory, topic, tmp_path) -> None:
+    from spark_helpers import admin_put, run_available_now
+
+    admin_put(module_broker, f"/admin/v2/persistent/{topic.split('://')[1]}/partitions", 4)
+    client = client_factory(module_broker.url)
+    # Written to partition 0 only: partitions 1-3 are declared but no topic exists behind them.
+    produce(client, f"{topic}-partition-0", keyed_messages(12, keys=1), batched=False)
+    assert source(spark, module_broker, topic).count() == 12
+    stream = source(spark, module_broker, topic, streaming=True, startingOffsets="earliest")
+    query = run_available_now(stream.writeStream.format("memory").queryName("one_partition").option("checkpointLocation", str(tmp_path)))
+    assert sum(p["numInputRows"] for p in query.recentProgress) == 12

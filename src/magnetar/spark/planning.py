@@ -84,12 +84,15 @@ def _pattern_namespace(pattern: str) -> str:
 
 
 def topic_states(options: SourceOptions, topics: Iterable[str]) -> dict[str, TopicState]:
+    """The ledger layout of each topic that exists. A partition of a partitioned topic that nobody
+    has written to yet does not exist as a topic: it has nothing to read, and is left out."""
     states = {}
     for topic in topics:
         try:
             states[topic] = TopicState.from_internal_stats(rest.internal_stats(options.admin_url, topic))
         except rest.TopicMissing:
-            raise OptionError(f"{options.subscribed}: topic {topic} does not exist") from None
+            if partition_index(topic) < 0:
+                raise OptionError(f"{options.subscribed}: topic {topic} does not exist") from None
     return states
 
 

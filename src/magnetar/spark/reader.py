@@ -27,6 +27,7 @@ from magnetar.spark.planning import (
     ReadTask,
     log,
     offsets_from_spec,
+    partition_index,
     plan_tasks,
     resolve_topics,
     start_after_loss,
@@ -123,13 +124,17 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------------------ offsets
 
-    def _states(self, topics: list[str]) -> dict[str, TopicState]:
+    def _states(self, topics: list[str], read: dict[str, Offset]) -> dict[str, TopicState]:
+        """The topics' ledger layouts; a topic the query has read from (in `read`) and that is gone
+        now was deleted, which is data loss. A partition never written to is simply not there yet."""
         options = self.options
         states = {}
         for topic in topics:
             try:
                 states[topic] = TopicState.from_internal_stats(rest.internal_stats(options.admin_url, topic))
             except rest.TopicMissing:
+                if topic not in read and partition_index(topic) >= 0:
+                    continue
                 if options.fail_on_data_loss:
                     raise DataLossError(
                         f"failOnDataLoss: topic {topic} was deleted while the query read it. "
@@ -160,13 +165,14 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: read what is stored now, in as many micro-batches as the limits make."""
-        self._available_now = {topic: state.latest for topic, state in self._states(self._topics()).items()}
+        states = self._states(self._topics(), {})
+        self._available_now = {topic: state.latest for topic, state in states.items()}
 
     def latestOffset(self, start: dict, limit: object) -> dict:
         options = self.options
         starts = decode_offsets(start)
         topics = sorted(set(self._topics()) | set(starts))
-        states = self._states(topics)
+        states = self._states(topics, starts)
         for topic in states:
             if topic not in starts:
                 # A partition or a topic matching the pattern appeared: read it from its beginning.
