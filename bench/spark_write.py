@@ -3,7 +3,9 @@ measured in the same run with a sink that only counts what it is handed.
 
 1,000,000 rows (a key of 64 distinct values, a 100 B value), cached in Spark first so that both
 paths start from the same memory, written with 2 tasks to a broker with deduplication on (the sink's
-exactly-once requirement). Prints a table; writes bench/results/spark_write.json.
+exactly-once requirement). Wall-clock rows/s, and the CPU per row of the whole run (driver, JVM,
+workers, broker) with what two otherwise idle cores could sustain at that cost. Prints a table;
+writes bench/results/spark_write.json.
 
     python bench/spark_write.py [--rows N] [--repeats R]
 """
@@ -12,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 from pathlib import Path
 
 from broker_process import Broker, machine
 from pyspark.sql import functions as F
-from spark_common import spark_session, timed
+from spark_common import spark_session, timed_with_cpu
 
 from magnetar.spark import wire
 
@@ -65,11 +68,17 @@ def main() -> None:
             magnetar()  # warm-up: first Python data source jobs, producers
             results = {}
             for name, action in (("discard Arrow writer (ceiling)", discard), ("magnetar sink", magnetar)):
-                seconds = [timed(action) for _ in range(args.repeats)]
+                measured = [timed_with_cpu(action, os.getpid(), broker.pid) for _ in range(args.repeats)]
+                seconds = [wall for wall, _cpu in measured]
+                cpu = statistics.median(sum(cpu) for _wall, cpu in measured)
                 results[name] = {
                     "seconds": seconds,
+                    "cpu_seconds": [sum(cpu) for _wall, cpu in measured],
                     "rows_per_s_best": args.rows / min(seconds),
                     "rows_per_s_median": args.rows / statistics.median(seconds),
+                    "cpu_us_per_row": cpu / args.rows * 1e6,
+                    "broker_cpu_us_per_row": statistics.median(cpu[1] for _wall, cpu in measured) / args.rows * 1e6,
+                    "rows_per_s_2_idle_cores": 2 * args.rows / cpu,
                 }
             stored = stored_messages(broker.url, written[-1])
             spark.stop()
@@ -78,10 +87,17 @@ def main() -> None:
     after = machine()
     ceiling = results["discard Arrow writer (ceiling)"]["rows_per_s_median"]
     print(f"{args.rows:,} rows of a key and 100 B, 2 tasks; {args.repeats} runs each; last topic holds {stored:,}")
-    print(f"{'path':<32} {'best rows/s':>12} {'median rows/s':>14} {'of ceiling':>11}")
+    print(
+        f"{'path':<32} {'best rows/s':>12} {'median rows/s':>14} {'of ceiling':>11} {'CPU us/row':>11} "
+        f"{'broker':>7} {'2 idle cores':>13}"
+    )
     for name, result in results.items():
         share = result["rows_per_s_median"] / ceiling
-        print(f"{name:<32} {result['rows_per_s_best']:>12,.0f} {result['rows_per_s_median']:>14,.0f} {share:>10.0%}")
+        print(
+            f"{name:<32} {result['rows_per_s_best']:>12,.0f} {result['rows_per_s_median']:>14,.0f} {share:>10.0%} "
+            f"{result['cpu_us_per_row']:>11.2f} {result['broker_cpu_us_per_row']:>7.2f} "
+            f"{result['rows_per_s_2_idle_cores']:>13,.0f}"
+        )
     print(f"load average before {' '.join(before['loadavg'])}, after {' '.join(after['loadavg'])}")
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(
