@@ -33,7 +33,9 @@ from magnetar.spark.planning import (
     start_after_loss,
     topic_states,
 )
+from magnetar.spark.rows import RowBuilder
 from magnetar.spark.schema import arrow_schema
+from magnetar.spark.wire import FULL_HASH_RANGE, Connection, ConnectionLost, SubscriptionCursor, read_range
 
 __all__ = ["MagnetarBatchReader", "MagnetarStreamReader", "TaskPartition", "read_task"]
 
@@ -49,9 +51,6 @@ class TaskPartition(InputPartition):
 
 def read_task(options: SourceOptions, schema: object, task: ReadTask) -> Iterator[object]:
     """Executor side: the task's entries as Arrow record batches of `schema`."""
-    from magnetar.spark.rows import RowBuilder
-    from magnetar.spark.wire import read_range
-
     builder = RowBuilder(arrow_schema(schema), task.topic, task.partition_index)
     entries = read_range(
         options.service_url, task.topic, task.start, task.end, task.hash_ranges, options.poll_timeout_ms / 1000
@@ -104,15 +103,13 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.schema = schema
         self._available_now: dict[str, Offset] | None = None
-        self._cursors: dict[str, object] = {}
+        self._cursors: dict[str, SubscriptionCursor] = {}
         self._reported: dict[str, dict[str, int]] = {}
-        self._connection: object | None = None
+        self._connection: Connection | None = None
 
     def _topics(self) -> list[str]:
         """The topic partitions now, over a connection kept between micro-batches (opened again if it
         broke), since the partitions of a topic and the topics of a pattern may change while it runs."""
-        from magnetar.spark.wire import Connection, ConnectionLost
-
         if self._connection is None or self._connection.closed:
             self._connection = Connection(self.options.service_url)
         try:
@@ -201,8 +198,6 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # maxRecordsPerTrigger: messages, which only the entries' metadata count. The planner reads the
         # entries' headers from the start until the share is used up; an entry larger than the whole
         # share is taken whole, so that every micro-batch moves.
-        from magnetar.spark.wire import FULL_HASH_RANGE, read_range
-
         total = sum(available.values())
         # The records budget split in proportion to the entries each topic has waiting.
         shares = {topic: max(1, budget * count // total) if count else 0 for topic, count in available.items()}
@@ -247,8 +242,6 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._commit_topic(topic, offset)
 
     def _commit_topic(self, topic: str, offset: Offset) -> None:
-        from magnetar.spark.wire import SubscriptionCursor
-
         cursor = self._cursors.get(topic)
         if cursor is None:
             cursor = self._cursors[topic] = SubscriptionCursor(
