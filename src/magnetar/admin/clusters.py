@@ -65,8 +65,8 @@ class ClusterData(BaseModel):
     authenticationParameters: str | None = None
     listenerName: str | None = None
     peerClusterNames: list[str] | None = None
-    brokerClientTlsEnabled: bool | None = None
-    tlsAllowInsecureConnection: bool | None = None
+    brokerClientTlsEnabled: bool | None = Field(default=None, strict=True)
+    tlsAllowInsecureConnection: bool | None = Field(default=None, strict=True)
 
 
 class TenantInfo(BaseModel):

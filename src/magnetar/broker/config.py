@@ -37,7 +37,7 @@ class Setting:
 BROKER_KEYS: tuple[Setting, ...] = (
     Setting("bindAddress", "127.0.0.1", "Address the binary and HTTP ports listen on (Pulsar: 0.0.0.0)."),
     Setting("brokerServicePort", 6650, "Binary protocol port; 0 picks a free port."),
-    Setting("webServicePort", 8080, "HTTP port (health, readiness); 0 picks a free port."),
+    Setting("webServicePort", 8080, "HTTP port (admin API, metrics, health); 0 picks a free port."),
     Setting("advertisedAddress", "", "Host name given to clients in lookups; empty: the bind address."),
     Setting("clusterName", "standalone", "This cluster's name."),
     Setting("maxMessageSize", 5 * 1024 * 1024, "Largest message; frames may exceed it by 10 KiB of padding."),
