@@ -20,7 +20,7 @@ run: setup
 	$(BIN)/magnetar standalone --data-dir data
 
 test: setup
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q --durations=25
 
 sim: setup
 	$(BIN)/magnetar sim $(if $(SEED),--seed $(SEED),) $(if $(MODE),--mode $(MODE),)
