@@ -3,8 +3,9 @@
 Owns: the columns of the source's schema (their names live in schema.py), unpacking batch entries
 (decompressing them when a producer compressed them) into one row per message, and building Arrow
 arrays with as little Python per row as the layout allows: per-entry columns are repeated with list
-arithmetic, the message id strings are joined in Arrow's C code, and only the message's own fields
-(its payload, key, sequence id, ...) cost a Python step each.
+arithmetic, the message id strings are joined in Arrow's C code, and a batch's messages are found
+without parsing each one's metadata when they look alike (`_split_batch`: a run of messages that
+differ only in their sequence ids and event times is read from strided slices of the payload, in C).
 Must not touch: the network (wire.py) or Spark (the reader hands the batches over).
 
 Why Arrow: the Python Data Source API moves tuples at about 0.5M rows/s and Arrow record batches at
@@ -16,9 +17,12 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Sequence
+from typing import NamedTuple
+from operator import attrgetter
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from google.protobuf.message import DecodeError
 
 from magnetar.core.sticky_key import range_slot
 from magnetar.protocol.messages import ParsedEntry
@@ -34,6 +38,10 @@ _TAG_PARTITION_KEY = 0x12
 _TAG_EVENT_TIME = 0x28  # a varint field: field number 5 << 3 | wire type 0
 _TAG_ORDERING_KEY = 0x3A
 # Pulsar's codecs; pyarrow ships the same ones (LZ4 is the raw block format, as Pulsar writes it).
+_PARTITION_KEY = attrgetter("partition_key")
+_ORDERING_KEY = attrgetter("ordering_key")
+_EVENT_TIME = attrgetter("event_time")
+_SEQUENCE_ID = attrgetter("sequence_id")
 _ARROW_CODECS = {CompressionType.LZ4: "lz4_raw", CompressionType.ZSTD: "zstd", CompressionType.SNAPPY: "snappy"}
 
 
@@ -111,7 +119,7 @@ class RowBuilder:
             self._sequence.append(metadata.sequence_id)
             self._add_properties(metadata.properties)
             return
-        self._unpack_batch(_decompress(entry), count, metadata.sequence_id)
+        self._unpack_batch(position, _decompress(entry), count, metadata.sequence_id)
 
     def _add_properties(self, properties: Sequence) -> None:
         if properties:
@@ -120,55 +128,79 @@ class RowBuilder:
                 self._prop_values.append(pair.value)
         self._prop_offsets.append(len(self._prop_keys))
 
-    def _unpack_batch(self, payload: bytes, count: int, first_sequence_id: int) -> None:
-        """The hot loop: per message, one size, one SingleMessageMetadata parse and one payload slice;
-        each wanted field is then read by a comprehension (measured: a field read inside the loop with
-        `HasField` cost 2.5 us a message, this 1 us). Optional fields are looked for first by their tag
-        byte in all the messages' metadata at once: a batch where no metadata holds the byte has none
-        of them, which spares a check per message."""
-        unpack = _U32.unpack_from
-        parse = SingleMessageMetadata.FromString
-        singles: list = []
-        raws: list = []
-        add_single, add_raw, add_value = singles.append, raws.append, self._value.append
-        offset = 0
-        for _ in range(count):
-            start = offset + 4
-            body = start + unpack(payload, offset)[0]
-            raw = payload[start:body]
-            single = parse(raw)
-            offset = body + single.payload_size
-            add_single(single)
-            add_raw(raw)
-            add_value(payload[body:offset])
-        if offset != len(payload):
-            raise UnsupportedEntry(f"batch payload has {len(payload) - offset} bytes after its {count} messages")
+    def _unpack_batch(self, position: tuple[int, int], payload: bytes, count: int, first_sequence_id: int) -> None:
+        """Rows of one batch entry: a run of look-alike messages (see `_split_batch`) repeats its
+        template's fields, the other messages are read from their parsed metadata."""
+        segments, values = _split_batch(position, payload, count)
+        self._value += values
+        index = first_sequence_id
+        for segment in segments:
+            if isinstance(segment, _Run):
+                self._add_run(segment, index)
+                index += segment.count
+            elif segment[0]:
+                self._add_parsed(*segment, index)
+                index += len(segment[0])
+
+    def _add_run(self, run: _Run, first_sequence_id: int) -> None:
+        template, count, names = run.template, run.count, self.names
+        if "key" in names:
+            self._key += [template.partition_key if template.HasField("partition_key") else None] * count
+        if "orderingKey" in names:
+            self._ordering += [template.ordering_key if template.HasField("ordering_key") else None] * count
+        if "eventTime" in names:
+            times = run.varying.get(5, [template.event_time] * count)
+            # Pulsar's event time 0 means "not set", as for a single message.
+            self._event += [time * 1000 or None for time in times]
+        if "sequenceId" in names:
+            # A message without its own sequence id has the entry's plus its index in the batch.
+            self._sequence += run.varying.get(8, range(first_sequence_id, first_sequence_id + count))
+        if "properties" in names:
+            self._prop_offsets += [len(self._prop_keys)] * count
+
+    def _add_parsed(self, singles: list, raws: list, first_sequence_id: int) -> None:
+        """Rows of parsed messages. Each wanted field is read for all its messages at once by `map` with
+        an attrgetter, which runs no Python bytecode per message (measured: 100 ns a message for a key,
+        55 for a sequence id, against 130 and 70 in a comprehension). An unset field reads as its
+        default ("", b"", 0), so only messages with the default are looked at again, to tell an empty
+        value from none; optional fields are first looked for by their tag byte in all the messages'
+        metadata at once: a batch where no metadata holds the byte has none of them."""
+        count = len(singles)
         names = self.names
         metadata = b"".join(raws)
         if "key" in names:
-            # An unset string reads as "": only then is HasField asked, to tell an empty key from none.
-            self._key += [
-                s.partition_key or ("" if _TAG_PARTITION_KEY in raw and s.HasField("partition_key") else None)
-                for s, raw in zip(singles, raws)
-            ]
+            if _TAG_PARTITION_KEY not in metadata:
+                self._key += [None] * count
+            else:
+                keys = list(map(_PARTITION_KEY, singles))
+                if "" in keys:
+                    for index, key in enumerate(keys):
+                        if key == "" and not singles[index].HasField("partition_key"):
+                            keys[index] = None
+                self._key += keys
         if "orderingKey" in names:
             if _TAG_ORDERING_KEY not in metadata:
                 self._ordering += [None] * count
             else:
-                self._ordering += [
-                    s.ordering_key or (b"" if _TAG_ORDERING_KEY in raw and s.HasField("ordering_key") else None)
-                    for s, raw in zip(singles, raws)
-                ]
+                ordering = list(map(_ORDERING_KEY, singles))
+                for index, key in enumerate(ordering):
+                    if key == b"" and not singles[index].HasField("ordering_key"):
+                        ordering[index] = None
+                self._ordering += ordering
         if "eventTime" in names:
             if _TAG_EVENT_TIME not in metadata:
                 self._event += [None] * count
             else:
-                self._event += [s.event_time * 1000 or None for s in singles]
+                # Pulsar's event time 0 means "not set", as for a single message.
+                self._event += [time * 1000 or None for time in map(_EVENT_TIME, singles)]
         if "sequenceId" in names:
-            self._sequence += [
-                s.sequence_id or (0 if s.HasField("sequence_id") else first_sequence_id + index)
-                for index, s in enumerate(singles)
-            ]
+            sequences = list(map(_SEQUENCE_ID, singles))
+            if 0 in sequences:
+                # A message without its own sequence id has the entry's plus its index in the batch.
+                for index, sequence in enumerate(sequences):
+                    if sequence == 0 and not singles[index].HasField("sequence_id"):
+                        sequences[index] = first_sequence_id + index
+            self._sequence += sequences
         if "properties" in names:
             keys, offsets = self._prop_keys, self._prop_offsets
             if _TAG_PROPERTIES not in metadata:
@@ -213,8 +245,10 @@ class RowBuilder:
         if "eventTime" in names:
             columns["eventTime"] = pa.array(self._event, pa.timestamp("us", tz="UTC"))
         if "properties" in names:
+            # No properties in any row (the common case) needs no list of offsets from Python.
+            offsets = self._prop_offsets if self._prop_keys else pa.repeat(pa.scalar(0, pa.int32()), n + 1)
             columns["properties"] = pa.MapArray.from_arrays(
-                pa.array(self._prop_offsets, pa.int32()),
+                pa.array(offsets, pa.int32()),
                 pa.array(self._prop_keys, pa.string()),
                 pa.array(self._prop_values, pa.string()),
                 type=self.schema.field("properties").type,
@@ -230,6 +264,168 @@ class RowBuilder:
         batch = pa.RecordBatch.from_arrays([columns[name] for name in self.schema.names], schema=self.schema)
         self._reset()
         return batch
+
+
+# SingleMessageMetadata fields a run of look-alike messages may hold (see `_layout`), with their wire
+# type: the key, payload size, compacted-out flag, event time, key-is-base64 flag, ordering key,
+# sequence id, and the null-value and null-key flags. Properties (1) are left to the parser.
+_LAYOUT_WIRES = {2: 2, 3: 0, 4: 0, 5: 0, 6: 0, 7: 2, 8: 0, 9: 0, 10: 0}
+# Varint fields whose value may differ from message to message in a run: event time and sequence id.
+_VARYING_FIELDS = (5, 8)
+_HIGH_BIT = bytes(0x61 + (byte >> 7) for byte in range(256))  # b"a" below 0x80, b"b" from it
+_LOW_SEVEN = bytes(byte & 0x7F for byte in range(256))
+# Messages a run tries to cover at most after a message it follows; a failed try waits this many
+# messages at most before the next, so a batch of unlike messages spends little on tries.
+_BACKOFF_MAX = 64
+
+
+def _layout(raw: bytes) -> list[tuple[int, int, int]] | None:
+    """(field number, first byte, end) of each field of a metadata's bytes, or None when a run may not
+    be read from its layout: a field outside _LAYOUT_WIRES, of another wire type, or repeated, a length of 128 or more,
+    bytes past the last field. Offsets are the value's bytes (after its tag and length)."""
+    fields = []
+    index, size = 0, len(raw)
+    while index < size:
+        tag = raw[index]
+        field, wire = tag >> 3, tag & 7
+        index += 1
+        if _LAYOUT_WIRES.get(field) != wire or any(field == seen for seen, _, _ in fields):
+            return None
+        if wire == 0:
+            end = index
+            while end < size and raw[end] & 0x80:
+                end += 1
+            end += 1
+        elif index < size and raw[index] < 0x80:
+            index += 1
+            end = index + raw[index - 1]
+        else:
+            return None
+        if end > size:
+            return None
+        fields.append((field, index, end))
+        index = end
+    return fields
+
+
+def _run_length(payload: bytes, start: int, stride: int, most: int, template: bytes, layout: list) -> int:
+    """How many messages from `start`, one every `stride` bytes, have the bytes of `template` (a size
+    prefix and a metadata) except in the values of the varying fields, whose varints keep their
+    length. Checked column by column in C: byte i of every message is one strided slice."""
+    end = start + most * stride
+    varying = [(first, last) for field, first, last in layout if field in _VARYING_FIELDS]
+    run = most
+    for position in range(len(template)):
+        column = payload[start + position : end : stride]
+        inside = next(((first, last) for first, last in varying if first <= position - 4 < last), None)
+        if inside is None:
+            run = min(run, len(column) - len(column.lstrip(template[position : position + 1])))
+        else:
+            # A varint keeps its length when only its last byte lacks the continuation bit.
+            continues = position - 4 < inside[1] - 1
+            marks = column.translate(_HIGH_BIT)
+            run = min(run, len(marks) - len(marks.lstrip(b"b" if continues else b"a")))
+        if not run:
+            return 0
+    return run
+
+
+def _varints(payload: bytes, start: int, stride: int, count: int, first: int, last: int) -> list[int]:
+    """The values of one varint field in `count` messages whose varint bytes are at `first..last` of
+    the metadata (offsets from the size prefix), as `_run_length` verified."""
+    values = list(payload[start + first : start + count * stride : stride].translate(_LOW_SEVEN))
+    for byte in range(first + 1, last):
+        shift = 7 * (byte - first)
+        column = payload[start + byte : start + count * stride : stride].translate(_LOW_SEVEN)
+        values = [value | part << shift for value, part in zip(values, column)]
+    return values
+
+
+class _Run(NamedTuple):
+    """`count` messages whose metadata is `template` but for `varying` (field number -> values)."""
+
+    template: SingleMessageMetadata
+    count: int
+    varying: dict
+
+
+def _split_batch(position: tuple[int, int], payload: bytes, count: int) -> tuple[list, list]:
+    """A batch payload's messages as segments (a list of parsed SingleMessageMetadata with their
+    bytes, or a `_Run`), and their payloads.
+
+    The layout is sequential (a 4-byte size, the metadata, then `payload_size` bytes of payload), so
+    a plain loop parses every metadata, about 0.5 us of protobuf and 0.25 of Python a message.
+    Producers mostly send runs of messages alike but for their sequence ids (and event times): after
+    parsing a message, this checks in C whether the messages that follow, one stride apart, have the
+    same bytes but in those varints (of the same length), and reads such a run from strided slices
+    without parsing it. Its bytes being the same, so are the payload size, and so the stride: what is
+    read is what the plain loop finds.
+    """
+    unpack = _U32.unpack_from
+    parse = SingleMessageMetadata.FromString
+    cut = payload.__getitem__
+    segments: list = []
+    singles: list = []
+    raws: list = []
+    values: list = []
+    done = offset = 0
+    length = len(payload)
+    wait = backoff = 0
+    try:
+        while done < count:
+            start = offset + 4
+            body = start + unpack(payload, offset)[0]
+            raw = payload[start:body]
+            single = parse(raw)
+            size = single.payload_size
+            if size < 0 or body + size > length:
+                raise UnsupportedEntry(
+                    f"batch entry {position[0]}:{position[1]} is malformed: message {done} of {count} "
+                    f"declares {size} payload bytes, {length - body} remain"
+                )
+            singles.append(single)
+            raws.append(raw)
+            values.append(payload[body : body + size])
+            done += 1
+            stride = body + size - offset
+            template = payload[offset:body]
+            offset += stride
+            if wait:
+                wait -= 1
+                continue
+            most = min(count - done, (length - offset) // stride)
+            layout = _layout(raw) if most > 1 else None
+            run = _run_length(payload, offset, stride, most, template, layout) if layout else 0
+            if run < 2:
+                backoff = min(max(2 * backoff, 1), _BACKOFF_MAX)
+                wait = backoff
+                continue
+            backoff = 0
+            segments.append((singles, raws))
+            singles, raws = [], []
+            varying = {
+                field: _varints(payload, offset, stride, run, first + 4, last + 4)
+                for field, first, last in layout
+                if field in _VARYING_FIELDS
+            }
+            segments.append(_Run(single, run, varying))
+            value_starts = range(offset + len(template), offset + len(template) + run * stride, stride)
+            value_ends = range(value_starts[0] + size, value_starts[-1] + size + 1, stride)
+            values += map(cut, map(slice, value_starts, value_ends))
+            offset += run * stride
+            done += run
+    except (struct.error, DecodeError) as error:
+        raise UnsupportedEntry(
+            f"batch entry {position[0]}:{position[1]} is malformed: message {done} of {count} "
+            f"at byte {offset} of {length} does not parse ({error})"
+        ) from None
+    if offset != length:
+        raise UnsupportedEntry(
+            f"batch entry {position[0]}:{position[1]} is malformed: its {count} messages span {offset} "
+            f"bytes, its payload has {length}"
+        )
+    segments.append((singles, raws))
+    return segments, values
 
 
 _ROW_NUMBERS: list = [pa.array([], pa.int32())]
