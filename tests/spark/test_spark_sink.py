@@ -86,14 +86,29 @@ def test_replaying_a_failed_write_stores_each_row_once(spark, dedup_broker, clie
     produce(client, topic, keyed_messages(300, keys=10), batched=True, batch_max=30)
     target = f"{topic}-copy"
     marker = tmp_path / "failed-once"
+    target_stats = f"{dedup_broker.http_url}/admin/v2/{target.replace('://', '/')}/internalStats"
 
     def transform(value: bytes) -> str | None:
+        import json
         import os
+        import time
+        import urllib.request
 
         text = value.decode().upper()
         if text == "M250" and not os.path.exists(marker):
             open(marker, "w").close()
             if failure == "kill":
+                # Die only once the sink has stored something of this batch: the UDF's worker runs
+                # ahead of the writer's, so dying at once may leave nothing for the replay to drop.
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    try:
+                        with urllib.request.urlopen(target_stats, timeout=5) as answer:
+                            if json.load(answer)["numberOfEntries"] > 0:
+                                break
+                    except OSError:  # the target topic does not exist yet (404)
+                        pass
+                    time.sleep(0.05)
                 os._exit(1)
             return None  # the sink refuses a null value: the task fails after writing earlier groups
         return text
