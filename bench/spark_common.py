@@ -8,7 +8,6 @@ in the same run as magnetar so that both see the same load.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Any
 
@@ -16,32 +15,16 @@ import pulsar
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
 
+from magnetar.spark import local_session
 from magnetar.spark.schema import arrow_schema, spark_schema
 
 MESSAGE_BYTES = 100
 
 
 def spark_session() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from magnetar.spark import register
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("magnetar-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("magnetar-bench")
     # The ceiling sources live in this module: ship it to the workers, which unpickle them by reference.
     spark.sparkContext.addPyFile(__file__)
-    register(spark)
     spark.dataSource.register(MemoryArrowSource)
     spark.dataSource.register(MemoryTupleSource)
     spark.dataSource.register(DiscardSink)

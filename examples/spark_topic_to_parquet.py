@@ -12,8 +12,6 @@ again: the checkpoint makes it copy only what was published since.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 import pulsar
 
@@ -36,20 +34,11 @@ def main() -> None:
     producer.flush()
     client.close()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from magnetar.spark import register
+    from magnetar.spark import local_session
 
-    spark = (
-        SparkSession.builder.master("local[2]").appName("readings-to-parquet")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2").getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = local_session("readings-to-parquet")
 
     readings = (
         spark.readStream.format("magnetar")

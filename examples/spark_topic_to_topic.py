@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import urllib.request
 
 import pulsar
@@ -47,20 +45,11 @@ def main() -> None:
     producer.flush()
     client.close()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from magnetar.spark import register
+    from magnetar.spark import local_session
 
-    spark = (
-        SparkSession.builder.master("local[2]").appName("orders-large")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2").getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = local_session("orders-large")
 
     orders = (
         spark.readStream.format("magnetar")
