@@ -18,10 +18,10 @@ import httpx
 import pulsar
 import pytest
 
+from admin.admin_helpers import eventually, message_id
 from e2e.key_shared_helpers import key_hash, key_shared, keys_owned, ring_slot
 
 NS = "public/default"
-WAIT_S = 20
 SUB = "key_shared"
 
 
@@ -34,20 +34,6 @@ def brokers(module_broker_factory) -> Callable[[str], object]:
 @pytest.fixture
 def name() -> str:
     return f"explain-{uuid.uuid4().hex[:10]}"
-
-
-def eventually(check: Callable[[], object], timeout_s: float = WAIT_S) -> object:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.05)
-
-
-def message_id(message: pulsar.Message) -> str:
-    mid = message.message_id()
-    return f"{mid.ledger_id()}:{mid.entry_id()}"
 
 
 def codes(answer: dict) -> list[str]:

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 
 import httpx
 import pulsar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from admin.admin_helpers import eventually
 from e2e.key_shared_helpers import key_shared, keys_owned
 
 NS = "public/default"
-WAIT_S = 20
 
 
 @pytest.fixture(scope="module")
@@ -45,15 +44,6 @@ def value(samples: dict, name: str, **labels: str) -> float | None:
         if set(labels.items()) <= set(found):
             return number
     return None
-
-
-def eventually(check: Callable[[], object], timeout_s: float = WAIT_S) -> object:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.05)
 
 
 def test_topic_and_subscription_metrics_agree_with_what_happened(metrics_broker, client_factory, topic) -> None:

@@ -16,10 +16,10 @@ import httpx
 import pulsar
 import pytest
 
+from admin.admin_helpers import eventually, message_id
 from e2e.key_shared_helpers import key_shared, keys_owned, ring_slot
 
 NS = "public/default"
-WAIT_S = 20
 
 # ConsumerStats and SubscriptionStats fields every consumer and subscription carries (Pulsar 4.0's
 # primitives, always serialized), whatever the subscription type.
@@ -66,21 +66,6 @@ def name() -> str:
 
 def admin(broker) -> httpx.Client:
     return httpx.Client(base_url=f"{broker.http_url}/admin/v2/persistent/{NS}", timeout=10)
-
-
-def eventually(check: Callable[[], object], timeout_s: float = WAIT_S) -> object:
-    """The first truthy result of `check`, polled until the deadline (then its last result)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.05)
-
-
-def message_id(message: pulsar.Message) -> str:
-    mid = message.message_id()
-    return f"{mid.ledger_id()}:{mid.entry_id()}"
 
 
 # --- topic, publisher, subscription and consumer stats ----------------------------------------------

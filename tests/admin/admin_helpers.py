@@ -1,0 +1,27 @@
+"""What the stats, explain and metrics tests share: polling until the broker shows something, and
+message ids as the admin API writes them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pulsar
+
+WAIT_S = 20
+
+
+def eventually(check: Callable[[], object], timeout_s: float = WAIT_S) -> object:
+    """The first truthy result of `check`, polled until the deadline (then its last result)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.05)
+
+
+def message_id(message: pulsar.Message) -> str:
+    """`ledger:entry`, as stats and the explainers name a message."""
+    mid = message.message_id()
+    return f"{mid.ledger_id()}:{mid.entry_id()}"
