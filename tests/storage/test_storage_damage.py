@@ -11,15 +11,19 @@ import asyncio
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from magnetar.core.positions import EARLIEST
 from magnetar.storage import ManagedLedgerFactory, StorageConfig, StorageCorruptionError, StorageError
+from magnetar.storage import sqlite_engine
 from magnetar.storage.sqlite_engine import COMMIT_SEQ_FILE, DB_FILE
 
 TOPIC = "persistent://public/default/damage"
@@ -112,6 +116,40 @@ def test_corrupted_entry_bytes_fail_the_read_with_the_file_and_position(tmp_path
     raw[offset + len(MARKER) + 10] ^= 0x01
     db.write_bytes(raw)
     with pytest.raises(StorageCorruptionError, match=r"magnetar\.db: segment \d+:\d+ .*checksum"):
+        _read_all(tmp_path / "data")
+
+
+def test_a_schema_version_1_database_keeps_its_crc32_checksums(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Databases made before segments were checksummed with CRC-32C are read, checked and appended
+    to with zlib's CRC-32, which their segments carry."""
+    with monkeypatch.context() as patch:
+        patch.setattr(sqlite_engine, "SCHEMA_VERSION", 1)
+        _write_and_snapshot(tmp_path / "data", None)
+    db = tmp_path / "data" / DB_FILE
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (1,)
+        *parts, names, crc = connection.execute(
+            "SELECT data, lengths, sticky_key_hashes, message_counts, publish_times, sequence_ids, "
+            "producer_names, crc FROM segments"
+        ).fetchone()
+    zlib_crc = crc32c_crc = 0
+    for part in [*parts, names.encode()]:
+        zlib_crc, crc32c_crc = zlib.crc32(part, zlib_crc), crc32c.crc32c(part, crc32c_crc)
+    assert crc == zlib_crc != crc32c_crc
+    _write_and_snapshot(tmp_path / "data", None)
+    assert _read_all(tmp_path / "data") == [MARKER + b"%05d" % (i % 50) + b"." * 300 for i in range(100)]
+    raw = bytearray(db.read_bytes())
+    raw[raw.index(MARKER) + len(MARKER) + 10] ^= 0x01
+    db.write_bytes(raw)
+    with pytest.raises(StorageCorruptionError, match=r"magnetar\.db: segment \d+:\d+ .*checksum"):
+        _read_all(tmp_path / "data")
+
+
+def test_an_unknown_schema_version_is_refused_by_name(tmp_path: Path):
+    _write_and_snapshot(tmp_path / "data", None)
+    with sqlite3.connect(tmp_path / "data" / DB_FILE) as connection:
+        connection.execute("UPDATE meta SET value=99 WHERE key='schema_version'")
+    with pytest.raises(StorageError, match=r"magnetar\.db: schema version 99, this magnetar reads \[1, 2\]"):
         _read_all(tmp_path / "data")
 
 
