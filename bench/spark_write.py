@@ -23,7 +23,7 @@ from broker_process import Broker, machine
 from pyspark.sql import functions as F
 from spark_common import spark_session, timed_with_cpu
 
-from magnetar.spark import wire
+from magnetar.client import wire
 
 RESULTS = Path(__file__).parent / "results" / "spark_write.json"
 

@@ -1,7 +1,7 @@
 """Readers with key hash ranges, and producer deduplication of batch entries, against a broker process.
 
 The official Python client cannot declare key hash ranges on a reader (Java's ReaderBuilder.keyHashRange
-can), so these tests speak the protocol with the Spark source's own client, magnetar.spark.wire; the
+can), so these tests speak the protocol with the Spark source's own client, magnetar.client.wire; the
 messages are produced with the official client, keyed and batched by key as users do.
 """
 
@@ -16,7 +16,7 @@ import pytest
 from magnetar.core.sticky_key import key_hash, range_slot
 from magnetar.protocol.messages import encode_batch, encode_entry
 from magnetar.protocol.pulsar_api_pb2 import MessageMetadata, SingleMessageMetadata
-from magnetar.spark import wire
+from magnetar.client import wire
 
 QUARTERS = [((0, 16383),), ((16384, 32767),), ((32768, 49151),), ((49152, 65535),)]
 

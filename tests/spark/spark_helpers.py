@@ -11,7 +11,7 @@ from typing import Any
 
 import pulsar
 
-from magnetar.spark import wire
+from magnetar.client import wire
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from spark_helpers import (
 
 from magnetar.protocol.messages import encode_batch, encode_entry
 from magnetar.protocol.pulsar_api_pb2 import MessageMetadata, SingleMessageMetadata
-from magnetar.spark import wire
+from magnetar.client import wire
 
 
 def batches_with_rows(query) -> list[int]:

@@ -1,11 +1,11 @@
-"""A small blocking Pulsar client: what the data source's planner and tasks say to a broker, and nothing else.
+"""A small blocking Pulsar client: what the Spark data source and the perf tool say to a broker, and nothing else.
 
 Owns: one TCP connection per `Connection` (the CONNECT handshake, requests answered by request id,
 PING/PONG), reading a bounded range of a topic through a reader with key hash ranges (`read_range`),
 producing batch entries under a chosen producer name with chosen sequence ids (`Producer`), partition
 metadata and topic lists, and moving a durable subscription with a cumulative ack (`SubscriptionCursor`).
 Must not touch: broker internals or the broker's files (this is a network client; it speaks the wire
-format through `magnetar.protocol`), Spark, or anything that decodes rows (rows.py).
+format through `magnetar.protocol`), Spark, or anything that decodes rows (spark/rows.py).
 
 Blocking sockets, not asyncio: Spark calls the data source from plain threads and worker processes,
 and a task reads one range from start to end; an event loop would add a thread hop per frame for
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import select
 import socket
 import time
 from collections import deque
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from magnetar.protocol.framing import FrameDecoder, encode_frame
+from magnetar.protocol.framing import Frame, FrameDecoder, encode_frame
 from magnetar.protocol.messages import ParsedEntry, parse_entry
 from magnetar.protocol.pulsar_api_pb2 import (
     BaseCommand,
@@ -197,6 +198,38 @@ class Connection:
         if command.type == BaseCommand.ERROR:
             raise BrokerError(ServerError.Name(command.error.error), command.error.message)
         return command
+
+    def pump(self, outgoing: bytearray, wait_s: float) -> list[Frame]:
+        """Send what the socket takes of `outgoing` (removing it) and return the frames that arrived,
+        waiting up to `wait_s` for the socket to be ready either way; PINGs are answered through
+        `outgoing`. For a caller that keeps sending while answers arrive on one thread (a pipelined
+        producer): it never blocks on a full send buffer while the broker waits for it to read."""
+        sock = self._socket
+        if sock.gettimeout() != 0.0:
+            sock.settimeout(0.0)
+        frames = list(self._backlog)
+        self._backlog.clear()
+        try:
+            readable, writable, _ = select.select((sock,), (sock,) if outgoing else (), (), max(wait_s, 0.0))
+            if writable:
+                del outgoing[: sock.send(outgoing)]
+            if readable:
+                data = sock.recv(_RECV_BYTES)
+                if not data:
+                    self.close()
+                    raise ConnectionLost("the broker closed the connection")
+                for frame in self._decoder.receive_data(data):
+                    kind = frame.command.type
+                    if kind == BaseCommand.PING:
+                        outgoing += encode_frame(BaseCommand(type=BaseCommand.PONG, pong={}))
+                    elif kind != BaseCommand.PONG:
+                        frames.append(frame)
+        except (BlockingIOError, InterruptedError):
+            pass  # select said ready and the kernel disagreed for a moment: the next pump retries
+        except OSError as error:
+            self.close()
+            raise ConnectionLost(f"talking to the broker failed: {error}") from error
+        return frames
 
     # ----------------------------------------------------------------------------- lookups
 

@@ -3,7 +3,7 @@
 Owns: the Spark connector, laid out like Spark's Kafka connector: `source` (the DataSource Spark
 registers), `options`, `schema`, `offsets` and `planning` (pure planning), `reader` (driver-side and
 executor-side reading), `rows` (entries to Arrow rows), `writer` (the exactly-once sink), and the
-network clients it needs: `wire` (the binary protocol) and `rest` (the admin API).
+admin API's client `rest`; it speaks the binary protocol through `magnetar.client.wire`.
 Must not touch: broker internals or the broker's files; it reaches the broker over the network only.
 """
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from magnetar.client.wire import normalize_topic
 from magnetar.spark.offsets import check_ranges, even_ranges
-from magnetar.spark.wire import normalize_topic
 
 __all__ = ["OptionError", "SinkOptions", "SourceOptions", "parse_sink_options", "parse_source_options"]
 

@@ -16,10 +16,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from magnetar.client.wire import Connection, normalize_topic
 from magnetar.spark import rest
 from magnetar.spark.offsets import Offset, TopicState
 from magnetar.spark.options import OptionError, PositionSpec, SourceOptions
-from magnetar.spark.wire import Connection, normalize_topic
 
 __all__ = ["DataLossError", "ReadTask", "plan_tasks", "resolve_topics", "topic_states", "offsets_from_spec", "start_after_loss"]
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+from magnetar.client.wire import FULL_HASH_RANGE, Connection, ConnectionLost, SubscriptionCursor, read_range
 from magnetar.spark import rest
 from magnetar.spark.offsets import Offset, TopicState, decode_offsets, encode_offsets, share_budget
 from magnetar.spark.options import OptionError, SourceOptions
@@ -35,7 +36,6 @@ from magnetar.spark.planning import (
 )
 from magnetar.spark.rows import RowBuilder
 from magnetar.spark.schema import arrow_schema
-from magnetar.spark.wire import FULL_HASH_RANGE, Connection, ConnectionLost, SubscriptionCursor, read_range
 
 __all__ = ["MagnetarBatchReader", "MagnetarStreamReader", "TaskPartition", "read_task"]
 

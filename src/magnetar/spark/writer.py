@@ -19,7 +19,6 @@ any deterministic transformation; a nondeterministic shuffle upstream breaks it,
 from __future__ import annotations
 
 import os
-import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,11 +29,21 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from magnetar.client.batch import (
+    EVENT_TIME_TAG,
+    KEY_TAG,
+    ORDERING_KEY_TAG,
+    PAYLOAD_SIZE_TAG,
+    PROPERTY_TAG,
+    bytes_field,
+    entry_section,
+    size_prefix,
+    varint,
+)
 from magnetar.spark.options import SinkOptions
 
 __all__ = ["MagnetarBatchWriter", "MagnetarStreamWriter", "SinkError", "WriteReport", "check_target"]
 
-_U32 = struct.Struct(">I")
 # The sequence id of message n of micro-batch b is b << 32 | n: a task writes fewer than 2^32 messages.
 _BATCH_SHIFT = 32
 # How long a new attempt of a task waits for the broker to let go of its previous attempt's producer
@@ -77,8 +86,8 @@ def check_columns(schema: object, options: SinkOptions) -> None:
 
 def check_target(options: SinkOptions, topic: str) -> None:
     """Refuse a target without deduplication in force: without it the sink would not be exactly once."""
+    from magnetar.client.wire import Connection, Producer
     from magnetar.spark import rest
-    from magnetar.spark.wire import Connection, Producer
 
     try:
         in_force = rest.deduplication_in_force(options.admin_url, topic)
@@ -96,23 +105,6 @@ def check_target(options: SinkOptions, topic: str) -> None:
         )
 
 
-def _varint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _field(tag: bytes, data: bytes) -> bytes:
-    return tag + _varint(len(data)) + data
-
-
-# The size prefixes of small metadata (most are a few to a few dozen bytes), packed once.
-_SIZES = tuple(_U32.pack(n) for n in range(256))
 # Entries in the per-task caches of encoded keys and payload sizes; cleared when full.
 _CACHE_MAX = 65_536
 
@@ -145,9 +137,8 @@ class _TopicWriter:
         if group is None:
             group = self.groups[sticky] = _Group()
             self.sink.open_groups += 1
-        length = len(metadata)
-        group.parts += (_SIZES[length] if length < 256 else _U32.pack(length), metadata, value)
-        size = length + len(value) + 4
+        group.parts += (size_prefix(len(metadata)), metadata, value)
+        size = len(metadata) + len(value) + 4
         group.messages += 1
         group.size += size
         self.sink.open_bytes += size
@@ -155,9 +146,6 @@ class _TopicWriter:
             self.send(sticky)
 
     def send(self, sticky: object) -> None:
-        from magnetar.protocol.messages import encode_entry
-        from magnetar.protocol.pulsar_api_pb2 import MessageMetadata
-
         group = self.groups.pop(sticky)
         sink = self.sink
         sink.open_groups -= 1
@@ -165,18 +153,15 @@ class _TopicWriter:
         count = group.messages
         first = sink.next_sequence
         sink.next_sequence += count
-        entry = MessageMetadata(
-            producer_name=self.producer.name,
-            sequence_id=first,
-            publish_time=int(time.time() * 1000),
-            num_messages_in_batch=count,
-            highest_sequence_id=first + count - 1,
+        section = entry_section(
+            self.producer.name,
+            first,
+            b"".join(group.parts),
+            int(time.time() * 1000),
+            batch_count=count,
+            key=sticky,
         )
-        if isinstance(sticky, bytes):
-            entry.ordering_key = sticky
-        elif sticky is not None:
-            entry.partition_key = sticky
-        self.producer.send(first, first + count - 1, count, encode_entry(entry, b"".join(group.parts)))
+        self.producer.send(first, first + count - 1, count, section)
         sink.report.messages += count
 
     def send_all(self) -> None:
@@ -196,7 +181,7 @@ class _TaskWriter:
     """The rows of one task, to one or more topics, under one producer name and one sequence."""
 
     def __init__(self, options: SinkOptions, producer_name: str, first_sequence: int, partition_id: int) -> None:
-        from magnetar.spark.wire import Connection
+        from magnetar.client.wire import Connection
 
         self.options = options
         self.producer_name = producer_name
@@ -215,7 +200,7 @@ class _TaskWriter:
         self._sizes: dict[int, bytes] = {}
 
     def open_producer(self, topic: str) -> object:
-        from magnetar.spark.wire import BrokerError, Producer
+        from magnetar.client.wire import BrokerError, Producer
 
         deadline = time.monotonic() + _PRODUCER_BUSY_WAIT_S
         while True:
@@ -254,7 +239,7 @@ class _TaskWriter:
         if field is None:
             if len(self._sizes) >= _CACHE_MAX:
                 self._sizes.clear()
-            field = self._sizes[length] = b"\x18" + _varint(length)
+            field = self._sizes[length] = PAYLOAD_SIZE_TAG + varint(length)
         return field
 
     def _bound_open(self) -> None:
@@ -301,7 +286,7 @@ class _TaskWriter:
                     routes.clear()
                 route = routes[key] = (
                     self.writer_for(self.options.topic, key),
-                    b"" if key is None else _field(b"\x12", key.encode()),
+                    b"" if key is None else bytes_field(KEY_TAG, key.encode()),
                 )
             writer, key_field = route
             writer.add(key, key_field + size_field(len(value)), value)
@@ -322,15 +307,15 @@ class _TaskWriter:
             parts = []
             if pairs:
                 for name, text in pairs:
-                    pair = _field(b"\x0a", name.encode()) + _field(b"\x12", (text or "").encode())
-                    parts.append(_field(b"\x0a", pair))
+                    pair = bytes_field(b"\x0a", name.encode()) + bytes_field(b"\x12", (text or "").encode())
+                    parts.append(bytes_field(PROPERTY_TAG, pair))
             if key is not None:
-                parts.append(_field(b"\x12", key.encode()))
+                parts.append(bytes_field(KEY_TAG, key.encode()))
             parts.append(self._size_field(len(value)))
             if event is not None:
-                parts += (b"\x28", _varint(int(event.timestamp() * 1000)))
+                parts += (EVENT_TIME_TAG, varint(int(event.timestamp() * 1000)))
             if ordering is not None:
-                parts.append(_field(b"\x3a", ordering))
+                parts.append(bytes_field(ORDERING_KEY_TAG, ordering))
             sticky = ordering if ordering is not None else key
             topic = topic or self.options.topic
             if topic is None:
