@@ -34,6 +34,9 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100)
     parser.add_argument("--max-pending", type=int, default=10_000)
     parser.add_argument("--cases", default="batching,no-batching")
+    parser.add_argument(
+        "--client", choices=("magnetar", "pulsar"), default="magnetar", help="the producer's client, as in e2e_throughput"
+    )
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
@@ -57,6 +60,7 @@ def main() -> None:
         "bench": "e2e_latency",
         "seconds": args.seconds,
         "keys": args.keys,
+        "producer_client": args.client,
         "max_rates": max_rates,
         "machine_before": load_before,
         "machine_after": machine(),
@@ -64,6 +68,7 @@ def main() -> None:
     }
     print()
     print(load_line(load_before, result["machine_after"]))
+    print(f"producer client: {args.client}, consumers: pulsar")
     print("case | target msg/s | achieved msg/s | e2e p50 ms | p99 | p99.9 | max | receipt p50 ms | receipt p99")
     for run in results:
         e2e, receipt = run["consume"]["latency_ms"], run["produce"]["latency_ms"]

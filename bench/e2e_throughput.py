@@ -1,15 +1,17 @@
 """End-to-end throughput: 1 producer, 4 Key_Shared consumers, 100 B messages, fsync on.
 
 For each case (KeyBased batching, no batching) a fresh broker with the default
-`journalSyncData=true` is started; `magnetar perf consume` (4 consumers, one process) subscribes first,
-then `magnetar perf produce` publishes. Producer and consumers are processes of their own, so the
+`journalSyncData=true` is started; `magnetar perf consume` (4 consumers, one process, the official
+client) subscribes first, then `magnetar perf produce` publishes, by default with `--client magnetar`
+(our wire client, ~2 µs/msg batched) because the official Python client's producer burns ~37 µs/msg and
+would be what the run measures; `--client pulsar` runs the official one. Producer and consumers are processes of their own, so the
 broker's CPU time (utime + stime from /proc, read just before the producer starts and after the last
 message is received) is the broker's alone. Reported: the consumers' receive rate over the run, the
 producer's rate, end-to-end latency, and CPU µs per message for the broker (all threads, and its
 event-loop thread alone) and for each client process.
 Prints a table and writes bench/results/e2e_throughput.json.
 
-    python bench/e2e_throughput.py [--messages 1000000] [--keys 100] [--max-pending 10000]
+    python bench/e2e_throughput.py [--messages 1000000] [--keys 100] [--max-pending 10000] [--client pulsar]
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def run_case(
             MAGNETAR + ["perf", "produce", "--service-url", broker.url, "--topic", topic]
             + ["--messages", str(messages), "--size", str(SIZE_BYTES), "--keys", str(args.keys)]
             + ["--max-pending", str(args.max_pending), "--batching" if batching else "--no-batching"]
-            + ["--rate", str(rate), "--json", str(produce_json)],
+            + ["--rate", str(rate), "--client", args.client, "--json", str(produce_json)],
             stdout=subprocess.DEVNULL if args.quiet else None,
         )
         for line in consume.stdout:
@@ -97,6 +99,9 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100, help="distinct keys, round robin")
     parser.add_argument("--max-pending", type=int, default=10_000, help="producer sends in flight")
     parser.add_argument("--cases", default="batching,no-batching")
+    parser.add_argument(
+        "--client", choices=("magnetar", "pulsar"), default="magnetar", help="the producer's client (perf produce --client)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
@@ -113,12 +118,16 @@ def main() -> None:
         "size_bytes": SIZE_BYTES,
         "keys": args.keys,
         "max_pending": args.max_pending,
+        "producer_client": args.client,
         "machine_before": load_before,
         "machine_after": machine(),
         "cases": cases,
     }
     print()
-    print(f"{args.messages:,} msg of {SIZE_BYTES} B, {args.keys} keys, 1 producer, {CONSUMERS} Key_Shared consumers")
+    print(
+        f"{args.messages:,} msg of {SIZE_BYTES} B, {args.keys} keys, 1 producer (client: {args.client}), "
+        f"{CONSUMERS} Key_Shared consumers (client: pulsar)"
+    )
     print(load_line(load_before, result["machine_after"]))
     print("case | e2e msg/s | produce msg/s | e2e p50 ms | p99 | broker µs/msg | loop thread | producer | consumers")
     for case in cases:
