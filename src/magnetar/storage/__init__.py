@@ -15,13 +15,14 @@ from magnetar.storage.errors import (
     StorageWriteError,
 )
 from magnetar.storage.internal_stats import cursor_internal_stats, managed_ledger_internal_stats
-from magnetar.storage.managed_ledger import LedgerInfo, ManagedLedger, ManagedLedgerFactory
+from magnetar.storage.managed_ledger import BatchPositions, LedgerInfo, ManagedLedger, ManagedLedgerFactory
 from magnetar.storage.metadata import AlreadyExistsError, BadVersionError, MetadataStore, NotFoundError
 from magnetar.storage.sqlite_engine import Entry
 
 __all__ = [
     "AlreadyExistsError",
     "BadVersionError",
+    "BatchPositions",
     "Entry",
     "LedgerFencedError",
     "LedgerInfo",

@@ -25,8 +25,9 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass
-from itertools import accumulate, repeat
-from typing import Any, Union
+from collections.abc import Iterator, Sequence
+from itertools import accumulate, chain, repeat
+from typing import Any, Union, overload
 
 from magnetar.core.positions import EARLIEST, LATEST, Position
 from magnetar.storage.config import StorageConfig
@@ -47,7 +48,7 @@ from magnetar.storage.sqlite_engine import (
 )
 from magnetar.storage.write_latency import LatencyBuckets
 
-__all__ = ["ManagedLedger", "ManagedLedgerFactory", "LedgerInfo", "Entry"]
+__all__ = ["BatchPositions", "ManagedLedger", "ManagedLedgerFactory", "LedgerInfo", "Entry"]
 
 MB = 1024 * 1024
 # One read returns at most this many entries: it bounds the memory of a read and the time a reader
@@ -61,21 +62,62 @@ Record = tuple[int, int, bytes, int, int, int, str, int]
 # result, payload bytes). The payload is the Record of an `append`, or the Run of entries one
 # `append_many` put into one ledger (a batch is split where a ledger rolls over). `result` says what
 # the future resolves to once this item is durable: the position for `append`; on a batch's last
-# item, the batch's `(ledger_id, first_entry_id, count)` spans, from which the list of positions is
-# made only then, so that it is young when the caller drops it (see docs/performance.md); None on a
-# batch's earlier items (the future waits for the last one).
+# item, the batch's `(ledger_id, first_entry_id, count)` spans, which the future resolves to as
+# `BatchPositions`; None on a batch's earlier items (the future waits for the last one).
 PendingAppend = tuple[Position, "asyncio.Future[Any]", Union[Record, Run], Any, int]
 
 
-def _positions_of_spans(spans: list[tuple[int, int, int]]) -> list[Position]:
-    if len(spans) == 1:
-        ledger_id, first, count = spans[0]
-        return list(map(new_position, zip(repeat(ledger_id), range(first, first + count))))
-    return [
-        new_position((ledger_id, entry_id))
-        for ledger_id, first, count in spans
-        for entry_id in range(first, first + count)
-    ]
+class BatchPositions(Sequence[Position]):
+    """The positions of one `append_many` batch, held as spans: `(ledger_id, first_entry_id, count)`
+    per ledger the batch went into (one, unless it spans a rollover). A sequence of `Position`s made
+    on demand: indexing makes one, iterating makes them in C loops. Making them all when the batch
+    became durable was half the event loop's time per 100 B entry (docs/storage.md); the broker
+    needs one position per SEND receipt, and a 100 B SEND costs the loop little more than that."""
+
+    __slots__ = ("spans", "_length")
+
+    def __init__(self, spans: list[tuple[int, int, int]]) -> None:
+        self.spans = spans
+        self._length = sum(span[2] for span in spans)
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> Position: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Position]: ...
+
+    def __getitem__(self, index: int | slice) -> Position | list[Position]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        if index < 0:
+            index += self._length
+        if 0 <= index < self._length:
+            for ledger_id, first, count in self.spans:
+                if index < count:
+                    return new_position((ledger_id, first + index))
+                index -= count
+        raise IndexError("batch position index out of range")
+
+    def __iter__(self) -> Iterator[Position]:
+        return chain.from_iterable(
+            map(new_position, zip(repeat(ledger_id), range(first, first + count)))
+            for ledger_id, first, count in self.spans
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BatchPositions):
+            return self.spans == other.spans
+        if isinstance(other, (list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
+
+    def __repr__(self) -> str:
+        return f"BatchPositions({self.spans!r})"
 
 
 @dataclass(slots=True)
@@ -209,12 +251,13 @@ class ManagedLedger:
         publish_times: list[int],
         producer_names: list[str],
         sequence_ids: list[int],
-    ) -> asyncio.Future[list[Position]]:
+    ) -> asyncio.Future[BatchPositions]:
         """Queue a batch of entries given as parallel lists (entry i is `datas[i]`,
         `sticky_key_hashes[i]`, ...): the SENDs of one socket read. One future for the batch resolves
-        to the list of their positions, in order, once every entry of the batch is durable; if any
-        part of the batch fails to commit, it fails (entries of the batch in another ledger may then
-        be durable, as when single appends fail: the producer's retry may duplicate them).
+        to their positions, in order, once every entry of the batch is durable (`BatchPositions`:
+        spans, not a Position per entry); if any part of the batch fails to commit, it fails
+        (entries of the batch in another ledger may then be durable, as when single appends fail:
+        the producer's retry may duplicate them).
 
         Positions are consecutive in call order, as for `append`; a batch that fills a ledger
         continues in the next one. The per-entry work is C loops only, so the event loop pays per
@@ -228,9 +271,9 @@ class ManagedLedger:
             == len(sequence_ids) == count
         ):
             raise ValueError("append_many needs lists of the same length")
-        future: asyncio.Future[list[Position]] = self._loop.create_future()
+        future: asyncio.Future[BatchPositions] = self._loop.create_future()
         if not count:
-            future.set_result([])
+            future.set_result(BatchPositions([]))
             return future
         factory = self.factory
         if factory.pending_adds + count > self._pending_adds_max:
@@ -391,7 +434,7 @@ class ManagedLedger:
                 done += len(payload.datas)
                 cache.put(payload, payload_size)
                 if result is not None and not future.done():
-                    future.set_result(_positions_of_spans(result))
+                    future.set_result(BatchPositions(result))
             else:
                 done += 1
                 singles.append(payload)

@@ -39,6 +39,13 @@ def test_a_batch_gets_consecutive_positions_across_rollover_and_keeps_every_fiel
         first = positions[0][0]
         assert positions == [Position(first + i // 5, i % 5) for i in range(12)]
         assert all(type(position) is Position for position in positions)
+        # Held as one span per ledger; each index finds its position in them.
+        assert positions.spans == [(first, 0, 5), (first + 1, 0, 5), (first + 2, 0, 2)]
+        assert [positions[i] for i in range(-12, 12)] == [*positions, *positions]
+        assert positions[3:8] == list(positions)[3:8]
+        for outside in (12, -13):
+            with pytest.raises(IndexError):
+                positions[outside]
         assert [info.entries for info in ledger.ledgers] == [5, 5, 2]
         assert ledger.last_confirmed_entry == positions[-1]
         assert ledger.entries_added_counter == 12 and ledger.total_size == sum(map(len, payloads))
@@ -212,7 +219,7 @@ def test_the_cache_keeps_runs_apart_when_disk_reads_overlap_cached_appends(run_s
         factory.cache.check_invariants()
         entries = await ledger.read_entries(positions[0], 100)
         assert [e.data for e in entries] == payloads + [b"n%d" % i for i in range(5)]
-        assert [e.position for e in entries] == positions + more
+        assert [e.position for e in entries] == [*positions, *more]
         factory.cache.check_invariants()
         hits = factory.cache.hits
         again = await ledger.read_entries(positions[0], 100)
