@@ -37,6 +37,7 @@ def main() -> None:
     parser.add_argument(
         "--client", choices=("magnetar", "pulsar"), default="magnetar", help="the producer's client, as in e2e_throughput"
     )
+    parser.add_argument("--consumer-client", choices=("pulsar", "magnetar"), default="pulsar")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
@@ -61,6 +62,7 @@ def main() -> None:
         "seconds": args.seconds,
         "keys": args.keys,
         "producer_client": args.client,
+        "consumer_client": args.consumer_client,
         "max_rates": max_rates,
         "machine_before": load_before,
         "machine_after": machine(),
@@ -68,7 +70,7 @@ def main() -> None:
     }
     print()
     print(load_line(load_before, result["machine_after"]))
-    print(f"producer client: {args.client}, consumers: pulsar")
+    print(f"producer client: {args.client}, consumers' client: {args.consumer_client}")
     print("case | target msg/s | achieved msg/s | e2e p50 ms | p99 | p99.9 | max | receipt p50 ms | receipt p99")
     for run in results:
         e2e, receipt = run["consume"]["latency_ms"], run["produce"]["latency_ms"]

@@ -4,7 +4,8 @@ For each case (KeyBased batching, no batching) a fresh broker with the default
 `journalSyncData=true` is started; `magnetar perf consume` (4 consumers, one process, the official
 client) subscribes first, then `magnetar perf produce` publishes, by default with `--client magnetar`
 (our wire client, ~2 µs/msg batched) because the official Python client's producer burns ~37 µs/msg and
-would be what the run measures; `--client pulsar` runs the official one. Producer and consumers are processes of their own, so the
+would be what the run measures; `--client pulsar` runs the official one. `--consumer-client magnetar`
+runs the consumers on our client too (~2 µs/msg against the official consumer's ~6). Producer and consumers are processes of their own, so the
 broker's CPU time (utime + stime from /proc, read just before the producer starts and after the last
 message is received) is the broker's alone. Reported: the consumers' receive rate over the run, the
 producer's rate, end-to-end latency, and CPU µs per message for the broker (all threads, and its
@@ -12,6 +13,7 @@ event-loop thread alone) and for each client process.
 Prints a table and writes bench/results/e2e_throughput.json.
 
     python bench/e2e_throughput.py [--messages 1000000] [--keys 100] [--max-pending 10000] [--client pulsar]
+        [--consumer-client magnetar]
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def run_case(
         consume = subprocess.Popen(
             MAGNETAR + ["perf", "consume", "--service-url", broker.url, "--topic", topic, "--type", "Key_Shared"]
             + ["--consumers", str(CONSUMERS), "--messages", str(messages), "--size", str(SIZE_BYTES)]
-            + ["--json", str(consume_json)],
+            + ["--client", args.consumer_client, "--json", str(consume_json)],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -102,6 +104,9 @@ def main() -> None:
     parser.add_argument(
         "--client", choices=("magnetar", "pulsar"), default="magnetar", help="the producer's client (perf produce --client)"
     )
+    parser.add_argument(
+        "--consumer-client", choices=("pulsar", "magnetar"), default="pulsar", help="the consumers' client (perf consume --client)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
@@ -119,6 +124,7 @@ def main() -> None:
         "keys": args.keys,
         "max_pending": args.max_pending,
         "producer_client": args.client,
+        "consumer_client": args.consumer_client,
         "machine_before": load_before,
         "machine_after": machine(),
         "cases": cases,
@@ -126,7 +132,7 @@ def main() -> None:
     print()
     print(
         f"{args.messages:,} msg of {SIZE_BYTES} B, {args.keys} keys, 1 producer (client: {args.client}), "
-        f"{CONSUMERS} Key_Shared consumers (client: pulsar)"
+        f"{CONSUMERS} Key_Shared consumers (client: {args.consumer_client})"
     )
     print(load_line(load_before, result["machine_after"]))
     print("case | e2e msg/s | produce msg/s | e2e p50 ms | p99 | broker µs/msg | loop thread | producer | consumers")

@@ -37,9 +37,18 @@ from collections.abc import Sequence
 import pulsar
 
 from magnetar.client.batch import KEY_TAG, PAYLOAD_SIZE_TAG, bytes_field, entry_section, indexed_messages, varint
-from magnetar.client.wire import BrokerError, Connection, ConnectionLost, Producer, ReadTimeout, normalize_topic
+from magnetar.client.wire import (
+    BrokerError,
+    Connection,
+    ConnectionLost,
+    Producer,
+    ReadTimeout,
+    individual_ack_frame,
+    normalize_topic,
+)
 from magnetar.protocol.framing import encode_frame
-from magnetar.protocol.pulsar_api_pb2 import BaseCommand, CommandSend, ServerError
+from magnetar.protocol.messages import parse_entry
+from magnetar.protocol.pulsar_api_pb2 import BaseCommand, CommandSend, CommandSubscribe, ServerError
 
 __all__ = ["main", "percentiles"]
 
@@ -52,7 +61,15 @@ RECEIVE_POLL_MS = 200
 BATCHING_MAX_BYTES = 128 * 1024
 # How long `--client magnetar` waits for a receipt before it calls the broker gone.
 RECEIPT_TIMEOUT_S = 30.0
+# The official client's acknowledgementGroupTimeMs default: acks leave in one command per 100 ms.
+ACK_GROUP_S = 0.1
 _U64 = struct.Struct(">Q")
+SUBSCRIPTION_TYPES = {
+    "Exclusive": CommandSubscribe.Exclusive,
+    "Shared": CommandSubscribe.Shared,
+    "Failover": CommandSubscribe.Failover,
+    "Key_Shared": CommandSubscribe.Key_Shared,
+}
 CONSUMER_TYPES = {
     "Exclusive": pulsar.ConsumerType.Exclusive,
     "Shared": pulsar.ConsumerType.Shared,
@@ -372,6 +389,8 @@ def produce_magnetar(args: argparse.Namespace) -> int:
 
 
 def consume(args: argparse.Namespace) -> int:
+    if args.client == "magnetar":
+        return consume_magnetar(args)
     client = _client(args.service_url)
     consumers = [
         client.subscribe(
@@ -433,11 +452,24 @@ def consume(args: argparse.Namespace) -> int:
     for consumer in consumers:
         consumer.close()
     client.close()
+    return _consume_summary(args, {"client": "pulsar"}, counts, first, last, latencies, cpu)
+
+
+def _consume_summary(
+    args: argparse.Namespace,
+    fields: dict,
+    counts: list[int],
+    first: list[float],
+    last: list[float],
+    latencies: Sequence[float],
+    cpu: float,
+) -> int:
     total = sum(counts)
     started = min((t for t in first if t), default=0.0)
     seconds = max(last) - started if total else 0.0
     summary = {
         "role": "consume",
+        **fields,
         "topic": args.topic,
         "subscription": args.subscription,
         "type": args.type,
@@ -456,6 +488,112 @@ def consume(args: argparse.Namespace) -> int:
         print(f"consume: only {total:,} of {args.messages:,} messages arrived", file=sys.stderr)
         return 1
     return 0
+
+
+def consume_magnetar(args: argparse.Namespace) -> int:
+    """The consumers on magnetar's wire client: one connection and one thread for all of them, as the
+    official client shares a connection; permits of `--receiver-queue-size` per consumer, given back
+    when half are used; each entry's checksum verified and its metadata parsed (a batch is counted by
+    its message count and gets one latency); whole entries acked individually, grouped per 100 ms."""
+    topic = normalize_topic(args.topic)
+    try:
+        connection = Connection(args.service_url, RECEIPT_TIMEOUT_S)
+        if connection.partitions(topic):
+            print(f"consume: --client magnetar consumes non-partitioned topics only; {topic} is partitioned",
+                  file=sys.stderr)
+            return 2
+        consumer_ids = [
+            connection.subscribe(
+                topic, args.subscription, durable=True, create_topic=True,
+                sub_type=SUBSCRIPTION_TYPES[args.type], consumer_name=f"perf-{index}",
+            )
+            for index in range(args.consumers)
+        ]
+    except (BrokerError, ConnectionLost, ReadTimeout) as error:
+        print(f"consume: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"consume: subscribed {args.consumers} {args.type} consumers to {args.topic} as {args.subscription}",
+        flush=True,
+    )
+    index_of = {consumer_id: index for index, consumer_id in enumerate(consumer_ids)}
+    queue = args.receiver_queue_size
+    outgoing = bytearray()
+    for consumer_id in consumer_ids:
+        outgoing += _flow_frame(consumer_id, queue)
+    unreturned = [0] * args.consumers
+    acks: list[list[tuple[int, int]]] = [[] for _ in consumer_ids]
+    counts, first, last = [0] * args.consumers, [0.0] * args.consumers, [0.0] * args.consumers
+    latencies, weights = array("d"), array("q")
+    total = 0
+    cpu_start = _cpu_seconds()
+    start = heard_at = time.perf_counter()
+    ack_due, next_report = start + ACK_GROUP_S, start + REPORT_INTERVAL_S
+    reported, reported_entries, reported_at = 0, 0, start
+    try:
+        while total < args.messages:
+            frames = connection.pump(outgoing, min(ack_due, next_report) - time.perf_counter())
+            wall_ms = time.time() * 1e3
+            for frame in frames:
+                command = frame.command
+                if command.type == BaseCommand.MESSAGE:
+                    message = command.message
+                    index = index_of[message.consumer_id]
+                    entry = parse_entry(frame.payload)
+                    count = entry.num_messages
+                    latencies.append(wall_ms - entry.publish_time)
+                    weights.append(count)
+                    acks[index].append((message.message_id.ledgerId, message.message_id.entryId))
+                    if not counts[index]:
+                        first[index] = wall_ms / 1e3
+                    counts[index] += count
+                    last[index] = wall_ms / 1e3
+                    total += count
+                    unreturned[index] += count
+                    if unreturned[index] >= queue // 2:
+                        outgoing += _flow_frame(message.consumer_id, unreturned[index])
+                        unreturned[index] = 0
+                elif command.type == BaseCommand.CLOSE_CONSUMER:
+                    raise ConnectionLost("the broker closed a consumer")
+            now = time.perf_counter()
+            if frames:
+                heard_at = now
+            if now >= ack_due:
+                _queue_acks(outgoing, consumer_ids, acks)
+                ack_due = now + ACK_GROUP_S
+            if now >= next_report:
+                done = len(latencies)
+                window = weighted(latencies[reported_entries:done], weights[reported_entries:done])
+                _progress("consume", total, reported, now - reported_at, args.size, window)
+                next_report, reported, reported_entries, reported_at = now + REPORT_INTERVAL_S, total, done, now
+                if now - heard_at > args.idle_timeout:
+                    break
+        cpu = _cpu_seconds() - cpu_start
+        _queue_acks(outgoing, consumer_ids, acks)
+        deadline = time.perf_counter() + RECEIPT_TIMEOUT_S
+        while outgoing and time.perf_counter() < deadline:
+            connection.pump(outgoing, 0.1)
+        for consumer_id in consumer_ids:
+            connection.close_consumer(consumer_id)
+    except (BrokerError, ConnectionLost, ReadTimeout) as error:
+        print(f"consume: failed after {total:,} of {args.messages:,} messages: {error}", file=sys.stderr)
+        return 1
+    finally:
+        connection.close()
+    fields = {"client": "magnetar", "entries": len(latencies)}
+    return _consume_summary(args, fields, counts, first, last, weighted(latencies, weights), cpu)
+
+
+def _flow_frame(consumer_id: int, permits: int) -> bytes:
+    flow = {"consumer_id": consumer_id, "messagePermits": permits}
+    return encode_frame(BaseCommand(type=BaseCommand.FLOW, flow=flow))
+
+
+def _queue_acks(outgoing: bytearray, consumer_ids: list[int], acks: list[list[tuple[int, int]]]) -> None:
+    for consumer_id, positions in zip(consumer_ids, acks):
+        if positions:
+            outgoing += individual_ack_frame(consumer_id, positions)
+            positions.clear()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -491,6 +629,12 @@ def _parser() -> argparse.ArgumentParser:
     consume_parser.add_argument("--type", choices=sorted(CONSUMER_TYPES), default="Key_Shared")
     consume_parser.add_argument("--consumers", type=int, default=1)
     consume_parser.add_argument("--receiver-queue-size", type=int, default=1000)
+    consume_parser.add_argument(
+        "--client",
+        choices=("pulsar", "magnetar"),
+        default="pulsar",
+        help="the official pulsar-client, or magnetar's own wire client (non-partitioned topics, individual acks)",
+    )
     consume_parser.add_argument("--size", type=int, default=100, help="payload bytes, for MB/s only")
     consume_parser.add_argument(
         "--idle-timeout", type=float, default=60, help="give up after this many seconds without a message"

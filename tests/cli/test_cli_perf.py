@@ -11,6 +11,7 @@ import sys
 import uuid
 from collections import defaultdict
 
+import httpx
 import pulsar
 import pytest
 from cli_runner import magnetar, ok
@@ -91,3 +92,34 @@ def test_no_broker_fails_without_a_traceback() -> None:
                       "--topic", "perf-nobody", "--messages", "10")
     assert result.returncode == 1
     assert "cannot connect" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("batching", ["--batching", "--no-batching"])
+def test_consume_on_our_client_receives_and_acks_everything(module_broker, tmp_path, batching: str) -> None:
+    topic = f"persistent://public/default/perf-{uuid.uuid4().hex[:8]}"
+    summary_path = tmp_path / "consume.json"
+    consume = subprocess.Popen(
+        [sys.executable, "-m", "magnetar.cli.main", "perf", "consume", "--client", "magnetar",
+         "--service-url", module_broker.url, "--topic", topic, "--type", "Key_Shared", "--consumers", "2",
+         "--messages", str(MESSAGES), "--receiver-queue-size", "50", "--idle-timeout", "20",
+         "--json", str(summary_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert consume.stdout is not None
+        assert "subscribed 2 Key_Shared consumers" in consume.stdout.readline()
+        ok("perf", "produce", "--client", "magnetar", "--service-url", module_broker.url, "--topic", topic,
+           "--messages", str(MESSAGES), "--keys", str(KEYS), "--batching-max-messages", "40", batching)
+        _out, err = consume.communicate(timeout=60)
+    finally:
+        if consume.poll() is None:
+            consume.kill()
+            consume.wait()
+    assert consume.returncode == 0, err
+    summary = json.loads(summary_path.read_text())
+    assert (summary["client"], summary["messages"]) == ("magnetar", MESSAGES)
+    assert sum(summary["per_consumer"]) == MESSAGES and min(summary["per_consumer"]) > 0
+    assert summary["entries"] < MESSAGES if batching == "--batching" else summary["entries"] == MESSAGES
+    # Every message was acknowledged: nothing is left in the subscription's backlog.
+    stats_url = f"{module_broker.http_url}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}/stats"
+    assert httpx.get(stats_url).json()["subscriptions"]["perf"]["msgBacklog"] == 0

@@ -44,6 +44,7 @@ __all__ = [
     "ReadTimeout",
     "Receipt",
     "SubscriptionCursor",
+    "individual_ack_frame",
     "normalize_topic",
     "read_range",
 ]
@@ -265,18 +266,21 @@ class Connection:
         start: tuple[int, int] | None = None,
         hash_ranges: Sequence[tuple[int, int]] = (),
         create_topic: bool = False,
+        sub_type: int = CommandSubscribe.Exclusive,
+        consumer_name: str | None = None,
     ) -> int:
-        """An Exclusive consumer; a non-durable one starts at `start` (the broker starts at that entry
-        itself, as for any reader). Returns its consumer id."""
+        """A consumer, Exclusive unless `sub_type` says otherwise (Key_Shared without hash ranges is
+        AUTO_SPLIT); a non-durable one starts at `start` (the broker starts at that entry itself, as
+        for any reader). Returns its consumer id."""
         consumer_id = self.next_id()
         request_id = self.next_id()
         fields: dict[str, object] = {
             "topic": topic,
             "subscription": subscription,
-            "subType": CommandSubscribe.Exclusive,
+            "subType": sub_type,
             "consumer_id": consumer_id,
             "request_id": request_id,
-            "consumer_name": subscription,
+            "consumer_name": consumer_name or subscription,
             "durable": durable,
             "initialPosition": CommandSubscribe.Earliest,
             "force_topic_creation": create_topic,
@@ -344,6 +348,14 @@ class Connection:
                     raise ConnectionLost("the broker closed the reader")
             if not self._fill(deadline):
                 return None
+
+
+def individual_ack_frame(consumer_id: int, positions: Sequence[tuple[int, int]]) -> bytes:
+    """One ACK frame for whole entries (every message of a batch), as a client groups its acks; a
+    pipelined caller queues it with `Connection.pump`."""
+    message_ids = [{"ledgerId": ledger & _U64, "entryId": entry & _U64} for ledger, entry in positions]
+    fields = {"consumer_id": consumer_id, "ack_type": 0, "message_id": message_ids}
+    return encode_frame(BaseCommand(type=BaseCommand.ACK, ack=fields))
 
 
 # Which BaseCommand field of a reply carries the request id it answers.
