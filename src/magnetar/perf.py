@@ -230,7 +230,9 @@ class _KeyBatcher:
         self.zeros = bytes(args.size - 8)
         self.batching = args.batching
         longest = max(len(m) for m in self.metadata) + 4 + args.size
-        self.limit = max(1, min(args.batching_max_messages, -(-BATCHING_MAX_BYTES // longest))) if args.batching else 1
+        # Without batching the container is only a chunk of messages encoded together (one entry each)
+        # and sent with one socket write: the delay is 0, so it closes as soon as it is filled.
+        self.limit = max(1, min(args.batching_max_messages, -(-BATCHING_MAX_BYTES // longest)))
         self.producer_id = producer_id
         self.producer_name = producer_name
         self.sequence = 0
@@ -290,7 +292,7 @@ def produce_magnetar(args: argparse.Namespace) -> int:
         print(f"produce: {error}", file=sys.stderr)
         return 1
     batcher = _KeyBatcher(args, producer.producer_id, producer.name)
-    total, rate, delay_s = args.messages, args.rate, args.batch_delay_ms / 1000
+    total, rate, delay_s = args.messages, args.rate, args.batch_delay_ms / 1000 if args.batching else 0.0
     outgoing = bytearray()
     in_flight: collections.deque[tuple[float, int, int]] = collections.deque()
     latencies, counts = array("d"), array("q")
