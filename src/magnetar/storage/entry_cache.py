@@ -16,6 +16,13 @@ it overlaps (their bytes are the same).
 Eviction is by age of insertion, not by last use: a tailing consumer reads what was just appended
 and a catching-up consumer reads forward once, so the oldest insertion is the least likely to be read
 again. Pulsar evicts the same way (by time and by entries behind the slowest reader).
+
+Entries read from disk are held apart from appended ones and may fill at most a quarter of the
+budget (COLD_SHARE): a reader that scans a backlog larger than the cache would otherwise evict the
+whole cache ahead of itself, the tail that tailing consumers and the next scan are about to read
+included, and find nothing cached at all. Several readers scanning the same backlog together still
+share their reads through that quarter (the readers of one topic's key hash ranges do), and a
+rescan finds the appended tail in place. An append evicts entries read from disk first.
 """
 
 from __future__ import annotations
@@ -24,39 +31,50 @@ from bisect import bisect_right, insort
 
 from magnetar.storage.sqlite_engine import ENTRY_KEY_SHIFT, Entry, Run, entries_of_run, gc_paused
 
-__all__ = ["EntryCache", "ENTRY_OVERHEAD_BYTES"]
+__all__ = ["EntryCache", "ENTRY_OVERHEAD_BYTES", "COLD_SHARE"]
 
 # What an entry costs beyond its payload: its slots in the run's columns, its small ints, and the
 # Entry and Position a read makes of it while the reader holds them.
 ENTRY_OVERHEAD_BYTES = 200
+# The share of the budget that entries read from disk may hold.
+COLD_SHARE = 0.25
 
 
 class EntryCache:
     """Invariants: `size_bytes` is the sum of `cost(run)` over the runs held and stays at or below
-    `capacity_bytes` after every public call; the runs of a ledger do not overlap, and
-    `_starts[ledger]` lists their first entry ids in order."""
+    `capacity_bytes` after every public call, `cold_bytes` that of the runs read from disk, at or
+    below `cold_capacity_bytes`; the runs of a ledger do not overlap, and `_starts[ledger]` lists
+    their first entry ids in order."""
 
-    __slots__ = ("capacity_bytes", "size_bytes", "_runs", "_starts", "hits", "misses", "evictions")
+    __slots__ = (
+        "capacity_bytes", "cold_capacity_bytes", "size_bytes", "cold_bytes", "_runs", "_cold", "_starts",
+        "hits", "misses", "evictions",
+    )
 
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity_bytes = capacity_bytes
+        self.cold_capacity_bytes = int(capacity_bytes * COLD_SHARE)
         self.size_bytes = 0
-        # key (ledger_id << 32 | first entry id) -> (run, cost); insertion order is eviction order
+        self.cold_bytes = 0
+        # key (ledger_id << 32 | first entry id) -> (run, cost); insertion order is eviction order.
+        # Appended runs, and runs read from disk.
         self._runs: dict[int, tuple[Run, int]] = {}
+        self._cold: dict[int, tuple[Run, int]] = {}
         self._starts: dict[int, list[int]] = {}
         self.hits = 0
         self.misses = 0
         self.evictions = 0
 
-    def put(self, run: Run, payload_bytes: int = -1) -> None:
-        """Cache a run (`payload_bytes`: the sum of its data lengths, if the caller knows it)."""
+    def put(self, run: Run, payload_bytes: int = -1, from_disk: bool = False) -> None:
+        """Cache a run (`payload_bytes`: the sum of its data lengths, if the caller knows it), appended
+        or, with `from_disk`, read back from disk."""
         count = len(run.datas)
         if not count:
             return
         if payload_bytes < 0:
             payload_bytes = sum(map(len, run.datas))
         cost = payload_bytes + ENTRY_OVERHEAD_BYTES * count
-        if cost > self.capacity_bytes:
+        if cost > (self.cold_capacity_bytes if from_disk else self.capacity_bytes):
             return
         ledger_id, first = run.ledger_id, run.first_entry_id
         starts = self._starts.get(ledger_id)
@@ -65,13 +83,26 @@ class EntryCache:
         elif starts[-1] >= first or self._run_end(ledger_id, starts[-1]) >= first:
             self._remove_overlapping(ledger_id, starts, first, first + count - 1)
         insort(starts, first)
-        self._runs[ledger_id << ENTRY_KEY_SHIFT | first] = (run, cost)
         self.size_bytes += cost
+        if from_disk:
+            self._cold[ledger_id << ENTRY_KEY_SHIFT | first] = (run, cost)
+            self.cold_bytes += cost
+            if self.cold_bytes > self.cold_capacity_bytes:
+                self._evict(self._cold, self.cold_bytes - self.cold_capacity_bytes)
+        else:
+            self._runs[ledger_id << ENTRY_KEY_SHIFT | first] = (run, cost)
         if self.size_bytes > self.capacity_bytes:
-            self._evict()
+            # Down to 90%, so that a full cache does not evict on every put.
+            excess = self.size_bytes - self.capacity_bytes * 9 // 10
+            cold = self._evict(self._cold, excess) if not from_disk else 0
+            self._evict(self._runs, excess - cold)
+
+    def _held(self, key: int) -> tuple[Run, int]:
+        held = self._runs.get(key)
+        return held if held is not None else self._cold[key]
 
     def _run_end(self, ledger_id: int, first: int) -> int:
-        return first + len(self._runs[ledger_id << ENTRY_KEY_SHIFT | first][0].datas) - 1
+        return first + len(self._held(ledger_id << ENTRY_KEY_SHIFT | first)[0].datas) - 1
 
     def _remove_overlapping(self, ledger_id: int, starts: list[int], first: int, last: int) -> None:
         index = max(bisect_right(starts, first) - 1, 0)
@@ -80,8 +111,7 @@ class EntryCache:
             if self._run_end(ledger_id, start) < first:
                 index += 1
                 continue
-            _, cost = self._runs.pop(ledger_id << ENTRY_KEY_SHIFT | start)
-            self.size_bytes -= cost
+            self._forget(ledger_id << ENTRY_KEY_SHIFT | start)
             del starts[index]
 
     def get(self, position: tuple[int, int]) -> Entry | None:
@@ -109,7 +139,7 @@ class EntryCache:
         with gc_paused():
             while 0 <= index < len(starts) and first <= last:
                 start = starts[index]
-                run = self._runs[ledger_id << ENTRY_KEY_SHIFT | start][0]
+                run = self._held(ledger_id << ENTRY_KEY_SHIFT | start)[0]
                 end = start + len(run.datas) - 1
                 if not start <= first <= end:
                     break
@@ -121,38 +151,49 @@ class EntryCache:
     def invalidate_ledger(self, ledger_id: int, entries: int) -> None:
         """Forget every entry of a ledger (it was deleted)."""
         for start in self._starts.pop(ledger_id, ()):
-            _, cost = self._runs.pop(ledger_id << ENTRY_KEY_SHIFT | start)
-            self.size_bytes -= cost
+            self._forget(ledger_id << ENTRY_KEY_SHIFT | start)
 
-    def _evict(self) -> None:
-        # Evict the oldest runs down to 90% so that a full cache does not evict on every put. One
-        # pass of one iterator: `next(iter(dict))` per victim would rescan the emptied front slots.
-        excess = self.size_bytes - self.capacity_bytes * 9 // 10
+    def _forget(self, key: int) -> Run:
+        held = self._runs.pop(key, None)
+        if held is None:
+            held = self._cold.pop(key)
+            self.cold_bytes -= held[1]
+        self.size_bytes -= held[1]
+        return held[0]
+
+    def _evict(self, runs: dict[int, tuple[Run, int]], excess: int) -> int:
+        """Evict the oldest of `runs` until `excess` bytes are freed or none is left; return the bytes
+        freed. One pass of one iterator: `next(iter(dict))` per victim would rescan the emptied
+        front slots."""
         victims = []
-        for key, (_, cost) in self._runs.items():
-            if excess <= 0:
+        freed = 0
+        for key, (_, cost) in runs.items():
+            if freed >= excess:
                 break
             victims.append(key)
-            excess -= cost
+            freed += cost
         for key in victims:
-            run, cost = self._runs.pop(key)
+            run = self._forget(key)
             starts = self._starts[run.ledger_id]
             del starts[bisect_right(starts, run.first_entry_id) - 1]
             if not starts:
                 del self._starts[run.ledger_id]
-            self.size_bytes -= cost
             self.evictions += len(run.datas)
+        return freed
 
     def __len__(self) -> int:
-        return sum(len(run.datas) for run, _ in self._runs.values())
+        return sum(len(run.datas) for runs in (self._runs, self._cold) for run, _ in runs.values())
 
     def check_invariants(self) -> None:
-        assert self.size_bytes == sum(cost for _, cost in self._runs.values())
-        assert self.size_bytes <= self.capacity_bytes
-        for run, cost in self._runs.values():
+        held = [*self._runs.values(), *self._cold.values()]
+        assert self.size_bytes == sum(cost for _, cost in held)
+        assert self.cold_bytes == sum(cost for _, cost in self._cold.values())
+        assert self.size_bytes <= self.capacity_bytes and self.cold_bytes <= self.cold_capacity_bytes
+        assert not self._runs.keys() & self._cold.keys()
+        for run, cost in held:
             assert cost == sum(map(len, run.datas)) + ENTRY_OVERHEAD_BYTES * len(run.datas)
         for ledger_id, starts in self._starts.items():
             assert starts == sorted(starts) and starts
             for start, following in zip(starts, starts[1:]):
                 assert self._run_end(ledger_id, start) < following, f"runs overlap in ledger {ledger_id}"
-        assert sum(map(len, self._starts.values())) == len(self._runs)
+        assert sum(map(len, self._starts.values())) == len(held)

@@ -281,10 +281,12 @@ class ManagedLedger:
                 f"{factory.pending_adds} appends wait for a commit, {count} more would pass "
                 "managedLedgerMaxPendingAdds"
             )
-        if "\0" in "".join(producer_names):
+        # A batch has one producer's name in every slot (the same object: `count` compares by
+        # identity first), so one name is checked instead of joining them all.
+        first_name = producer_names[0]
+        if "\0" in (first_name if producer_names.count(first_name) == count else "".join(producer_names)):
             raise ValueError("producer name contains NUL")
-        lengths = list(map(len, datas))
-        batch_size = sum(lengths)
+        batch_size = sum(map(len, datas))
         pending = self._pending
         unsubmitted = self._unsubmitted
         if not unsubmitted:
@@ -300,14 +302,14 @@ class ManagedLedger:
             ) and self._current_is_full():
                 self._create_ledger()
             first = self._next_entry_id
-            end = self._fitting_end(lengths, start, batch_size if start == 0 else sum(lengths[start:]))
+            end = self._fitting_end(datas, start, batch_size if start == 0 else sum(map(len, datas[start:])))
             ledger_id = self._current_ledger_id
             columns = (datas, sticky_key_hashes, message_counts, publish_times, producer_names, sequence_ids)
             if end - start == count:
                 run = Run(ledger_id, first, *map(tuple, columns))
             else:
                 run = Run(ledger_id, first, *[tuple(column[start:end]) for column in columns])
-            size = batch_size if end - start == count else sum(lengths[start:end])
+            size = batch_size if end - start == count else sum(map(len, datas[start:end]))
             spans.append((ledger_id, first, end - start))
             self._next_entry_id = first + end - start
             self._assigned_size += size
@@ -320,17 +322,17 @@ class ManagedLedger:
         factory.pending_adds += count
         return future
 
-    def _fitting_end(self, lengths: list[int], start: int, remaining_size: int) -> int:
-        """Where the run of `lengths[start:]` that the current ledger takes ends: as `append` decides
+    def _fitting_end(self, datas: list[bytes], start: int, remaining_size: int) -> int:
+        """Where the run of `datas[start:]` that the current ledger takes ends: as `append` decides
         per entry, an entry goes in while the ledger has fewer than the maximum entries and bytes."""
-        end = len(lengths)
+        end = len(datas)
         room = self._entries_max - self._next_entry_id
         if room <= 0 or self._assigned_size >= self._size_bytes_max:
             return end  # full, but younger than managedLedgerMinLedgerRolloverTimeMinutes: no roll yet
         end = min(end, start + room)
         if self._assigned_size + remaining_size >= self._size_bytes_max:
             # sizes before each entry: the entry at index i goes in while that is below the maximum
-            before = list(accumulate(lengths[start:end], initial=self._assigned_size))
+            before = list(accumulate(map(len, datas[start:end]), initial=self._assigned_size))
             end = start + min(bisect_left(before, self._size_bytes_max), end - start)
         return end
 
@@ -592,7 +594,7 @@ class ManagedLedger:
                     self._engine.read_entries, ledger_id, first + len(cached), last
                 )
                 for run in runs:
-                    self._cache.put(run)
+                    self._cache.put(run, from_disk=True)
                 result.extend(entries)
         return result
 
@@ -639,7 +641,7 @@ class ManagedLedger:
             last = missing[end][1]
             runs, entries = await self._engine.run_read(self._engine.read_entries, ledger_id, first, last)
             for run in runs:
-                self._cache.put(run)
+                self._cache.put(run, from_disk=True)
             wanted = set(missing[index : end + 1])
             for entry in entries:
                 if entry.position in wanted:

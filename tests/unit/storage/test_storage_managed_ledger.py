@@ -351,3 +351,40 @@ def test_journal_sync_data_false_still_persists_on_clean_close(run_storage, smal
 def test_config_from_broker_conf_keys():
     config = StorageConfig.from_mapping({"managedLedgerMaxEntriesPerLedger": 7, "brokerServicePort": 6650})
     assert config.managedLedgerMaxEntriesPerLedger == 7
+
+
+def test_a_backlog_scan_larger_than_the_cache_keeps_the_appended_tail_cached(run_storage):
+    """A scan of more than the cache holds may fill only COLD_SHARE of it with what it reads from
+    disk: the appended tail stays for the next scan, and readers scanning together share reads."""
+    config = StorageConfig(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=-1, managedLedgerCacheSizeMB=1)
+    entry = b"z" * 10_000
+
+    async def scenario(factory):
+        cache = factory.cache
+        ledger = await factory.open_ledger(TOPIC)
+        positions = [p for _ in range(10) for p in await ledger.append_many(*_columns([entry] * 30))]
+        cache.check_invariants()
+        tail = positions[-60:]
+        assert all(cache.get(p) is not None for p in tail), "the newest appends are cached"
+        for _scan in range(2):
+            start = EARLIEST
+            while True:
+                entries = await ledger.read_entries(start, 10)
+                if not entries:
+                    break
+                # A second reader right behind the first finds what the first read from disk.
+                misses = cache.misses
+                assert [e.data for e in await ledger.read_entries(start, 10)] == [e.data for e in entries]
+                assert cache.misses == misses
+                start = entries[-1].position
+                start = (start[0], start[1] + 1)
+                cache.check_invariants()
+            assert cache.cold_bytes <= cache.cold_capacity_bytes < cache.size_bytes
+            assert all(cache.get(p) is not None for p in tail), "a scan does not evict the appended tail"
+
+    run_storage(scenario, config)
+
+
+def _columns(datas: list[bytes]) -> tuple[list, ...]:
+    count = len(datas)
+    return datas, [7] * count, [1] * count, [1000] * count, ["p"] * count, list(range(count))
