@@ -787,23 +787,44 @@ def _encode_segments(
     ledger_id: int, runs: list[Run], rows: list[tuple[Any, ...]], segment_crc: Callable[..., int]
 ) -> tuple[int, int]:
     """Append to `rows` the segment rows of one ledger's runs in one commit (they are consecutive);
-    return their entry count and payload bytes."""
-    if len(runs) == 1:
-        run = runs[0]
-    else:
-        fields = list(zip(*runs))[2:]  # per field, that column of every run
-        run = Run(ledger_id, runs[0].first_entry_id, *[list(chain.from_iterable(field)) for field in fields])
-    # Cumulative sizes, then bisect: where each segment ends is found without a loop per entry.
-    # An entry joins a segment while the segment holds fewer than the maximum entries and bytes.
-    count = len(run.datas)
-    ends_at = list(accumulate(map(len, run.datas), initial=0))
-    start = 0
-    while start < count:
-        limit = min(count, start + SEGMENT_ENTRIES_MAX)
-        end = bisect_left(ends_at, ends_at[start] + SEGMENT_BYTES_MAX, start + 1, limit)
-        rows.append(_encode_segment(run, start, end, segment_crc))
-        start = end
-    return count, ends_at[-1]
+    return their entry count and payload bytes.
+
+    An entry joins a segment while the segment holds fewer than SEGMENT_ENTRIES_MAX entries and
+    fewer than SEGMENT_BYTES_MAX bytes before it. Runs are taken whole where they fit, which is the
+    usual case (a run is one socket read of SENDs), and are never copied into one merged column:
+    each column of a segment is packed run by run and the pieces joined, so the per-entry work is
+    the packing alone. Only a run that reaches a limit is cut, where the rule says."""
+    count = size = 0
+    pieces: list[tuple[Run, int, int, tuple[int, ...]]] = []  # (run, start, end, lengths of the run)
+    segment_count = segment_size = 0
+    for run in runs:
+        lengths = tuple(map(len, run.datas))
+        run_count, run_size = len(lengths), sum(lengths)
+        count += run_count
+        size += run_size
+        if segment_count + run_count <= SEGMENT_ENTRIES_MAX and segment_size + run_size < SEGMENT_BYTES_MAX:
+            pieces.append((run, 0, run_count, lengths))
+            segment_count += run_count
+            segment_size += run_size
+            continue
+        start = 0
+        while start < run_count:
+            # Bytes before each remaining entry, counted from the segment's start: the first
+            # entries below the limit join (at least one: an empty segment has none before it).
+            before = list(accumulate(lengths[start:], initial=segment_size))
+            joining = bisect_left(before, SEGMENT_BYTES_MAX, 0, run_count - start)
+            end = start + min(SEGMENT_ENTRIES_MAX - segment_count, joining)
+            if end > start:
+                pieces.append((run, start, end, lengths))
+                segment_count += end - start
+                segment_size = before[end - start]
+            if end < run_count:
+                rows.append(_encode_segment(pieces, segment_crc))
+                pieces, segment_count, segment_size = [], 0, 0
+            start = end
+    if pieces:
+        rows.append(_encode_segment(pieces, segment_crc))
+    return count, size
 
 
 def _insert_rows(writer: sqlite3.Connection, statement: Callable[[int], str], rows: list[tuple[Any, ...]]) -> None:
@@ -837,24 +858,53 @@ def _upsert_ledgers_sql(rows: int) -> str:
     )
 
 
-def _encode_segment(run: Run, start: int, end: int, segment_crc: Callable[..., int]) -> tuple[Any, ...]:
-    """The row of the segment holding entries `start..end-1` of a run."""
-    count = end - start
-    whole = start == 0 and end == len(run.datas)
-    datas, hash_column, count_column, time_column, name_column, sequence_column = (
-        run[2:] if whole else [column[start:end] for column in run[2:]]
-    )
-    data = b"".join(datas)
+def _encode_segment(
+    pieces: list[tuple[Run, int, int, tuple[int, ...]]], segment_crc: Callable[..., int]
+) -> tuple[Any, ...]:
+    """The row of one segment: entries `start..end-1` of each piece's run, consecutive. Each column
+    of the segment is one C call over the pieces' columns chained, never a merged copy."""
+    if len(pieces) == 1:
+        run, start, end, lengths = pieces[0]
+        if start == 0 and end == len(lengths):
+            columns = [[column] for column in run[2:]]
+        else:
+            columns = [[column[start:end]] for column in run[2:]]
+            lengths = lengths[start:end]
+        length_columns = [lengths]
+    else:
+        columns = [[], [], [], [], [], []]
+        length_columns = []
+        for run, start, end, lengths in pieces:
+            whole = start == 0 and end == len(lengths)
+            for held, column in zip(columns, run[2:]):
+                held.append(column if whole else column[start:end])
+            length_columns.append(lengths if whole else lengths[start:end])
+    data_columns, hash_columns, count_columns, time_columns, name_columns, sequence_columns = columns
+    count = sum(map(len, length_columns))
+    data = b"".join(chain.from_iterable(data_columns))
     # struct.pack converts a column of ints ~5x faster than array() does; the layout is the same
     # (native order and sizes), which decode_segment reads back with array.frombytes.
-    lengths = struct.pack(f"{count}I", *map(len, datas))
-    hashes = struct.pack(f"{count}i", *hash_column)
-    counts = struct.pack(f"{count}i", *count_column)
-    time_bytes = struct.pack(f"{count}q", *time_column)
-    sequences = struct.pack(f"{count}q", *sequence_column)
-    names = "\0".join(name_column)
-    crc = segment_crc(data, lengths, hashes, counts, time_bytes, sequences, names)
+    length_bytes = struct.pack(f"{count}I", *chain.from_iterable(length_columns))
+    hash_bytes = struct.pack(f"{count}i", *chain.from_iterable(hash_columns))
+    time_bytes = struct.pack(f"{count}q", *chain.from_iterable(time_columns))
+    sequence_bytes = struct.pack(f"{count}q", *chain.from_iterable(sequence_columns))
+    # A piece is one producer's socket read: one name in every slot, and often one message count
+    # (1 without client batching). A constant column is one value repeated by a bytes or str
+    # multiplication; `count` compares by identity first, so checking costs ~1 ns an entry.
+    message_count = count_columns[0][0]
+    if all(column.count(message_count) == len(column) for column in count_columns):
+        count_bytes = struct.pack("i", message_count) * count
+    else:
+        count_bytes = struct.pack(f"{count}i", *chain.from_iterable(count_columns))
+    name = name_columns[0][0]
+    if type(name) is str and all(column.count(name) == len(column) for column in name_columns):
+        name_text = name + ("\0" + name) * (count - 1)
+    else:
+        name_text = "\0".join(chain.from_iterable(name_columns))
+    time_max = max(map(max, time_columns))
+    crc = segment_crc(data, length_bytes, hash_bytes, count_bytes, time_bytes, sequence_bytes, name_text)
+    run, start = pieces[0][0], pieces[0][1]
     return (
-        segment_id(run.ledger_id, run.first_entry_id + start), count, data, lengths, hashes, counts,
-        time_bytes, sequences, names, max(time_column), crc,
+        segment_id(run.ledger_id, run.first_entry_id + start), count, data, length_bytes, hash_bytes,
+        count_bytes, time_bytes, sequence_bytes, name_text, time_max, crc,
     )
