@@ -45,9 +45,12 @@ _producer_names = itertools.count()
 _READ_SIZE = 256 * 1024
 
 
+_INT64_SIGN = 1 << 63
+
+
 def _signed(value: int) -> int:
     """Ledger and entry ids are uint64 on the wire; -1 travels as 2**64 - 1."""
-    return value - (1 << 64) if value >= 1 << 63 else value
+    return value - (1 << 64) if value >= _INT64_SIGN else value
 
 
 def _position(message_id: Any) -> Position:
@@ -69,6 +72,9 @@ class ServerConnection:
         self._tasks: set[asyncio.Task[None]] = set()
         # SENDs of the current socket read, per producer, until they are appended together.
         self._sends: dict[ServerProducer, list[tuple[int, int, bytes, int, int, int]]] = {}
+        # Frames written during this turn of the event loop; they leave together at its end (`_flush`).
+        self._output: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
 
     # ----------------------------------------------------------------------------- lifecycle
 
@@ -76,8 +82,21 @@ class ServerConnection:
         return not self.closed
 
     def write(self, data: bytes) -> None:
+        """Queue frames for the client. Everything written during one turn of the event loop (receipts of
+        several commits, MESSAGE frames of several dispatches, answers to a read's commands) leaves in
+        one socket write at the start of the next turn: one send syscall instead of one per caller."""
         if not self.closed:
-            self.writer.write(data)
+            output = self._output
+            output.append(data)
+            if len(output) == 1:
+                self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        output = self._output
+        if output:
+            self._output = []
+            if not self.writer.is_closing():
+                self.writer.write(b"".join(output))
 
     async def run(self) -> None:
         keep_alive = asyncio.get_running_loop().create_task(self._keep_alive())
@@ -123,6 +142,7 @@ class ServerConnection:
         for producer in list(self.producers.values()):
             producer.close_silently()
         self.producers.clear()
+        self._flush()
         self.writer.close()
 
     def close_gracefully(self) -> None:
@@ -136,6 +156,7 @@ class ServerConnection:
     def abort(self) -> None:
         if not self.closed:
             self.closed = True
+            self._flush()
             self.writer.close()
 
     async def _keep_alive(self) -> None:
@@ -305,20 +326,18 @@ class ServerConnection:
         if producer is None:
             raise ProtocolError(f"SEND for unknown producer id {send.producer_id}")
         try:
-            parsed = messages.parse_entry(payload)
+            entry, key_hash, count, publish_time, deliver_at_time, marker = messages.index_send(payload)
         except messages.ChecksumError as error:
             self.write(commands.send_error(send.producer_id, send.sequence_id, "ChecksumError", str(error)))
             return
-        if parsed.marker_type is not None:
+        if marker:
             raise ProtocolError("a client does not publish internal marker entries")
-        if parsed.deliver_at_time is not None:
+        if deliver_at_time:
             producer.topic.note_delayed_delivery()
         sends = self._sends.get(producer)
         if sends is None:
             sends = self._sends[producer] = []
-        sends.append(
-            (send.sequence_id, send.highest_sequence_id, parsed.entry, parsed.key_hash, parsed.num_messages, parsed.publish_time)
-        )
+        sends.append((send.sequence_id, send.highest_sequence_id, entry, key_hash, count, publish_time))
 
     def _publish_pending(self) -> None:
         """Hand each producer the SENDs gathered from this read in one storage call."""
@@ -370,8 +389,26 @@ class ServerConnection:
         consumer = self.consumers.get(ack.consumer_id)
         if consumer is None:
             return
-        ids = [(_position(m), list(m.ack_set)) for m in ack.message_id]
-        consumer.acknowledge(ids, cumulative=ack.ack_type == 1)
+        if ack.ack_type == 1:
+            if ack.message_id:
+                consumer.acknowledge_cumulative(_position(ack.message_id[0]))
+        else:
+            # A grouped ACK carries hundreds of ids: each is read once, and only batch entries' ack sets
+            # are copied out (an entry acked whole has none).
+            whole: list[Position] = []
+            with_ack_sets: list[tuple[Position, list[int]]] = []
+            for message_id in ack.message_id:
+                ledger_id, entry_id = message_id.ledgerId, message_id.entryId
+                if ledger_id >= _INT64_SIGN or entry_id >= _INT64_SIGN:
+                    position = Position(_signed(ledger_id), _signed(entry_id))
+                else:
+                    position = Position(ledger_id, entry_id)
+                ack_set = message_id.ack_set
+                if ack_set:
+                    with_ack_sets.append((position, list(ack_set)))
+                else:
+                    whole.append(position)
+            consumer.acknowledge(whole, with_ack_sets)
         if ack.HasField("request_id"):
             self.write(commands.ack_response(ack.consumer_id, ack.request_id))
 

@@ -103,48 +103,56 @@ class ServerConsumer:
     def send_active_change(self, is_active: bool) -> None:
         self.connection.write(commands.active_consumer_change(self.client_consumer_id, is_active))
 
-    def acknowledge(self, message_ids: list[tuple[Position, list[int]]], cumulative: bool) -> None:
+    def acknowledge(self, whole: list[Position], with_ack_sets: list[tuple[Position, list[int]]]) -> None:
+        """Individual acks: entries acked whole, and batch entries with the ack set the client sent
+        (a set bit is an index still unacked)."""
         subscription = self.subscription
-        self.msg_ack_counter += len(message_ids)
+        self.msg_ack_counter += len(whole) + len(with_ack_sets)
         self.last_acked_ms = now_ms = _now_ms()
         before = subscription.cursor.mark_delete_position
-        self._acknowledge(message_ids, cumulative)
+        partial: list[tuple[Position, int, list[int]]] = []
+        if with_ack_sets:
+            whole = whole + self._merge_ack_sets(with_ack_sets, partial)
+        if self.batch_sizes:
+            for position in whole:
+                self.batch_sizes.pop(position, None)
+        subscription.acknowledge(self.consumer_id, whole, partial)
         if subscription.cursor.mark_delete_position != before:
             subscription.last_mark_delete_advanced_ms = now_ms
 
-    def _acknowledge(self, message_ids: list[tuple[Position, list[int]]], cumulative: bool) -> None:
+    def acknowledge_cumulative(self, position: Position) -> None:
         subscription = self.subscription
-        if cumulative:
-            if message_ids:
-                position = message_ids[0][0]
-                for sent in [p for p in self.batch_sizes if p <= position]:
-                    del self.batch_sizes[sent]
-                subscription.acknowledge_cumulative(self.consumer_id, position)
-            return
+        self.msg_ack_counter += 1
+        self.last_acked_ms = now_ms = _now_ms()
+        before = subscription.cursor.mark_delete_position
+        for sent in [p for p in self.batch_sizes if p <= position]:
+            del self.batch_sizes[sent]
+        subscription.acknowledge_cumulative(self.consumer_id, position)
+        if subscription.cursor.mark_delete_position != before:
+            subscription.last_mark_delete_advanced_ms = now_ms
+
+    def _merge_ack_sets(
+        self, with_ack_sets: list[tuple[Position, list[int]]], partial: list[tuple[Position, int, list[int]]]
+    ) -> list[Position]:
+        """Fills `partial` with (position, batch size, ack set) of batch entries still partly unacked;
+        returns the batch entries the ack sets leave wholly acked."""
         whole: list[Position] = []
-        partial: list[tuple[Position, int, list[int]]] = []
         merged: dict[Position, list[int]] = {}
-        for position, ack_set in message_ids:
-            if not ack_set:
-                whole.append(position)
-                continue
-            size = self.batch_sizes.get(position)
-            if size is None:
+        for position, ack_set in with_ack_sets:
+            if position not in self.batch_sizes:
                 continue
             # Several ack sets for one entry in one ACK are ANDed: a bit stays set (unacked) only if
             # every one of them leaves it unacked (reference §2.3).
             if position in merged:
                 merged[position] = [a & b for a, b in zip(merged[position], ack_set)]
             else:
-                merged[position] = list(ack_set)
+                merged[position] = ack_set
         for position, ack_set in merged.items():
             if not any(ack_set):
                 whole.append(position)
             else:
                 partial.append((position, self.batch_sizes[position], ack_set))
-        for position in whole:
-            self.batch_sizes.pop(position, None)
-        subscription.acknowledge(self.consumer_id, whole, partial)
+        return whole
 
     def flow(self, permits: int) -> None:
         self.last_consumed_flow_ms = self.subscription.last_consumed_flow_ms = _now_ms()

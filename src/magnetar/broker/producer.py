@@ -9,6 +9,7 @@ Must not touch: the ledger's internals or other producers.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import deque
@@ -40,9 +41,10 @@ class ServerProducer:
         self.name = name
         self.access_mode = access_mode
         self.closed = False
-        # (sequence id, highest sequence id, future of the batch's positions, index in the batch), in
-        # send order; a duplicate's future holds [_DUPLICATE].
-        self._pending: deque[tuple[int, int, asyncio.Future, int]] = deque()
+        # Runs of SENDs awaiting their receipts, in send order: (future of the batch's positions or None
+        # for resent duplicates, [(sequence id, highest sequence id), ...], index of the run's first
+        # SEND in the batch). A socket read's SENDs are one run unless duplicates split it.
+        self._pending: deque[tuple[asyncio.Future | None, list[tuple[int, int]], int]] = deque()
         # Counted per socket read of SENDs, not per message; the admin API turns them into rates.
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
@@ -53,35 +55,50 @@ class ServerProducer:
         hash, message count, publish time), with one storage call; receipts follow in send order once
         each SEND and every earlier one are answered."""
         topic = self.topic
-        dedup = topic.deduplication_enabled
-        accepted = []
-        for send in sends:
-            sequence_id, highest = send[0], send[1]
-            if dedup:
+        pending = self._pending
+        if topic.deduplication_enabled:
+            accepted = []
+            # Runs of (sequence id, highest) in send order, each flagged whether it holds duplicates.
+            runs: list[tuple[bool, list[tuple[int, int]]]] = []
+            pushed = topic.sequence_pushed
+            for send in sends:
+                sequence_id, highest = send[0], send[1]
                 last = max(sequence_id, highest)
-                if last <= topic.sequence_pushed.get(self.name, -1):
-                    # Resent: answered in its place in the order, without storing it again.
-                    done = asyncio.get_running_loop().create_future()
-                    done.set_result([_DUPLICATE])
-                    self._pending.append((sequence_id, highest, done, 0))
-                    continue
-                topic.sequence_pushed[self.name] = last
-            accepted.append(send)
-        if accepted:
-            sequence_ids, highest_ids, datas, hashes, counts, times = map(list, zip(*accepted))
-            # An entry keeps its highest sequence id (a batch's last message's): a restart rebuilds
-            # deduplication from the stored ones, and a resent batch must stay a duplicate across it.
-            stored_ids = list(map(max, sequence_ids, highest_ids))
-            future = topic.ledger.append_many(datas, hashes, counts, times, [self.name] * len(datas), stored_ids)
-            for index, send in enumerate(accepted):
-                self._pending.append((send[0], send[1], future, index))
-            messages, size = sum(counts), sum(map(len, datas))
-            self.msg_in_counter += messages
-            self.bytes_in_counter += size
-            topic.msg_in_counter += messages
-            topic.bytes_in_counter += size
-            future.add_done_callback(self._on_done)
+                duplicate = last <= pushed.get(self.name, -1)
+                if not duplicate:
+                    pushed[self.name] = last
+                    accepted.append(send)
+                if not runs or runs[-1][0] != duplicate:
+                    runs.append((duplicate, []))
+                runs[-1][1].append((sequence_id, highest))
+        else:
+            accepted = sends
+            runs = [(False, [(send[0], send[1]) for send in sends])]
+        future = self._append(accepted) if accepted else None
+        index = 0
+        for duplicate, run in runs:
+            if duplicate:
+                # Resent: answered in its place in the order, without storing it again.
+                pending.append((None, run, 0))
+            else:
+                pending.append((future, run, index))
+                index += len(run)
         self._flush()
+
+    def _append(self, sends: list[tuple[int, int, bytes, int, int, int]]) -> asyncio.Future:
+        sequence_ids, highest_ids, datas, hashes, counts, times = map(list, zip(*sends))
+        # An entry keeps its highest sequence id (a batch's last message's): a restart rebuilds
+        # deduplication from the stored ones, and a resent batch must stay a duplicate across it.
+        stored_ids = list(map(max, sequence_ids, highest_ids))
+        topic = self.topic
+        future = topic.ledger.append_many(datas, hashes, counts, times, [self.name] * len(datas), stored_ids)
+        messages, size = sum(counts), sum(map(len, datas))
+        self.msg_in_counter += messages
+        self.bytes_in_counter += size
+        topic.msg_in_counter += messages
+        topic.bytes_in_counter += size
+        future.add_done_callback(self._on_done)
+        return future
 
     def _on_done(self, _future: asyncio.Future) -> None:
         self._flush()
@@ -90,22 +107,31 @@ class ServerProducer:
         """Send every receipt that is due, in order, in one write."""
         pending = self._pending
         receipts: list[bytes] = []
-        dedup = self.topic.deduplication_enabled
-        while pending and pending[0][2].done():
-            sequence_id, highest, future, index = pending.popleft()
+        while pending:
+            future, run, index = pending[0]
+            if future is not None and not future.done():
+                break
+            pending.popleft()
             if self.closed:
+                continue
+            if future is None:
+                receipts.append(commands.send_receipts(self.producer_id, run, itertools.repeat(_DUPLICATE)))
                 continue
             error = future.exception()
             if error is not None:
                 log.error("append failed on %s for producer %s: %s", self.topic.name, self.name, error)
                 # Any SEND_ERROR but ChecksumError makes the client reconnect and resend what is pending.
-                receipts.append(commands.send_error(self.producer_id, sequence_id, "PersistenceError", str(error)))
+                for sequence_id, _highest in run:
+                    receipts.append(commands.send_error(self.producer_id, sequence_id, "PersistenceError", str(error)))
                 continue
-            position = future.result()[index]
-            if dedup and position != _DUPLICATE:
+            positions = future.result()
+            if index or len(run) < len(positions):
+                positions = positions[index : index + len(run)]
+            if self.topic.deduplication_enabled:
                 persisted = self.topic.sequence_persisted
-                persisted[self.name] = max(persisted.get(self.name, -1), max(sequence_id, highest))
-            receipts.append(commands.send_receipt(self.producer_id, sequence_id, position[0], position[1], highest))
+                last = max(max(sequence_id, highest) for sequence_id, highest in run)
+                persisted[self.name] = max(persisted.get(self.name, -1), last)
+            receipts.append(commands.send_receipts(self.producer_id, run, positions))
         if receipts:
             self.connection.write(b"".join(receipts))
 

@@ -39,6 +39,7 @@ __all__ = [
     "encode_batch",
     "encode_entry",
     "full_ack_set",
+    "index_send",
     "parse_entry",
     "split_batch",
     "unacked_count",
@@ -52,6 +53,8 @@ _U32 = struct.Struct(">I")
 _MAGIC_CRC32C_BYTES = _U16.pack(MAGIC_CRC32C)
 _MAGIC_BROKER_ENTRY_METADATA_BYTES = _U16.pack(MAGIC_BROKER_ENTRY_METADATA)
 _MAGIC_AND_CRC_BYTES = _U16.size + _U32.size
+# A client's section starts with the checksum magic, the CRC-32C and the metadata size.
+_CHECKSUMMED_HEAD = struct.Struct(">HII")
 
 # Ack-set words are Java longs: signed 64-bit on the wire (protobuf int64), 64 batch indexes each.
 _BITS_PER_WORD = 64
@@ -150,6 +153,55 @@ def parse_entry(section: bytes) -> ParsedEntry:
         highest_sequence_id=metadata.highest_sequence_id if metadata.HasField("highest_sequence_id") else None,
         deliver_at_time=metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None,
         marker_type=metadata.marker_type if metadata.HasField("marker_type") else None,
+    )
+
+
+def index_send(section: bytes) -> tuple[bytes, int, int, int, int, bool]:
+    """What the broker needs of a SEND's payload section to store it, read once and nothing more:
+    (entry bytes, key hash, message count, publish time, deliver_at_time or 0, carries a marker type).
+
+    The same checks and the same sticky key as `parse_entry`, which this is the per-message fast path of:
+    a client's checksummed section is stored as it came (no copy of the payload), and of the metadata
+    only the fields above are read, each once, since every access to a upb field costs a C call.
+    Raises ChecksumError and ProtocolError as `parse_entry` does.
+    """
+    if len(section) < _CHECKSUMMED_HEAD.size or section[:2] != _MAGIC_CRC32C_BYTES:
+        # Broker entry metadata in front, or no checksum (protocol < 6): rare enough for the full parse.
+        parsed = parse_entry(section)
+        return (
+            parsed.entry,
+            parsed.key_hash,
+            parsed.num_messages,
+            parsed.publish_time,
+            parsed.deliver_at_time or 0,
+            parsed.marker_type is not None,
+        )
+    _, expected, metadata_size = _CHECKSUMMED_HEAD.unpack_from(section)
+    view = memoryview(section)
+    computed = crc32c.crc32c(view[_MAGIC_AND_CRC_BYTES:])
+    if computed != expected:
+        raise ChecksumError(expected, computed)
+    metadata = _parse(MessageMetadata, view, _CHECKSUMMED_HEAD.size, _CHECKSUMMED_HEAD.size + metadata_size, "MessageMetadata")
+    # A non-empty value proves presence; only an empty one needs HasField (proto2 presence).
+    ordering_key = metadata.ordering_key
+    partition_key = metadata.partition_key
+    key = sticky_key(
+        ordering_key if ordering_key or metadata.HasField("ordering_key") else None,
+        partition_key if partition_key or metadata.HasField("partition_key") else None,
+        metadata.partition_key_b64_encoded,
+        metadata.producer_name,
+        metadata.sequence_id,
+    )
+    num_messages = metadata.num_messages_in_batch
+    if num_messages < 1:
+        raise ProtocolError(f"batch of {num_messages} messages")
+    return (
+        section,
+        key_hash(key),
+        num_messages,
+        metadata.publish_time,
+        metadata.deliver_at_time,
+        metadata.HasField("marker_type"),
     )
 
 

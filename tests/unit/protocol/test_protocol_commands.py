@@ -249,3 +249,20 @@ def test_send_receipt_equals_protobuf_encoding(
     assert by_hand == encode_frame(command)
     frame = _decode(by_hand)
     assert commands.signed_id(frame.body.message_id.ledgerId) == ledger_id
+
+
+@given(
+    producer_id=st.integers(0, U64_MAX),
+    receipts=st.lists(
+        st.tuples(st.integers(0, U64_MAX), st.integers(0, U64_MAX), st.integers(-1, INT64_MAX), st.integers(-1, INT64_MAX)),
+        max_size=5,
+    ),
+)
+def test_send_receipts_join_single_receipts(producer_id: int, receipts: list[tuple[int, int, int, int]]) -> None:
+    sends = [(sequence_id, highest) for sequence_id, highest, _, _ in receipts]
+    positions = [(ledger_id, entry_id) for _, _, ledger_id, entry_id in receipts]
+    joined = b"".join(
+        commands.send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest)
+        for sequence_id, highest, ledger_id, entry_id in receipts
+    )
+    assert commands.send_receipts(producer_id, sends, positions) == joined

@@ -17,6 +17,7 @@ from magnetar.protocol.messages import (
     encode_batch,
     encode_entry,
     full_ack_set,
+    index_send,
     parse_entry,
     split_batch,
     unacked_count,
@@ -139,6 +140,60 @@ def test_random_sections_parse_or_raise_known_errors(body: bytes, checksummed: b
         parse_entry(section)
     except (ProtocolError, ChecksumError):
         pass
+
+
+def _index_from_parse(section: bytes) -> tuple[bytes, int, int, int, int, bool] | type[Exception]:
+    try:
+        parsed = parse_entry(section)
+    except (ProtocolError, ChecksumError) as error:
+        return type(error)
+    return (
+        parsed.entry,
+        parsed.key_hash,
+        parsed.num_messages,
+        parsed.publish_time,
+        parsed.deliver_at_time or 0,
+        parsed.marker_type is not None,
+    )
+
+
+def _index(section: bytes) -> tuple[bytes, int, int, int, int, bool] | type[Exception]:
+    try:
+        return index_send(section)
+    except (ProtocolError, ChecksumError) as error:
+        return type(error)
+
+
+_optional_fields = st.fixed_dictionaries(
+    {},
+    optional={
+        "ordering_key": st.binary(max_size=4),
+        "partition_key": st.sampled_from(["", "k", "aGk=", "a", "not base64!"]),
+        "partition_key_b64_encoded": st.booleans(),
+        "num_messages_in_batch": st.integers(-1, 3),
+        "deliver_at_time": st.integers(-(2**63), 2**63 - 1),
+        "marker_type": st.integers(0, 3),
+        "highest_sequence_id": st.integers(0, 2**64 - 1),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_optional_fields, st.binary(max_size=8), st.sampled_from(["checksummed", "plain", "prefixed"]))
+def test_index_send_reads_what_parse_entry_reads(fields: dict[str, object], body: bytes, form: str) -> None:
+    """The broker's per-SEND fast path must agree with the full parse on every field it returns."""
+    prefix = BrokerEntryMetadata(index=1) if form == "prefixed" else None
+    section = encode_entry(_metadata(**fields), body, prefix)
+    if form == "plain":
+        section = section[6:]
+    assert _index(section) == _index_from_parse(section)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=60), st.booleans())
+def test_index_send_fails_like_parse_entry(body: bytes, checksummed: bool) -> None:
+    section = b"\x0e\x01" + struct.pack(">I", crc32c.crc32c(body)) + body if checksummed else body
+    assert _index(section) == _index_from_parse(section)
 
 
 # --- batches
