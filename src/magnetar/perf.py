@@ -286,6 +286,7 @@ def produce_magnetar(args: argparse.Namespace) -> int:
         if connection.partitions(topic):
             print(f"produce: --client magnetar produces to non-partitioned topics only; {topic} is partitioned",
                   file=sys.stderr)
+            connection.close()
             return 2
         producer = Producer(connection, topic, f"perf-{os.urandom(4).hex()}")
     except (BrokerError, ConnectionLost, ReadTimeout) as error:
@@ -503,6 +504,7 @@ def consume_magnetar(args: argparse.Namespace) -> int:
         if connection.partitions(topic):
             print(f"consume: --client magnetar consumes non-partitioned topics only; {topic} is partitioned",
                   file=sys.stderr)
+            connection.close()
             return 2
         consumer_ids = [
             connection.subscribe(

@@ -123,3 +123,14 @@ def test_consume_on_our_client_receives_and_acks_everything(module_broker, tmp_p
     # Every message was acknowledged: nothing is left in the subscription's backlog.
     stats_url = f"{module_broker.http_url}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}/stats"
     assert httpx.get(stats_url).json()["subscriptions"]["perf"]["msgBacklog"] == 0
+
+
+@pytest.mark.parametrize("verb", ["produce", "consume"])
+def test_a_partitioned_topic_is_refused(module_broker, verb: str) -> None:
+    name = f"perf-{uuid.uuid4().hex[:8]}"
+    created = httpx.put(f"{module_broker.http_url}/admin/v2/persistent/public/default/{name}/partitions", json=2)
+    assert created.status_code == 204
+    result = magnetar("perf", verb, "--client", "magnetar", "--service-url", module_broker.url, "--topic", name,
+                      "--messages", "10")
+    assert result.returncode == 2
+    assert "non-partitioned topics only" in result.stderr
