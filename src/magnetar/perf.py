@@ -211,6 +211,25 @@ def produce(args: argparse.Namespace) -> int:
     return 1 if failures[0] else 0
 
 
+class _Refused(Exception):
+    """What `--client magnetar` does not do."""
+
+
+def _connect(service_url: str, topic: str) -> Connection:
+    """A connection of our client for `topic`, which must not be partitioned: our client does not route
+    messages to partitions nor consume several."""
+    connection = Connection(service_url, RECEIPT_TIMEOUT_S)
+    try:
+        partitions = connection.partitions(topic)
+    except BaseException:
+        connection.close()
+        raise
+    if partitions:
+        connection.close()
+        raise _Refused(f"--client magnetar works with non-partitioned topics only; {topic} has {partitions} partitions")
+    return connection
+
+
 class _KeyBatcher:
     """Messages `index` = 0, 1, 2, ... keyed `key-(index % keys)` round robin, as the official client's
     KeyBased batching groups them: one container of consecutive messages, closed when it holds
@@ -282,13 +301,11 @@ def produce_magnetar(args: argparse.Namespace) -> int:
         return 2
     topic = normalize_topic(args.topic)
     try:
-        connection = Connection(args.service_url, RECEIPT_TIMEOUT_S)
-        if connection.partitions(topic):
-            print(f"produce: --client magnetar produces to non-partitioned topics only; {topic} is partitioned",
-                  file=sys.stderr)
-            connection.close()
-            return 2
+        connection = _connect(args.service_url, topic)
         producer = Producer(connection, topic, f"perf-{os.urandom(4).hex()}")
+    except _Refused as refusal:
+        print(f"produce: {refusal}", file=sys.stderr)
+        return 2
     except (BrokerError, ConnectionLost, ReadTimeout) as error:
         print(f"produce: {error}", file=sys.stderr)
         return 1
@@ -500,12 +517,7 @@ def consume_magnetar(args: argparse.Namespace) -> int:
     its message count and gets one latency); whole entries acked individually, grouped per 100 ms."""
     topic = normalize_topic(args.topic)
     try:
-        connection = Connection(args.service_url, RECEIPT_TIMEOUT_S)
-        if connection.partitions(topic):
-            print(f"consume: --client magnetar consumes non-partitioned topics only; {topic} is partitioned",
-                  file=sys.stderr)
-            connection.close()
-            return 2
+        connection = _connect(args.service_url, topic)
         consumer_ids = [
             connection.subscribe(
                 topic, args.subscription, durable=True, create_topic=True,
@@ -513,6 +525,9 @@ def consume_magnetar(args: argparse.Namespace) -> int:
             )
             for index in range(args.consumers)
         ]
+    except _Refused as refusal:
+        print(f"consume: {refusal}", file=sys.stderr)
+        return 2
     except (BrokerError, ConnectionLost, ReadTimeout) as error:
         print(f"consume: {error}", file=sys.stderr)
         return 1

@@ -161,16 +161,25 @@ class Connection:
         except OSError as error:
             self.close()
             raise ConnectionLost(f"reading from the broker failed: {error}") from error
+        frames, pings = self._received(data)
+        self._backlog.extend(frames)
+        for _ in range(pings):
+            self.send_raw(_PONG)
+        return True
+
+    def _received(self, data: bytes) -> tuple[list[Frame], int]:
+        """The frames in what one recv returned, keep-alives left out, and how many PINGs want a PONG."""
         if not data:
             self.close()
             raise ConnectionLost("the broker closed the connection")
+        frames, pings = [], 0
         for frame in self._decoder.receive_data(data):
             kind = frame.command.type
             if kind == BaseCommand.PING:
-                self.send_command(BaseCommand(type=BaseCommand.PONG, pong={}))
+                pings += 1
             elif kind != BaseCommand.PONG:
-                self._backlog.append(frame)
-        return True
+                frames.append(frame)
+        return frames, pings
 
     def next_frame(self, wanted: Callable[[object], bool], deadline: float) -> object:
         """The first frame `wanted` accepts, leaving the others in order for whoever wants them."""
@@ -215,16 +224,9 @@ class Connection:
             if writable:
                 del outgoing[: sock.send(outgoing)]
             if readable:
-                data = sock.recv(_RECV_BYTES)
-                if not data:
-                    self.close()
-                    raise ConnectionLost("the broker closed the connection")
-                for frame in self._decoder.receive_data(data):
-                    kind = frame.command.type
-                    if kind == BaseCommand.PING:
-                        outgoing += encode_frame(BaseCommand(type=BaseCommand.PONG, pong={}))
-                    elif kind != BaseCommand.PONG:
-                        frames.append(frame)
+                received, pings = self._received(sock.recv(_RECV_BYTES))
+                frames += received
+                outgoing += _PONG * pings
         except (BlockingIOError, InterruptedError):
             pass  # select said ready and the kernel disagreed for a moment: the next pump retries
         except OSError as error:
@@ -357,6 +359,8 @@ def individual_ack_frame(consumer_id: int, positions: Sequence[tuple[int, int]])
     fields = {"consumer_id": consumer_id, "ack_type": 0, "message_id": message_ids}
     return encode_frame(BaseCommand(type=BaseCommand.ACK, ack=fields))
 
+
+_PONG = encode_frame(BaseCommand(type=BaseCommand.PONG, pong={}))
 
 # Which BaseCommand field of a reply carries the request id it answers.
 _RESPONSE_FIELDS = {
