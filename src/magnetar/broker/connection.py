@@ -14,6 +14,7 @@ import asyncio
 import itertools
 import logging
 import time
+from functools import partial
 from typing import Any
 
 from magnetar.broker.consumer import ServerConsumer
@@ -25,7 +26,7 @@ from magnetar.core.events import KeySharedMeta
 from magnetar.core.positions import EARLIEST, LATEST, Position
 from magnetar.protocol import commands, messages
 from magnetar.protocol.connection import ServerProtocol
-from magnetar.protocol.framing import Frame, ProtocolError, command_field_name
+from magnetar.protocol.framing import ProtocolError, command_field_name
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand, CommandSubscribe
 
 __all__ = ["ServerConnection", "SERVER_VERSION"]
@@ -46,6 +47,9 @@ _READ_SIZE = 256 * 1024
 
 
 _INT64_SIGN = 1 << 63
+_SEND = BaseCommand.SEND
+# Position(ledger, entry) without the Python-level __new__ NamedTuple generates: one per acked id.
+_new_position = partial(tuple.__new__, Position)
 
 
 def _signed(value: int) -> int:
@@ -112,13 +116,13 @@ class ServerConnection:
                     log.warning("closing connection from %s: %s", self.peer, error)
                     break
                 try:
-                    for frame in frames:
-                        if frame.command.type == BaseCommand.SEND:
-                            self._on_send(frame.command.send, frame.payload)
+                    for command, payload in frames:
+                        if command.type == _SEND:
+                            self._on_send(command.send, payload)
                         else:
                             # Anything else may depend on the SENDs before it (CLOSE_PRODUCER): append them first.
                             self._publish_pending()
-                            self._dispatch(frame)
+                            self._dispatch(command)
                     self._publish_pending()
                 except ProtocolError as error:
                     log.warning("closing connection from %s: %s", self.peer, error)
@@ -190,8 +194,7 @@ class ServerConnection:
 
     # ------------------------------------------------------------------------------ commands
 
-    def _dispatch(self, frame: Frame) -> None:
-        command = frame.command
+    def _dispatch(self, command: BaseCommand) -> None:
         kind = command.type
         if kind == BaseCommand.ACK:
             self._on_ack(command.ack)
@@ -402,7 +405,7 @@ class ServerConnection:
                 if ledger_id >= _INT64_SIGN or entry_id >= _INT64_SIGN:
                     position = Position(_signed(ledger_id), _signed(entry_id))
                 else:
-                    position = Position(ledger_id, entry_id)
+                    position = _new_position((ledger_id, entry_id))
                 ack_set = message_id.ack_set
                 if ack_set:
                     with_ack_sets.append((position, list(ack_set)))

@@ -70,35 +70,30 @@ class ServerConsumer:
 
     def send_entries(self, entries: list[Entry], redelivery_counts: list[int] | None) -> None:
         """MESSAGE frames for a `Dispatch`: the stored SEND bytes follow each command verbatim."""
-        cursor = self.subscription.cursor
-        frames = []
-        messages = size = 0
-        consumer_id, partition = self.client_consumer_id, self.partition_index
-        for index, entry in enumerate(entries):
-            stored: Any = entry.payload
-            ack_set = None
-            if stored.message_count > 1:
-                self.batch_sizes[entry.position] = stored.message_count
-                partial = cursor.acked_batch_indexes(entry.position)
-                if partial is not None:
-                    ack_set = unacked_words(*partial)
-            frames.append(
-                commands.message_frame(
-                    consumer_id,
-                    entry.position[0],
-                    entry.position[1],
-                    stored.data,
-                    redelivery_counts[index] if redelivery_counts else 0,
-                    ack_set,
-                    partition,
-                )
-            )
-            messages += entry.message_count
-            size += len(stored.data)
-        self.msg_out_counter += messages
-        self.bytes_out_counter += size
+        stored: list[Any] = [entry.payload for entry in entries]
+        datas = [entry.data for entry in stored]
+        ack_sets: dict[int, list[int]] = {}
+        if any(entry.message_count > 1 for entry in stored):
+            cursor = self.subscription.cursor
+            for index, entry in enumerate(stored):
+                if entry.message_count > 1:
+                    self.batch_sizes[entry.position] = entry.message_count
+                    partial = cursor.acked_batch_indexes(entry.position)
+                    if partial is not None:
+                        ack_sets[index] = unacked_words(*partial)
+        self.msg_out_counter += sum(entry.message_count for entry in entries)
+        self.bytes_out_counter += sum(map(len, datas))
         self.last_consumed_ms = _now_ms()
-        self.connection.write(b"".join(frames))
+        self.connection.write(
+            commands.message_frames(
+                self.client_consumer_id,
+                [entry.position for entry in entries],
+                datas,
+                redelivery_counts,
+                ack_sets,
+                self.partition_index,
+            )
+        )
 
     def send_active_change(self, is_active: bool) -> None:
         self.connection.write(commands.active_consumer_change(self.client_consumer_id, is_active))

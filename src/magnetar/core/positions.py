@@ -80,8 +80,36 @@ class PositionRangeSet:
         return ranges
 
     def add(self, position: tuple[int, int]) -> None:
-        """Add one position: the range `(ledger:entry-1, ledger:entry]`."""
-        self.add_range((position[0], position[1] - 1), position)
+        """Add one position: the range `(ledger:entry-1, ledger:entry]`.
+
+        Acks add positions one at a time, so this is `add_range` for a one-position range without its
+        second search and slice assignments: no two-int pair lies strictly between `lower` and
+        `position`, so the range found either holds the position, touches it, or lies past it.
+        """
+        lowers, uppers = self._lowers, self._uppers
+        lower = (position[0], position[1] - 1)
+        # Ranges before `index` end below `lower`: they neither hold nor touch the new one.
+        index = bisect_left(uppers, lower)
+        if index == len(uppers):
+            lowers.append(lower)
+            uppers.append(position)
+            return
+        range_lower = lowers[index]
+        if range_lower < position:
+            if uppers[index] == lower:
+                # Touches this range from above; it may now touch the next one too.
+                if index + 1 < len(lowers) and lowers[index + 1] == position:
+                    uppers[index] = uppers[index + 1]
+                    del lowers[index + 1]
+                    del uppers[index + 1]
+                else:
+                    uppers[index] = position
+            return
+        if range_lower == position:
+            lowers[index] = lower
+        else:
+            lowers.insert(index, lower)
+            uppers.insert(index, position)
 
     def add_range(self, lower: tuple[int, int], upper: tuple[int, int]) -> None:
         """Add the open-closed range `(lower, upper]`, merging it with every range it overlaps or touches."""

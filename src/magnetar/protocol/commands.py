@@ -14,7 +14,7 @@ values; `signed_id` reads a received one.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from magnetar.protocol.framing import encode_frame
 from magnetar.protocol.pulsar_api_pb2 import (
@@ -40,6 +40,7 @@ __all__ = [
     "get_topics_of_namespace_response",
     "lookup_response",
     "message_frame",
+    "message_frames",
     "partitioned_metadata_response",
     "ping",
     "pong",
@@ -281,27 +282,35 @@ def send_receipts(producer_id: int, sends: Iterable[tuple[int, int]], positions:
     """The SEND_RECEIPTs of consecutive SENDs, joined: for each (sequence id, highest sequence id) of
     `sends` and (ledger id, entry id) of `positions`, the bytes `send_receipt` writes for them.
 
-    A producer's receipts leave in runs (every SEND of a socket read becomes durable at once), so the
-    producer's part of the command and each ledger's part of the message id are encoded once per run.
+    A producer's receipts leave in runs (every SEND of a socket read becomes durable at once), within
+    which only the three varints of sequence id, entry id and highest sequence id change. Everything
+    else of a receipt depends only on their lengths, so it is encoded once per run and length shape.
     """
     head = b"\x08" + _varint(producer_id) + b"\x10"
     frames: list[bytes] = []
     append = frames.append
-    pack = _HEADER.pack
-    ledger_head = b""
     last_ledger = None
+    ledger = b""
+    # (length of sequence id, entry id, highest) -> (bytes before the sequence id, bytes between it and the entry id)
+    templates: dict[int, tuple[bytes, bytes]] = {}
     for (sequence_id, highest_sequence_id), (ledger_id, entry_id) in zip(sends, positions):
         if ledger_id != last_ledger:
             last_ledger = ledger_id
-            ledger_head = b"\x08" + _varint(ledger_id & _U64) + b"\x10"
-        message_id = ledger_head + _varint(entry_id & _U64)
-        body = (
-            head + _varint(sequence_id & _U64) + b"\x1a" + _varint(len(message_id)) + message_id
-            + b"\x20" + _varint(highest_sequence_id & _U64)
-        )
-        command = _SEND_RECEIPT_PREFIX + _varint(len(body)) + body
-        append(pack(4 + len(command), len(command)))
-        append(command)
+            ledger = _varint(ledger_id & _U64)
+            templates = {}
+        sequence = _varint(sequence_id & _U64)
+        entry = _varint(entry_id & _U64)
+        highest = _varint(highest_sequence_id & _U64)
+        shape = len(sequence) | len(entry) << 4 | len(highest) << 8
+        template = templates.get(shape)
+        if template is None:
+            message_id_size = 2 + len(ledger) + len(entry)
+            middle = b"\x1a" + _varint(message_id_size) + b"\x08" + ledger + b"\x10"
+            body_size = len(head) + len(sequence) + len(middle) + len(entry) + 1 + len(highest)
+            command_size = len(_SEND_RECEIPT_PREFIX) + len(_varint(body_size)) + body_size
+            prefix = _HEADER.pack(4 + command_size, command_size) + _SEND_RECEIPT_PREFIX + _varint(body_size) + head
+            template = templates[shape] = (prefix, middle)
+        append(template[0] + sequence + template[1] + entry + b"\x20" + highest)
     return b"".join(frames)
 
 
@@ -448,3 +457,50 @@ def message_frame(
         body += b"".join([b"\x20" + _varint(word & _U64) for word in ack_set])
     command = _MESSAGE_PREFIX + _varint(len(body)) + body
     return _HEADER.pack(4 + len(command) + len(payload), len(command)) + command + payload
+
+
+def message_frames(
+    consumer_id: int,
+    positions: Sequence[tuple[int, int]],
+    payloads: Sequence[bytes],
+    redelivery_counts: Sequence[int] | None = None,
+    ack_sets: Mapping[int, Iterable[int]] | None = None,
+    partition: int = -1,
+) -> bytes:
+    """The MESSAGE frames of one dispatch, joined: entry i at `positions[i]` with `payloads[i]`, its
+    redelivery count `redelivery_counts[i]` (all 0 when None) and ack set `ack_sets.get(i)`.
+
+    The bytes `message_frame` writes for each. Within a dispatch only the entry id changes between
+    entries delivered for the first time, so the rest of their command is encoded once per ledger and
+    entry-id length; redelivered and partly acked entries take `message_frame`.
+    """
+    consumer = b"\x08" + _varint(consumer_id) + b"\x12"
+    after_entry = b"\x18" + _varint(partition & _U64) if partition != -1 else b""
+    frames: list[bytes] = []
+    append = frames.append
+    pack = _HEADER.pack
+    last_ledger = None
+    ledger = b""
+    # entry-id length -> (command size, bytes between the frame header and the entry id)
+    templates: dict[int, tuple[int, bytes]] = {}
+    for index, (ledger_id, entry_id) in enumerate(positions):
+        payload = payloads[index]
+        redelivery_count = redelivery_counts[index] if redelivery_counts else 0
+        ack_set = ack_sets.get(index) if ack_sets else None
+        if redelivery_count or ack_set:
+            append(message_frame(consumer_id, ledger_id, entry_id, payload, redelivery_count, ack_set, partition))
+            continue
+        if ledger_id != last_ledger:
+            last_ledger = ledger_id
+            ledger = _varint(ledger_id & _U64)
+            templates = {}
+        entry = _varint(entry_id & _U64)
+        template = templates.get(len(entry))
+        if template is None:
+            message_id_size = 2 + len(ledger) + len(entry) + len(after_entry)
+            body_size = len(consumer) + len(_varint(message_id_size)) + message_id_size
+            head = _MESSAGE_PREFIX + _varint(body_size) + consumer + _varint(message_id_size) + b"\x08" + ledger + b"\x10"
+            template = templates[len(entry)] = (len(_MESSAGE_PREFIX) + len(_varint(body_size)) + body_size, head)
+        command_size, head = template
+        append(pack(4 + command_size + len(payload), command_size) + head + entry + after_entry + payload)
+    return b"".join(frames)

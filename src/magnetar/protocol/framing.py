@@ -15,6 +15,7 @@ verbatim and replays it behind MESSAGE, so the client's CRC-32C stays valid.
 from __future__ import annotations
 
 import struct
+from functools import partial
 from typing import NamedTuple
 
 from google.protobuf.message import DecodeError, Message
@@ -78,6 +79,10 @@ class Frame(NamedTuple):
     def body(self) -> Message:
         """The sub-message the type names, e.g. the `CommandSend` of a SEND."""
         return getattr(self.command, _FIELD_NAME_BY_TYPE[self.command.type])
+
+
+# Frame(command, payload) without the Python-level __new__ NamedTuple generates: one per frame.
+_new_frame = partial(tuple.__new__, Frame)
 
 
 def command_field_name(command_type: int) -> str:
@@ -151,7 +156,10 @@ class FrameDecoder:
         with memoryview(stream) as view:
             while end - offset >= _HEADER_BYTES:
                 total_size, command_size = _HEADER.unpack_from(stream, offset)
-                _check_sizes(total_size, command_size, max_frame_size)
+                if not (_SIZE_BYTES < total_size and total_size + _SIZE_BYTES <= max_frame_size) or not (
+                    0 < command_size <= total_size - _SIZE_BYTES
+                ):
+                    _check_sizes(total_size, command_size, max_frame_size)
                 frame_end = offset + _SIZE_BYTES + total_size
                 if frame_end > end:
                     break
@@ -169,19 +177,19 @@ class FrameDecoder:
                         _check_command(command)
                     if command_end == frame_end:
                         raise ProtocolError("SEND frame carries no payload section")
-                    frames.append(Frame(command, stream[command_end:frame_end]))
+                    frames.append(_new_frame((command, stream[command_end:frame_end])))
                 else:
                     _check_command(command)
                     if command.type == _MESSAGE:
                         if command_end == frame_end:
                             raise ProtocolError("MESSAGE frame carries no payload section")
-                        frames.append(Frame(command, stream[command_end:frame_end]))
+                        frames.append(_new_frame((command, stream[command_end:frame_end])))
                     elif command_end != frame_end:
                         raise ProtocolError(
                             f"{_type_name(command.type)} frame carries {frame_end - command_end} bytes after its command"
                         )
                     else:
-                        frames.append(Frame(command, b""))
+                        frames.append(_new_frame((command, b"")))
                 offset = frame_end
             if _SIZE_BYTES <= end - offset < _HEADER_BYTES:
                 # Only the size has arrived: an oversized frame is refused before its bytes are buffered.

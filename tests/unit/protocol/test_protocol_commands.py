@@ -266,3 +266,30 @@ def test_send_receipts_join_single_receipts(producer_id: int, receipts: list[tup
         for sequence_id, highest, ledger_id, entry_id in receipts
     )
     assert commands.send_receipts(producer_id, sends, positions) == joined
+
+
+@given(
+    consumer_id=st.integers(0, U64_MAX),
+    entries=st.lists(
+        st.tuples(
+            st.integers(-1, INT64_MAX),
+            st.integers(-1, INT64_MAX),
+            st.binary(min_size=1, max_size=8),
+            st.sampled_from([0, 0, 1, 300]),
+            st.none() | st.lists(st.integers(-(2**63), INT64_MAX), max_size=2),
+        ),
+        max_size=6,
+    ),
+    partition=st.sampled_from([-1, 0, 3, -2]),
+)
+def test_message_frames_join_single_frames(consumer_id: int, entries: list, partition: int) -> None:
+    positions = [(ledger_id, entry_id) for ledger_id, entry_id, _, _, _ in entries]
+    payloads = [payload for _, _, payload, _, _ in entries]
+    counts = [count for _, _, _, count, _ in entries]
+    ack_sets = {index: entry[4] for index, entry in enumerate(entries) if entry[4] is not None}
+    joined = b"".join(commands.message_frame(consumer_id, *entry, partition) for entry in entries)
+    assert commands.message_frames(consumer_id, positions, payloads, counts, ack_sets, partition) == joined
+    first_time = [(ledger_id, entry_id, payload) for ledger_id, entry_id, payload, _, _ in entries]
+    assert commands.message_frames(consumer_id, positions, payloads, partition=partition) == b"".join(
+        commands.message_frame(consumer_id, *entry, partition=partition) for entry in first_time
+    )
