@@ -161,3 +161,26 @@ def test_a_malformed_batch_names_its_entry_and_what_is_wrong(payload: bytes, cou
     with pytest.raises(UnsupportedEntry, match=r"batch entry 7:3 is malformed") as error:
         rows_of(malformed(payload, count))
     assert says in str(error.value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sampled_from([0, 1, 100, 127, 128, 16_000, 16_383, 2**21 - 300, 2**35 - 5, 2**62]),
+    st.integers(0, 300),
+    st.sampled_from([1, 2, 64, 1000]),
+    st.integers(2, 700),
+    st.sampled_from([0, 1, 100]),
+)
+def test_runs_of_numbered_messages_across_varint_widths(first: int, offset: int, step: int, count: int, size: int):
+    # What producers send: messages numbered one after another (one apart, or as many apart as a
+    # KeyBased batch's key has company), sequence ids and event times crossing varint byte widths.
+    messages = [
+        message(key="key-3", size=size, sequence_id=first + offset + step * i, event_time=first % 2**40 + i)
+        for i in range(count)
+    ]
+    entry = batch_entry(messages)
+    assert comparable(rows_of(entry)) == expected_rows(entry)
+    segments, _values = _split_batch((7, 3), entry.payload, count)
+    runs = [segment for segment in segments if isinstance(segment, _Run)]
+    if count > 200 and step == 1 and first < 2**35:
+        assert sum(run.count for run in runs) > count // 2
