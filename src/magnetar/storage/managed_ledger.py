@@ -356,12 +356,12 @@ class ManagedLedger:
                     records.append(piece)
             if records:
                 runs.extend(runs_of_records(records))
+        entries = sum(len(run.datas) for run in runs)
         if runs:
             last = runs[-1]
-            entries = sum(len(run.datas) for run in runs)
             last_position = (last.ledger_id, last.first_entry_id + len(last.datas) - 1)
             self._submitted.append((last_position, entries, time.monotonic()))
-        self._engine.submit((self, runs, size))
+        self._engine.submit((self, runs, size, entries))
 
     def _current_is_full(self) -> bool:
         # Counts first: they are what usually decides, and reading the clock on every append costs

@@ -88,9 +88,14 @@ GROUP_COMMIT_ITEMS_MAX = 10_000
 # ...and at most this many payload bytes, which bounds the memory a batch pins and the WAL growth of
 # one transaction.
 GROUP_COMMIT_BYTES_MAX = 32 * 1024 * 1024
-# A commit with at least this many items goes at once; a smaller one may wait journalMaxGroupWaitMSec.
-# Each item is an append batch (one socket read of SENDs) or a cursor/metadata write.
+# A commit with at least this many items, or this many appended entries, goes at once; a smaller one
+# may wait journalMaxGroupWaitMSec for company. Each item is one topic's appends of one loop iteration
+# (a socket read of SENDs, or more) or a cursor/metadata write. The wait is there to share an fsync
+# and a wake-up of the event loop among many appends at moderate rates; a commit that already
+# carries this many entries shares them enough, and waiting would only add latency: it made every
+# commit of the append benchmark wait the whole 1 ms (1197 entries, in one item), a third of its time.
 GROUP_WAIT_ITEMS_MIN = 64
+GROUP_WAIT_ENTRIES_MIN = 64
 # A segment is what a read of one entry pulls from disk, so keep it small enough that a redelivery
 # of one message does not read megabytes, and large enough that SQLite costs per batch, not per entry.
 SEGMENT_ENTRIES_MAX = 2_000
@@ -281,11 +286,15 @@ class SqliteEngine:
             connection = sqlite3.connect(
                 self.db_path, isolation_level=None, check_same_thread=False, cached_statements=64
             )
-            # 64 KB pages, for a new database only (SQLite keeps an existing one's page size): an
+            # 32 KB pages, for a new database only (SQLite keeps an existing one's page size). An
             # entry segment is a blob of up to 1 MB, which 4 KB pages split into hundreds of overflow
-            # pages, each a WAL frame and a write. Measured, SQLite alone with fsync: 1 KB entries
-            # 205 000/s with 4 KB pages, 278 000/s with 64 KB; 100 B entries 1.18M/s, 1.37M/s.
-            connection.execute("PRAGMA page_size=65536")
+            # pages, each a WAL frame and two writes (1 KB entries, SQLite alone with fsync: 205 000/s
+            # with 4 KB pages, 278 000/s with 64 KB). But every commit also rewrites four small pages
+            # whole (header, meta, ledgers, the segments leaf): with 64 KB pages a commit of 1197
+            # entries of 100 B (157 KB) put 416 KB into the WAL, with 32 KB 288 KB, for 10% less of
+            # SQLite's CPU per entry; 1 KB entries cost the same with 32 KB as with 64 KB, and 16 KB
+            # (224 KB) costs them ~10% more (docs/storage.md).
+            connection.execute("PRAGMA page_size=32768")
             connection.execute("PRAGMA journal_mode=WAL")
             # FULL: the WAL is fsynced at every commit. NORMAL: only at checkpoints, so a commit
             # survives a process crash but not a power cut.
@@ -433,8 +442,8 @@ class SqliteEngine:
     # ------------------------------------------------------------------ writes
 
     def submit(self, item: Any) -> None:
-        """Queue `(owner, runs, payload bytes)` (appends, in position order) or a `WriteOp`; called
-        on the event loop."""
+        """Queue `(owner, runs, payload bytes, entries)` (appends, in position order) or a
+        `WriteOp`; called on the event loop."""
         self._queue.put(item)
 
     def _commit_loop(self) -> None:
@@ -445,14 +454,18 @@ class SqliteEngine:
             if item is _STOP:
                 return
             batch = [item]
-            size = item[2] if type(item) is tuple else 0
+            size, entries = (item[2], item[3]) if type(item) is tuple else (0, 0)
             stop = False
             deadline = None
             while len(batch) < GROUP_COMMIT_ITEMS_MAX and size < GROUP_COMMIT_BYTES_MAX:
                 try:
                     item = take_nowait()
                 except queue.Empty:
-                    if len(batch) >= GROUP_WAIT_ITEMS_MIN or not self.group_wait_s:
+                    if (
+                        len(batch) >= GROUP_WAIT_ITEMS_MIN
+                        or entries >= GROUP_WAIT_ENTRIES_MIN
+                        or not self.group_wait_s
+                    ):
                         break
                     # A small commit waits a little for company (journalMaxGroupWaitMSec).
                     if deadline is None:
@@ -470,6 +483,7 @@ class SqliteEngine:
                 batch.append(item)
                 if type(item) is tuple:
                     size += item[2]
+                    entries += item[3]
             report = self._commit(batch)
             if report.error is None:
                 self._after_commit(size + CHECKPOINT_OP_BYTES * len(report.ops))
@@ -489,7 +503,7 @@ class SqliteEngine:
             if type(item) is not tuple:
                 report.ops.append(item)
                 continue
-            owner, runs, _size = item
+            owner, runs, _size, _entries = item
             for run in runs:
                 ledger_id = run.ledger_id
                 if ledger_id in self._fenced_ledgers:

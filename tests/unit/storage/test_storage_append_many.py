@@ -125,7 +125,8 @@ def test_a_batch_resolves_only_when_every_part_of_it_is_durable(run_storage):
         held = _hold_commits(ledger)
         future = ledger.append_many(*columns([b"m%d" % i for i in range(7)]))  # 5 + 2, two ledgers
         await asyncio.sleep(0)
-        (_owner, runs, _size), = held
+        (_owner, runs, _size, entries), = held
+        assert entries == 7
         assert [(run.first_entry_id, len(run.datas)) for run in runs] == [(0, 5), (0, 2)]
         ledger._on_durable(runs[0].ledger_id, 4)
         await asyncio.sleep(0)
@@ -143,7 +144,7 @@ def test_a_batch_fails_when_any_part_of_it_fails(run_storage):
         held = _hold_commits(ledger)
         future = ledger.append_many(*columns([b"m%d" % i for i in range(7)]))
         await asyncio.sleep(0)
-        (_owner, runs, _size), = held
+        (_owner, runs, _size, _entries), = held
         ledger._on_failed(runs[0].ledger_id, StorageWriteError("disk full"))
         # The part in the second ledger was in the same hand-off; whatever its fate, the batch failed.
         ledger._on_durable(runs[1].ledger_id, 1)
@@ -153,6 +154,26 @@ def test_a_batch_fails_when_any_part_of_it_fails(run_storage):
         del ledger._engine.submit
 
     run_storage(scenario)
+
+
+def test_a_commit_waits_for_company_only_while_it_carries_few_entries(run_storage, small_config):
+    """journalMaxGroupWaitMSec holds a commit of a few appends back for more; one that carries
+    GROUP_WAIT_ENTRIES_MIN entries goes at once (here the wait is a minute: only that rule ends it)."""
+    config = small_config.with_changes(managedLedgerMaxEntriesPerLedger=1000)
+    enough = sqlite_engine.GROUP_WAIT_ENTRIES_MIN
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        factory.engine.group_wait_s = 60  # journalMaxGroupWaitMSec, set once the topic exists
+        few = ledger.append_many(*columns([b"x"] * 3))
+        await asyncio.sleep(0.2)
+        assert not few.done(), "a commit of 3 entries went without waiting for company"
+        company = ledger.append_many(*columns([b"y"] * (enough - 3), 3))
+        await asyncio.wait_for(asyncio.gather(few, company), timeout=30)
+        alone = ledger.append_many(*columns([b"z"] * enough, enough))
+        assert len(await asyncio.wait_for(alone, timeout=30)) == enough
+
+    run_storage(scenario, config)
 
 
 def _shape(positions: list[tuple[int, int]]) -> list[tuple[int, int]]:
