@@ -618,15 +618,23 @@ class ManagedLedger:
     async def read_positions(self, positions: list[tuple[int, int]]) -> list[Entry]:
         """The entries at the given positions (replays), in the order given; missing ones are skipped."""
         found: dict[tuple[int, int], Entry] = {}
-        missing: list[Position] = []
-        for raw in positions:
-            position = Position(*raw)
-            entry = self._cache.get(position)
-            if entry is not None:
-                found[position] = entry
-            elif position[0] in self._ledgers and 0 <= position[1] < self._ledgers[position[0]].entries:
-                missing.append(position)
-        missing.sort()
+        missing: list[tuple[int, int]] = []
+        # Replays are mostly runs of consecutive entries: one cache lookup per run.
+        wanted = sorted(positions)
+        count = len(wanted)
+        index = 0
+        while index < count:
+            ledger_id, first = wanted[index]
+            end = index
+            while end + 1 < count and wanted[end + 1][0] == ledger_id and wanted[end + 1][1] == wanted[end][1] + 1:
+                end += 1
+            cached = self._cache.get_run(ledger_id, first, wanted[end][1])
+            for entry in cached:
+                found[entry.position] = entry
+            info = self._ledgers.get(ledger_id)
+            if info is not None:
+                missing += [p for p in wanted[index + len(cached) : end + 1] if 0 <= p[1] < info.entries]
+            index = end + 1
         index = 0
         while index < len(missing):
             # One read per run of nearby positions in a ledger, bounded like any read.
@@ -647,7 +655,7 @@ class ManagedLedger:
                 if entry.position in wanted:
                     found[entry.position] = entry
             index = end + 1
-        return [found[p] for p in map(Position._make, positions) if p in found]
+        return [found[p] for p in positions if p in found]
 
     async def find_first_published_at_or_after(self, publish_time_ms: int) -> Position:
         """The first entry whose publish time is at or after `publish_time_ms`; past the end if none."""

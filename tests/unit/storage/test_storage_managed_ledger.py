@@ -388,3 +388,19 @@ def test_a_backlog_scan_larger_than_the_cache_keeps_the_appended_tail_cached(run
 def _columns(datas: list[bytes]) -> tuple[list, ...]:
     count = len(datas)
     return datas, [7] * count, [1] * count, [1000] * count, ["p"] * count, list(range(count))
+
+
+def test_read_positions_mixes_cached_runs_and_disk_in_the_order_asked(run_storage):
+    config = StorageConfig(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=-1, managedLedgerCacheSizeMB=1)
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        datas = [b"%06d" % i + b"." * 5000 for i in range(400)]
+        positions = [p for start in range(0, 400, 50) for p in await ledger.append_many(*_columns(datas[start : start + 50]))]
+        assert factory.cache.get(positions[0]) is None and factory.cache.get(positions[-1]) is not None
+        wanted = [positions[i] for i in (399, 398, 5, 6, 7, 200, 3, 399, 100)] + [(positions[0][0], 400), (999, 1)]
+        entries = await ledger.read_positions(wanted)
+        assert [e.data[:6] for e in entries] == [b"%06d" % i for i in (399, 398, 5, 6, 7, 200, 3, 399, 100)]
+        assert [e.position for e in entries] == wanted[:9]
+
+    run_storage(scenario, config)
