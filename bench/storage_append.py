@@ -6,7 +6,8 @@ and the group commit forms batches by itself. Two APIs are measured:
 
 - `append_many`: what the broker calls, once per socket read, with the SENDs of that read. A read
   of 64 KB holds 64 KB / (entry + ~64 B of frame and metadata) SENDs: 399 of 100 B, 60 of 1 KB.
-  The lists are built once; parsing them out of a socket read is the broker's cost, not storage's.
+  The columns are built once, as tuples, which is what the broker passes (ServerProducer._append);
+  parsing them out of a socket read is the broker's cost, not storage's.
 - `append`: one call and one future per entry.
 
 Then, in the same run, a minimal Python loop writes the same bytes in the same batch sizes (the
@@ -67,12 +68,12 @@ async def measure_storage(data_dir: str, entry_size: int, topics: int, seconds: 
     async def batch_producer(ledger) -> None:
         nonlocal done
         batch = sends_per_read(entry_size)
-        datas, counts, times, names = [payload] * batch, [1] * batch, [0] * batch, ["bench"] * batch
+        datas, counts, times, names = (payload,) * batch, (1,) * batch, (0,) * batch, ("bench",) * batch
         in_flight: list = []
         sequence = 0
         while not stop:
             while len(in_flight) * batch < WINDOW_PER_TOPIC:
-                sequence_ids = list(range(sequence, sequence + batch))
+                sequence_ids = tuple(range(sequence, sequence + batch))
                 in_flight.append(ledger.append_many(datas, sequence_ids, counts, times, names, sequence_ids))
                 sequence += batch
             half = max(1, len(in_flight) // 2)

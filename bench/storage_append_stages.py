@@ -67,12 +67,12 @@ async def measure_pipeline(data_dir: str, entry_size: int, topics: int, seconds:
     async def batch_producer(ledger) -> None:
         nonlocal done
         batch = sends_per_read(entry_size)
-        datas, counts, times, names = [payload] * batch, [1] * batch, [0] * batch, ["bench"] * batch
+        datas, counts, times, names = (payload,) * batch, (1,) * batch, (0,) * batch, ("bench",) * batch
         in_flight: list = []
         sequence = 0
         while not stop:
             while len(in_flight) * batch < WINDOW_PER_TOPIC:
-                sequence_ids = list(range(sequence, sequence + batch))
+                sequence_ids = tuple(range(sequence, sequence + batch))
                 in_flight.append(ledger.append_many(datas, sequence_ids, counts, times, names, sequence_ids))
                 sequence += batch
             half = max(1, len(in_flight) // 2)

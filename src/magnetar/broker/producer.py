@@ -86,12 +86,13 @@ class ServerProducer:
         self._flush()
 
     def _append(self, sends: list[tuple[int, int, bytes, int, int, int]]) -> asyncio.Future:
-        sequence_ids, highest_ids, datas, hashes, counts, times = map(list, zip(*sends))
+        # Tuples: append_many keeps them as its columns without a copy.
+        sequence_ids, highest_ids, datas, hashes, counts, times = zip(*sends)
         # An entry keeps its highest sequence id (a batch's last message's): a restart rebuilds
         # deduplication from the stored ones, and a resent batch must stay a duplicate across it.
-        stored_ids = list(map(max, sequence_ids, highest_ids))
+        stored_ids = tuple(map(max, sequence_ids, highest_ids))
         topic = self.topic
-        future = topic.ledger.append_many(datas, hashes, counts, times, [self.name] * len(datas), stored_ids)
+        future = topic.ledger.append_many(datas, hashes, counts, times, (self.name,) * len(datas), stored_ids)
         messages, size = sum(counts), sum(map(len, datas))
         self.msg_in_counter += messages
         self.bytes_in_counter += size

@@ -245,12 +245,12 @@ class ManagedLedger:
 
     def append_many(
         self,
-        datas: list[bytes],
-        sticky_key_hashes: list[int],
-        message_counts: list[int],
-        publish_times: list[int],
-        producer_names: list[str],
-        sequence_ids: list[int],
+        datas: Sequence[bytes],
+        sticky_key_hashes: Sequence[int],
+        message_counts: Sequence[int],
+        publish_times: Sequence[int],
+        producer_names: Sequence[str],
+        sequence_ids: Sequence[int],
     ) -> asyncio.Future[BatchPositions]:
         """Queue a batch of entries given as parallel lists (entry i is `datas[i]`,
         `sticky_key_hashes[i]`, ...): the SENDs of one socket read. One future for the batch resolves
@@ -261,7 +261,8 @@ class ManagedLedger:
 
         Positions are consecutive in call order, as for `append`; a batch that fills a ledger
         continues in the next one. The per-entry work is C loops only, so the event loop pays per
-        batch, not per entry.
+        batch, not per entry. Lists or tuples: a tuple becomes a column of the batch's run as it is
+        (`tuple()` of a tuple is the tuple), a list is copied into one.
         """
         if self.state == "Closed":
             raise StorageClosedError(f"managed ledger {self.name} is closed")
@@ -322,7 +323,7 @@ class ManagedLedger:
         factory.pending_adds += count
         return future
 
-    def _fitting_end(self, datas: list[bytes], start: int, remaining_size: int) -> int:
+    def _fitting_end(self, datas: Sequence[bytes], start: int, remaining_size: int) -> int:
         """Where the run of `datas[start:]` that the current ledger takes ends: as `append` decides
         per entry, an entry goes in while the ledger has fewer than the maximum entries and bytes."""
         end = len(datas)

@@ -138,6 +138,22 @@ def test_a_batch_resolves_only_when_every_part_of_it_is_durable(run_storage):
     run_storage(scenario)
 
 
+def test_tuples_become_the_runs_columns_without_a_copy(run_storage):
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        held = _hold_commits(ledger)
+        given = tuple(map(tuple, columns([b"a", b"b", b"c"])))
+        future = ledger.append_many(*given)
+        await asyncio.sleep(0)
+        (_owner, (run,), _size, _entries), = held
+        assert all(column is original for column, original in zip(run[2:], given))
+        ledger._on_durable(run.ledger_id, 2)
+        assert [position[1] for position in await future] == [0, 1, 2]
+        del ledger._engine.submit
+
+    run_storage(scenario)
+
+
 def test_a_batch_fails_when_any_part_of_it_fails(run_storage):
     async def scenario(factory):
         ledger = await factory.open_ledger(TOPIC)
