@@ -62,6 +62,9 @@ _BROKER_ONLY_TYPES = frozenset(
 )
 
 
+_CONNECT = BaseCommand.CONNECT
+
+
 class ConnectionState(enum.Enum):
     AWAITING_CONNECT = "awaiting_connect"
     CONNECTED = "connected"
@@ -100,19 +103,26 @@ class ServerProtocol:
             raise ProtocolError("connection already failed")
         try:
             frames = self._decoder.receive_data(data)
-            for frame in frames:
-                self._check(frame)
+            if self.state is ConnectionState.CONNECTED:
+                # The steady state, once per frame: only CONNECT and broker-only commands are refused.
+                for command, _payload in frames:
+                    command_type = command.type
+                    if command_type == _CONNECT or command_type in _BROKER_ONLY_TYPES:
+                        self._check(command)
+            else:
+                for command, _payload in frames:
+                    self._check(command)
         except ProtocolError:
             self.state = ConnectionState.FAILED
             raise
         return frames
 
-    def _check(self, frame: Frame) -> None:
-        command_type = frame.command.type
+    def _check(self, command: BaseCommand) -> None:
+        command_type = command.type
         if self.state is ConnectionState.AWAITING_CONNECT:
             if command_type != BaseCommand.CONNECT:
                 raise ProtocolError(f"expected CONNECT as the first command, got {BaseCommand.Type.Name(command_type)}")
-            connect = frame.command.connect
+            connect = command.connect
             self.client_version = connect.client_version
             self.client_protocol_version = connect.protocol_version
             self.state = ConnectionState.CONNECTED
