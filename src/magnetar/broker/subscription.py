@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from magnetar.core.dispatchers import Dispatcher, new_dispatcher
@@ -63,6 +64,10 @@ log = logging.getLogger(__name__)
 def _now_ms() -> int:
     """The dispatcher's clock: epoch milliseconds, the unit of a message's deliver_at_time."""
     return int(time.time() * 1000)
+
+
+# Entry(...) without the Python-level __new__ NamedTuple generates: one per entry read.
+_new_entry = partial(tuple.__new__, Entry)
 
 
 class _ReadCancelledBeforeWaiting(Exception):
@@ -319,7 +324,11 @@ class PersistentSubscription:
             stored = [e for e in stored if e.producer_name != MARKER_PRODUCER_NAME]
             self._mark_delete_moved(before)
         delays = self._honours_delays
-        entries = tuple(self._core_entry(e, delays) for e in stored)
+        if delays or any(e.message_count > 1 for e in stored):
+            entries = tuple(self._core_entry(e, delays) for e in stored)
+        else:
+            # Single messages without delays (the common case) carry nothing to look up per entry.
+            entries = tuple([_new_entry((e.position, e.sticky_key_hash, 1, e, 0)) for e in stored])
         self._handle(ReadCompleted(entries))
         self._handle(DispatchDue())
 
@@ -330,7 +339,9 @@ class PersistentSubscription:
             if cursor.has_more_entries():
                 stored = await cursor.read_entries(max_entries)
                 if stored:
-                    fresh = [e for e in stored if not cursor.is_deleted(e.position)]
+                    # What cursor.is_deleted asks, inlined for a whole read.
+                    mark_delete, deleted = cursor.mark_delete_position, cursor.individually_deleted
+                    fresh = [e for e in stored if e.position > mark_delete and e.position not in deleted]
                     if fresh:
                         return fresh
                     continue
@@ -352,9 +363,9 @@ class PersistentSubscription:
 
     def _core_entry(self, stored: Any, delays: bool) -> Entry:
         count = stored.message_count
-        partial = self.cursor.acked_batch_indexes(stored.position) if count > 1 else None
-        if partial is not None:
-            count = unacked_count(*partial)
+        acked = self.cursor.acked_batch_indexes(stored.position) if count > 1 else None
+        if acked is not None:
+            count = unacked_count(*acked)
         deliver_at = 0
         if delays:
             deliver_at = messages.index_send(stored.data)[4]
