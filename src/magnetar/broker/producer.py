@@ -42,9 +42,9 @@ class ServerProducer:
         self.access_mode = access_mode
         self.closed = False
         # Runs of SENDs awaiting their receipts, in send order: (future of the batch's positions or None
-        # for resent duplicates, [(sequence id, highest sequence id), ...], index of the run's first
-        # SEND in the batch). A socket read's SENDs are one run unless duplicates split it.
-        self._pending: deque[tuple[asyncio.Future | None, list[tuple[int, int]], int]] = deque()
+        # for resent duplicates, the SENDs as `publish_many` got them, index of the run's first SEND in
+        # the batch). A socket read's SENDs are one run unless duplicates split it.
+        self._pending: deque[tuple[asyncio.Future | None, list[tuple[int, int, bytes, int, int, int]], int]] = deque()
         # Counted per socket read of SENDs, not per message; the admin API turns them into rates.
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
@@ -58,8 +58,8 @@ class ServerProducer:
         pending = self._pending
         if topic.deduplication_enabled:
             accepted = []
-            # Runs of (sequence id, highest) in send order, each flagged whether it holds duplicates.
-            runs: list[tuple[bool, list[tuple[int, int]]]] = []
+            # Runs of SENDs in send order, each flagged whether it holds duplicates.
+            runs: list[tuple[bool, list[tuple[int, int, bytes, int, int, int]]]] = []
             pushed = topic.sequence_pushed
             for send in sends:
                 sequence_id, highest = send[0], send[1]
@@ -70,10 +70,10 @@ class ServerProducer:
                     accepted.append(send)
                 if not runs or runs[-1][0] != duplicate:
                     runs.append((duplicate, []))
-                runs[-1][1].append((sequence_id, highest))
+                runs[-1][1].append(send)
         else:
             accepted = sends
-            runs = [(False, [(send[0], send[1]) for send in sends])]
+            runs = [(False, sends)]
         future = self._append(accepted) if accepted else None
         index = 0
         for duplicate, run in runs:
@@ -122,15 +122,15 @@ class ServerProducer:
             if error is not None:
                 log.error("append failed on %s for producer %s: %s", self.topic.name, self.name, error)
                 # Any SEND_ERROR but ChecksumError makes the client reconnect and resend what is pending.
-                for sequence_id, _highest in run:
-                    receipts.append(commands.send_error(self.producer_id, sequence_id, "PersistenceError", str(error)))
+                for send in run:
+                    receipts.append(commands.send_error(self.producer_id, send[0], "PersistenceError", str(error)))
                 continue
             positions = future.result()
             if index or len(run) < len(positions):
                 positions = positions[index : index + len(run)]
             if self.topic.deduplication_enabled:
                 persisted = self.topic.sequence_persisted
-                last = max(max(sequence_id, highest) for sequence_id, highest in run)
+                last = max(max(send[0], send[1]) for send in run)
                 persisted[self.name] = max(persisted.get(self.name, -1), last)
             receipts.append(commands.send_receipts(self.producer_id, run, positions))
         if receipts:

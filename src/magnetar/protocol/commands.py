@@ -278,9 +278,10 @@ def send_receipt(
     return _HEADER.pack(4 + len(command), len(command)) + command
 
 
-def send_receipts(producer_id: int, sends: Iterable[tuple[int, int]], positions: Iterable[tuple[int, int]]) -> bytes:
-    """The SEND_RECEIPTs of consecutive SENDs, joined: for each (sequence id, highest sequence id) of
-    `sends` and (ledger id, entry id) of `positions`, the bytes `send_receipt` writes for them.
+def send_receipts(producer_id: int, sends: Iterable[Sequence[int]], positions: Iterable[tuple[int, int]]) -> bytes:
+    """The SEND_RECEIPTs of consecutive SENDs, joined: for each send of `sends` (its sequence id and
+    highest sequence id first; anything may follow) and (ledger id, entry id) of `positions`, the bytes
+    `send_receipt` writes for them.
 
     A producer's receipts leave in runs (every SEND of a socket read becomes durable at once), within
     which only the three varints of sequence id, entry id and highest sequence id change. Everything
@@ -293,7 +294,9 @@ def send_receipts(producer_id: int, sends: Iterable[tuple[int, int]], positions:
     ledger = b""
     # (length of sequence id, entry id, highest) -> (bytes before the sequence id, bytes between it and the entry id)
     templates: dict[int, tuple[bytes, bytes]] = {}
-    for (sequence_id, highest_sequence_id), (ledger_id, entry_id) in zip(sends, positions):
+    for send, (ledger_id, entry_id) in zip(sends, positions):
+        sequence_id = send[0]
+        highest_sequence_id = send[1]
         if ledger_id != last_ledger:
             last_ledger = ledger_id
             ledger = _varint(ledger_id & _U64)
