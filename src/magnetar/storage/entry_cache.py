@@ -29,7 +29,15 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 
-from magnetar.storage.sqlite_engine import ENTRY_KEY_SHIFT, Entry, Run, entries_of_run, gc_paused
+from magnetar.storage.sqlite_engine import (
+    ENTRY_KEY_SHIFT,
+    Entry,
+    Run,
+    entries_of_run,
+    gc_paused,
+    new_entry,
+    new_position,
+)
 
 __all__ = ["EntryCache", "ENTRY_OVERHEAD_BYTES", "COLD_SHARE"]
 
@@ -135,6 +143,24 @@ class EntryCache:
         if not starts:
             return []
         index = bisect_right(starts, first) - 1
+        if first == last:
+            # One entry (a replay of a single position, mostly): made directly, without slicing the
+            # run's six columns.
+            if index < 0:
+                return []
+            start = starts[index]
+            run = self._held(ledger_id << ENTRY_KEY_SHIFT | start)[0]
+            at = first - start
+            if at >= len(run.datas):
+                return []
+            return [
+                new_entry(
+                    (
+                        new_position((ledger_id, first)), run.datas[at], run.sticky_key_hashes[at],
+                        run.message_counts[at], run.publish_times[at], run.producer_names[at], run.sequence_ids[at],
+                    )
+                )
+            ]
         result: list[Entry] = []
         with gc_paused():
             while 0 <= index < len(starts) and first <= last:

@@ -71,6 +71,8 @@ __all__ = [
     "ENTRY_KEY_SHIFT",
     "entries_of_run",
     "gc_paused",
+    "new_entry",
+    "new_position",
     "runs_of_records",
 ]
 
