@@ -17,6 +17,7 @@ import itertools
 import struct
 from functools import lru_cache
 
+from magnetar.protocol.commands import varint
 from magnetar.protocol.messages import encode_entry
 from magnetar.protocol.pulsar_api_pb2 import MessageMetadata
 
@@ -44,18 +45,6 @@ ORDERING_KEY_TAG = b"\x3a"
 _U32 = struct.Struct(">I")
 # The size prefixes of small metadata (most are a few to a few dozen bytes), packed once.
 _SIZES = tuple(_U32.pack(n) for n in range(256))
-
-
-def varint(value: int) -> bytes:
-    """A protobuf varint of a non-negative integer."""
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def bytes_field(tag: bytes, data: bytes) -> bytes:

@@ -51,6 +51,7 @@ __all__ = [
     "signed_id",
     "success",
     "wire_id",
+    "varint",
 ]
 
 _U64 = (1 << 64) - 1
@@ -269,12 +270,12 @@ def send_receipt(
     One per published message, so encoded by hand like MESSAGE: the bytes protobuf would write, without
     building its objects (tests compare the two).
     """
-    message_id = b"\x08" + _varint(ledger_id & _U64) + b"\x10" + _varint(entry_id & _U64)
-    body = b"\x08" + _varint(producer_id) + b"\x10" + _varint(sequence_id & _U64) + b"\x1a" + _varint(len(message_id))
+    message_id = b"\x08" + varint(ledger_id & _U64) + b"\x10" + varint(entry_id & _U64)
+    body = b"\x08" + varint(producer_id) + b"\x10" + varint(sequence_id & _U64) + b"\x1a" + varint(len(message_id))
     body += message_id
     if highest_sequence_id is not None:
-        body += b"\x20" + _varint(highest_sequence_id & _U64)
-    command = _SEND_RECEIPT_PREFIX + _varint(len(body)) + body
+        body += b"\x20" + varint(highest_sequence_id & _U64)
+    command = _SEND_RECEIPT_PREFIX + varint(len(body)) + body
     return _HEADER.pack(4 + len(command), len(command)) + command
 
 
@@ -287,7 +288,7 @@ def send_receipts(producer_id: int, sends: Iterable[Sequence[int]], positions: I
     which only the three varints of sequence id, entry id and highest sequence id change. Everything
     else of a receipt depends only on their lengths, so it is encoded once per run and length shape.
     """
-    head = b"\x08" + _varint(producer_id) + b"\x10"
+    head = b"\x08" + varint(producer_id) + b"\x10"
     frames: list[bytes] = []
     append = frames.append
     last_ledger = None
@@ -299,19 +300,19 @@ def send_receipts(producer_id: int, sends: Iterable[Sequence[int]], positions: I
         highest_sequence_id = send[1]
         if ledger_id != last_ledger:
             last_ledger = ledger_id
-            ledger = _varint(ledger_id & _U64)
+            ledger = varint(ledger_id & _U64)
             templates = {}
-        sequence = _varint(sequence_id & _U64)
-        entry = _varint(entry_id & _U64)
-        highest = _varint(highest_sequence_id & _U64)
+        sequence = varint(sequence_id & _U64)
+        entry = varint(entry_id & _U64)
+        highest = varint(highest_sequence_id & _U64)
         shape = len(sequence) | len(entry) << 4 | len(highest) << 8
         template = templates.get(shape)
         if template is None:
             message_id_size = 2 + len(ledger) + len(entry)
-            middle = b"\x1a" + _varint(message_id_size) + b"\x08" + ledger + b"\x10"
+            middle = b"\x1a" + varint(message_id_size) + b"\x08" + ledger + b"\x10"
             body_size = len(head) + len(sequence) + len(middle) + len(entry) + 1 + len(highest)
-            command_size = len(_SEND_RECEIPT_PREFIX) + len(_varint(body_size)) + body_size
-            prefix = _HEADER.pack(4 + command_size, command_size) + _SEND_RECEIPT_PREFIX + _varint(body_size) + head
+            command_size = len(_SEND_RECEIPT_PREFIX) + len(varint(body_size)) + body_size
+            prefix = _HEADER.pack(4 + command_size, command_size) + _SEND_RECEIPT_PREFIX + varint(body_size) + head
             template = templates[shape] = (prefix, middle)
         append(template[0] + sequence + template[1] + entry + b"\x20" + highest)
     return b"".join(frames)
@@ -422,7 +423,7 @@ _VARINT_14 = tuple(bytes((value,)) if value < 0x80 else bytes(((value & 0x7F) | 
 _LOW_14 = tuple(bytes(((value & 0x7F) | 0x80, (value >> 7) | 0x80)) for value in range(0x4000))
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
     """The base-128 varint of `value`, which must lie in [0, 2^64) (negatives come as `& 2^64-1`)."""
     if value < 0x4000:
         return _VARINT_14[value]
@@ -450,15 +451,15 @@ def message_frame(
     `ack_set` holds the batch's still-unacked bits (Java long words) so the client skips acked indexes
     on redelivery; `partition` is the partition index of a partitioned topic, as the Java broker sets it.
     """
-    message_id = b"\x08" + _varint(ledger_id & _U64) + b"\x10" + _varint(entry_id & _U64)
+    message_id = b"\x08" + varint(ledger_id & _U64) + b"\x10" + varint(entry_id & _U64)
     if partition != -1:
-        message_id += b"\x18" + _varint(partition & _U64)
-    body = b"\x08" + _varint(consumer_id) + b"\x12" + _varint(len(message_id)) + message_id
+        message_id += b"\x18" + varint(partition & _U64)
+    body = b"\x08" + varint(consumer_id) + b"\x12" + varint(len(message_id)) + message_id
     if redelivery_count:
-        body += b"\x18" + _varint(redelivery_count)
+        body += b"\x18" + varint(redelivery_count)
     if ack_set:
-        body += b"".join([b"\x20" + _varint(word & _U64) for word in ack_set])
-    command = _MESSAGE_PREFIX + _varint(len(body)) + body
+        body += b"".join([b"\x20" + varint(word & _U64) for word in ack_set])
+    command = _MESSAGE_PREFIX + varint(len(body)) + body
     return _HEADER.pack(4 + len(command) + len(payload), len(command)) + command + payload
 
 
@@ -477,8 +478,8 @@ def message_frames(
     entries delivered for the first time, so the rest of their command is encoded once per ledger and
     entry-id length; redelivered and partly acked entries take `message_frame`.
     """
-    consumer = b"\x08" + _varint(consumer_id) + b"\x12"
-    after_entry = b"\x18" + _varint(partition & _U64) if partition != -1 else b""
+    consumer = b"\x08" + varint(consumer_id) + b"\x12"
+    after_entry = b"\x18" + varint(partition & _U64) if partition != -1 else b""
     frames: list[bytes] = []
     append = frames.append
     pack = _HEADER.pack
@@ -495,15 +496,15 @@ def message_frames(
             continue
         if ledger_id != last_ledger:
             last_ledger = ledger_id
-            ledger = _varint(ledger_id & _U64)
+            ledger = varint(ledger_id & _U64)
             templates = {}
-        entry = _varint(entry_id & _U64)
+        entry = varint(entry_id & _U64)
         template = templates.get(len(entry))
         if template is None:
             message_id_size = 2 + len(ledger) + len(entry) + len(after_entry)
-            body_size = len(consumer) + len(_varint(message_id_size)) + message_id_size
-            head = _MESSAGE_PREFIX + _varint(body_size) + consumer + _varint(message_id_size) + b"\x08" + ledger + b"\x10"
-            template = templates[len(entry)] = (len(_MESSAGE_PREFIX) + len(_varint(body_size)) + body_size, head)
+            body_size = len(consumer) + len(varint(message_id_size)) + message_id_size
+            head = _MESSAGE_PREFIX + varint(body_size) + consumer + varint(message_id_size) + b"\x08" + ledger + b"\x10"
+            template = templates[len(entry)] = (len(_MESSAGE_PREFIX) + len(varint(body_size)) + body_size, head)
         command_size, head = template
         append(pack(4 + command_size + len(payload), command_size) + head + entry + after_entry + payload)
     return b"".join(frames)
