@@ -41,19 +41,22 @@ def sends_per_read(entry_size: int) -> int:
     return max(1, SOCKET_READ_BYTES // (entry_size + SEND_FRAME_OVERHEAD_BYTES))
 
 
-async def measure_storage(data_dir: str, entry_size: int, topics: int, seconds: float, api: str) -> dict:
-    config = StorageConfig(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=-1)
-    factory = await ManagedLedgerFactory.open(data_dir, config)
-    ledgers = [await factory.open_ledger(f"persistent://public/default/bench-{i}") for i in range(topics)]
-    payload = os.urandom(entry_size)
-    done = 0
-    stop = False
+class Appenders:
+    """Appenders that keep WINDOW_PER_TOPIC entries in flight per topic, as a broker does for its
+    producers, counting completed entries in `done` until `stop` is set."""
 
-    async def producer(ledger) -> None:
-        nonlocal done
+    def __init__(self, entry_size: int) -> None:
+        self.entry_size = entry_size
+        self.payload = os.urandom(entry_size)
+        self.done = 0
+        self.stop = False
+
+    async def singles(self, ledger) -> None:
+        """`append` once per entry."""
+        payload = self.payload
         in_flight: list = []
         sequence = 0
-        while not stop:
+        while not self.stop:
             while len(in_flight) < WINDOW_PER_TOPIC:
                 in_flight.append(ledger.append(payload, sequence & 0x7FFFFFFF, 1, 0, "bench", sequence))
                 sequence += 1
@@ -61,36 +64,43 @@ async def measure_storage(data_dir: str, entry_size: int, topics: int, seconds: 
             # of one topic complete in order, so the last of the half completes last.
             half = len(in_flight) // 2
             await in_flight[half - 1]
-            done += half
+            self.done += half
             del in_flight[:half]
         await asyncio.gather(*in_flight)
 
-    async def batch_producer(ledger) -> None:
-        nonlocal done
-        batch = sends_per_read(entry_size)
-        datas, counts, times, names = (payload,) * batch, (1,) * batch, (0,) * batch, ("bench",) * batch
+    async def batches(self, ledger) -> None:
+        """`append_many` once per socket read's worth of SENDs, with tuples as the broker passes them."""
+        batch = sends_per_read(self.entry_size)
+        datas, counts, times, names = (self.payload,) * batch, (1,) * batch, (0,) * batch, ("bench",) * batch
         in_flight: list = []
         sequence = 0
-        while not stop:
+        while not self.stop:
             while len(in_flight) * batch < WINDOW_PER_TOPIC:
                 sequence_ids = tuple(range(sequence, sequence + batch))
                 in_flight.append(ledger.append_many(datas, sequence_ids, counts, times, names, sequence_ids))
                 sequence += batch
             half = max(1, len(in_flight) // 2)
             await in_flight[half - 1]
-            done += half * batch
+            self.done += half * batch
             del in_flight[:half]
         await asyncio.gather(*in_flight)
 
-    produce = batch_producer if api == "many" else producer
+
+async def measure_storage(data_dir: str, entry_size: int, topics: int, seconds: float, api: str) -> dict:
+    config = StorageConfig(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=-1)
+    factory = await ManagedLedgerFactory.open(data_dir, config)
+    ledgers = [await factory.open_ledger(f"persistent://public/default/bench-{i}") for i in range(topics)]
+    appenders = Appenders(entry_size)
+
+    produce = appenders.batches if api == "many" else appenders.singles
     tasks = [asyncio.ensure_future(produce(ledger)) for ledger in ledgers]
     await asyncio.sleep(0.5)  # warm-up: first commits, cache, page cache
-    commits_before, done_before = factory.engine.commits, done
+    commits_before, done_before = factory.engine.commits, appenders.done
     start = time.perf_counter()
     await asyncio.sleep(seconds)
     elapsed = time.perf_counter() - start
-    entries, commits = done - done_before, factory.engine.commits - commits_before
-    stop = True
+    entries, commits = appenders.done - done_before, factory.engine.commits - commits_before
+    appenders.stop = True
     await asyncio.gather(*tasks)
     await factory.close()
     return {

@@ -29,14 +29,9 @@ from magnetar.storage import ManagedLedgerFactory, StorageConfig
 from magnetar.storage import sqlite_engine
 from magnetar.storage.sqlite_engine import Run
 
-WINDOW_PER_TOPIC = 1000
-SOCKET_READ_BYTES = 64 * 1024
-SEND_FRAME_OVERHEAD_BYTES = 64
+from storage_append import Appenders, sends_per_read
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def sends_per_read(entry_size: int) -> int:
-    return max(1, SOCKET_READ_BYTES // (entry_size + SEND_FRAME_OVERHEAD_BYTES))
 
 
 def thread_cpu_seconds() -> dict[str, float]:
@@ -60,36 +55,17 @@ async def measure_pipeline(data_dir: str, entry_size: int, topics: int, seconds:
     config = StorageConfig(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=-1)
     factory = await ManagedLedgerFactory.open(data_dir, config)
     ledgers = [await factory.open_ledger(f"persistent://public/default/stages-{i}") for i in range(topics)]
-    payload = os.urandom(entry_size)
-    done = 0
-    stop = False
+    appenders = Appenders(entry_size)
 
-    async def batch_producer(ledger) -> None:
-        nonlocal done
-        batch = sends_per_read(entry_size)
-        datas, counts, times, names = (payload,) * batch, (1,) * batch, (0,) * batch, ("bench",) * batch
-        in_flight: list = []
-        sequence = 0
-        while not stop:
-            while len(in_flight) * batch < WINDOW_PER_TOPIC:
-                sequence_ids = tuple(range(sequence, sequence + batch))
-                in_flight.append(ledger.append_many(datas, sequence_ids, counts, times, names, sequence_ids))
-                sequence += batch
-            half = max(1, len(in_flight) // 2)
-            await in_flight[half - 1]
-            done += half * batch
-            del in_flight[:half]
-        await asyncio.gather(*in_flight)
-
-    tasks = [asyncio.ensure_future(batch_producer(ledger)) for ledger in ledgers]
+    tasks = [asyncio.ensure_future(appenders.batches(ledger)) for ledger in ledgers]
     await asyncio.sleep(0.5)
-    cpu_before, done_before, commits_before = thread_cpu_seconds(), done, factory.engine.commits
+    cpu_before, done_before, commits_before = thread_cpu_seconds(), appenders.done, factory.engine.commits
     start = time.perf_counter()
     await asyncio.sleep(seconds)
     elapsed = time.perf_counter() - start
-    cpu_after, entries = thread_cpu_seconds(), done - done_before
+    cpu_after, entries = thread_cpu_seconds(), appenders.done - done_before
     commits = factory.engine.commits - commits_before
-    stop = True
+    appenders.stop = True
     await asyncio.gather(*tasks)
     await factory.close()
     per_entry_us = {
