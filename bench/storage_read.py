@@ -2,9 +2,9 @@
 
 Fills one topic with 1,000,000 entries of 100 B through the append API, closes the storage, opens it
 again (the entry cache is empty: "cold" for magnetar; the OS page cache is whatever the fill left,
-reported as such) and reads the whole backlog in `read_entries` calls of 10,000 entries. Then reads
-the most recent 150,000 entries twice, the second time entirely from the entry cache. Prints a table
-and writes bench/results/storage_read.json.
+reported as such) and reads the whole backlog in `read_entries` calls of 10,000 entries. Then appends
+150,000 more and reads them back, entirely from the entry cache, as a tailing consumer does. Prints a
+table and writes bench/results/storage_read.json.
 
     python bench/storage_read.py [--entries 1000000] [--dir /path/on/the/disk/to/measure]
 """
@@ -72,14 +72,20 @@ async def measure_cold(data_dir: str, entries: int) -> float:
 
 
 async def measure(data_dir: str, entries: int) -> dict:
+    """The most recent entries, as a tailing consumer reads them: appended by this open, so the entry
+    cache holds them (what is read back from disk may fill only a quarter of it)."""
     factory = await ManagedLedgerFactory.open(data_dir, CONFIG)
     ledger = await factory.open_ledger(TOPIC)
     recent = min(150_000, entries)
-    tail_start = ledger.previous_position(ledger.last_confirmed_entry)
-    for _ in range(recent - 1):
-        tail_start = ledger.previous_position(tail_start)
-    factory.cache.__init__(factory.cache.capacity_bytes)
-    await read_all(ledger, tail_start, recent)  # loads the cache
+    payload = os.urandom(100)
+    tail_start = None
+    for window in range(0, recent, FILL_WINDOW):
+        in_flight = [
+            ledger.append(payload, sequence, 1, sequence, "tail", sequence)
+            for sequence in range(window, min(window + FILL_WINDOW, recent))
+        ]
+        tail_start = tail_start or await in_flight[0]
+        await in_flight[-1]
     hits_before = factory.cache.hits
     start = time.perf_counter()
     cached = await read_all(ledger, tail_start, recent)
