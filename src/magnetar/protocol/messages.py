@@ -182,17 +182,9 @@ def index_send(section: bytes) -> tuple[bytes, int, int, int, int, bool]:
     computed = crc32c.crc32c(view[_MAGIC_AND_CRC_BYTES:])
     if computed != expected:
         raise ChecksumError(expected, computed)
-    metadata_end = _CHECKSUMMED_HEAD_BYTES + metadata_size
-    if metadata_end > len(section):
-        # The error `_parse` words; the common path below is `_parse` inlined (a call costs ~1 µs here).
-        _parse(MessageMetadata, view, _CHECKSUMMED_HEAD_BYTES, metadata_end, "MessageMetadata")
-    metadata = MessageMetadata()
-    try:
-        metadata.ParseFromString(view[_CHECKSUMMED_HEAD_BYTES:metadata_end])
-    except DecodeError as error:
-        raise ProtocolError(f"unparsable MessageMetadata: {error}") from error
-    if not metadata.IsInitialized():
-        raise ProtocolError(f"MessageMetadata lacks required fields: {', '.join(metadata.FindInitializationErrors())}")
+    metadata = _parse(
+        MessageMetadata, view, _CHECKSUMMED_HEAD_BYTES, _CHECKSUMMED_HEAD_BYTES + metadata_size, "MessageMetadata"
+    )
     # A non-empty value proves presence; only an empty one needs HasField (proto2 presence).
     ordering_key = metadata.ordering_key
     partition_key = metadata.partition_key
