@@ -177,9 +177,7 @@ class PersistentSubscription:
         cursor = self.cursor
         before = cursor.mark_delete_position
         last = self.topic.ledger.last_confirmed_entry
-        deleted = cursor.individually_deleted
-        # What cursor.is_deleted asks, inlined: a grouped ACK brings hundreds of positions.
-        whole = [position for position in positions if before < position <= last and position not in deleted]
+        whole = cursor.undeleted(position for position in positions if position <= last)
         for position, size, ack_set in batch_acks:
             if position > last or cursor.is_deleted(position):
                 continue
@@ -339,9 +337,7 @@ class PersistentSubscription:
             if cursor.has_more_entries():
                 stored = await cursor.read_entries(max_entries)
                 if stored:
-                    # What cursor.is_deleted asks, inlined for a whole read.
-                    mark_delete, deleted = cursor.mark_delete_position, cursor.individually_deleted
-                    fresh = [e for e in stored if e.position > mark_delete and e.position not in deleted]
+                    fresh = cursor.undeleted_entries(stored)
                     if fresh:
                         return fresh
                     continue

@@ -26,12 +26,14 @@ from __future__ import annotations
 import asyncio
 import json
 from array import array
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from magnetar.core.positions import Position, PositionRangeSet
 
 if TYPE_CHECKING:
     from magnetar.storage.managed_ledger import ManagedLedger
+    from magnetar.storage.sqlite_engine import Entry
 
 __all__ = ["ManagedCursor", "CursorRecord", "encode_ranges", "decode_ranges"]
 
@@ -170,6 +172,16 @@ class ManagedCursor:
 
     def is_deleted(self, position: tuple[int, int]) -> bool:
         return position <= self.mark_delete_position or position in self.individually_deleted
+
+    def undeleted(self, positions: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The positions not deleted, in their order: `is_deleted` for a grouped ACK's hundreds at once."""
+        mark_delete, deleted = self.mark_delete_position, self.individually_deleted
+        return [position for position in positions if position > mark_delete and position not in deleted]
+
+    def undeleted_entries(self, entries: list[Entry]) -> list[Entry]:
+        """The entries whose positions are not deleted, in their order (a read's, at once)."""
+        mark_delete, deleted = self.mark_delete_position, self.individually_deleted
+        return [entry for entry in entries if entry.position > mark_delete and entry.position not in deleted]
 
     def acked_batch_indexes(self, position: tuple[int, int]) -> tuple[int, int] | None:
         """(batch size, mask of acknowledged indexes) of a partly acknowledged entry, if any."""

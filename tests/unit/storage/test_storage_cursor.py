@@ -202,3 +202,20 @@ def test_delete_cursor_is_durable(run_storage):
 
     run_storage(first)
     run_storage(second)
+
+
+def test_undeleted_keeps_what_is_neither_below_mark_delete_nor_individually_deleted(run_storage):
+    async def scenario(factory):
+        ledger = await factory.open_ledger("persistent://public/default/undeleted")
+        positions = [await ledger.append(b"u%d" % i) for i in range(10)]
+        cursor = await ledger.open_cursor("c", "earliest")
+        cursor.delete([positions[0], positions[1], positions[5]])
+        assert cursor.mark_delete_position == positions[1]
+        wanted = [positions[i] for i in (9, 0, 5, 6, 2)]
+        assert cursor.undeleted(wanted) == [positions[i] for i in (9, 6, 2)]
+        assert cursor.undeleted(iter(wanted)) == cursor.undeleted(wanted)
+        entries = await ledger.read_entries(positions[0], 10)
+        assert [e.data for e in cursor.undeleted_entries(entries)] == [b"u%d" % i for i in (2, 3, 4, 6, 7, 8, 9)]
+        assert [cursor.is_deleted(p) for p in positions] == [p not in cursor.undeleted(positions) for p in positions]
+
+    run_storage(scenario)
