@@ -8,6 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from magnetar.core.positions import EARLIEST, LATEST, Position
+from magnetar.storage.entry_cache import ENTRY_OVERHEAD_BYTES, EntryCache
+from magnetar.storage.sqlite_engine import Run
 from magnetar.storage import (
     ManagedLedgerFactory,
     StorageBusyError,
@@ -404,3 +406,18 @@ def test_read_positions_mixes_cached_runs_and_disk_in_the_order_asked(run_storag
         assert [e.position for e in entries] == wanted[:9]
 
     run_storage(scenario, config)
+
+
+def test_evicting_runs_that_are_not_a_ledgers_first_keeps_the_index_right():
+    """Eviction takes the oldest insertions; when those are not the ledger's first runs (entries read
+    back from disk before older ones), the run starts are filtered, not cut at the front."""
+    cost = 1000 + ENTRY_OVERHEAD_BYTES
+    cache = EntryCache(cost * 20)
+    data = b"d" * 1000
+    order = [*range(10, 20), *range(0, 10), *range(20, 30)]
+    for entry_id in order:
+        cache.put(Run(1, entry_id, (data,), (1,), (1,), (0,), ("p",), (entry_id,)))
+        cache.check_invariants()
+    held = [entry_id for entry_id in order if cache.get((1, entry_id)) is not None]
+    assert held == order[-len(held) :] and 18 <= len(held) <= 20 and cache.evictions == 30 - len(held)
+    assert 5 in held and 15 not in held
