@@ -13,11 +13,16 @@ import logging
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from magnetar.admin import AdminServer, create_app
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.connection import ServerConnection
 from magnetar.broker.service import BrokerService
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from magnetar.admin import AdminServer
 
 __all__ = ["Broker", "run_standalone"]
 
@@ -43,13 +48,6 @@ class Broker:
     async def start(self) -> None:
         started = time.perf_counter()
         await self.service.start()
-        # What exists now (modules, config, storage) lives for the whole process: keep the cyclic
-        # collector from walking it again and again, and let young objects (per-message tuples,
-        # futures) build up longer between collections, which otherwise pause the loop for
-        # milliseconds at a time under load (docs/performance.md, Broker).
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(*GC_THRESHOLDS)
         host = self.config["bindAddress"]
         self._binary = await asyncio.start_server(
             self._on_client, host, self.config["brokerServicePort"], limit=2**20
@@ -59,12 +57,26 @@ class Broker:
             # The advertised URL must name the port really bound.
             self.config = type(self.config)(dict(self.config.values) | {"brokerServicePort": self.binary_port})
             self.service.config = self.config
-        self._http = AdminServer(create_app(self.service, lambda: self.ready), host, self.config["webServicePort"])
+        log.info("binary port %s:%d serving in %.0f ms", host, self.binary_port, (time.perf_counter() - started) * 1000)
+        # The admin API's imports (FastAPI, its OpenAPI models, our routes' models) take about half a
+        # second, more than everything before this line. On a worker thread they no longer hold back
+        # the binary port: the loop serves clients meanwhile, winning the GIL back within a switch
+        # interval (docs/performance.md, Broker: start-up).
+        self._http = await asyncio.to_thread(
+            _admin_server, self.service, lambda: self.ready, host, self.config["webServicePort"]
+        )
         await self._http.start()
         self.http_port = self._http.port
         if self.config["webServicePort"] == 0:
             self.config = type(self.config)(dict(self.config.values) | {"webServicePort": self.http_port})
             self.service.config = self.config
+        # What exists now (modules, config, storage) lives for the whole process: keep the cyclic
+        # collector from walking it again and again, and let young objects (per-message tuples,
+        # futures) build up longer between collections, which otherwise pause the loop for
+        # milliseconds at a time under load (docs/performance.md, Broker).
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
         self.ready = True
         log.info(
             "magnetar ready in %.0f ms: pulsar://%s:%d, http://%s:%d, data %s",
@@ -100,6 +112,13 @@ class Broker:
             connection.abort()
         await self.service.close()
         log.info("magnetar stopped")
+
+
+def _admin_server(service: BrokerService, is_ready: Callable[[], bool], host: str, port: int) -> AdminServer:
+    """Import the admin API and bind its port; runs on a worker thread (see Broker.start)."""
+    from magnetar.admin import AdminServer, create_app
+
+    return AdminServer(create_app(service, is_ready), host, port)
 
 
 async def run_standalone(config: BrokerConfig, data_dir: str | Path) -> int:
