@@ -379,7 +379,7 @@ class SqliteEngine:
     def close(self) -> None:
         """Stop the commit thread after it drained the queue, checkpoint, close. Blocking."""
         if self._thread is not None:
-            self._queue.put(_STOP)
+            self._queue.put((time.monotonic(), _STOP))
             self._thread.join()
             self._thread = None
         if self._checkpointer is not None:
@@ -446,22 +446,24 @@ class SqliteEngine:
     def submit(self, item: Any) -> None:
         """Queue `(owner, runs, payload bytes, entries)` (appends, in position order) or a
         `WriteOp`; called on the event loop."""
-        self._queue.put(item)
+        self._queue.put((time.monotonic(), item))
 
     def _commit_loop(self) -> None:
         take = self._queue.get
         take_nowait = self._queue.get_nowait
         while True:
-            item = take()
+            queued_at, item = take()
             if item is _STOP:
                 return
             batch = [item]
             size, entries = (item[2], item[3]) if type(item) is tuple else (0, 0)
             stop = False
-            deadline = None
+            # As BookKeeper's journal does, the wait counts from when the oldest write was queued:
+            # writes that queued during the previous commit's fsync have waited already.
+            deadline = queued_at + self.group_wait_s
             while len(batch) < GROUP_COMMIT_ITEMS_MAX and size < GROUP_COMMIT_BYTES_MAX:
                 try:
-                    item = take_nowait()
+                    _, item = take_nowait()
                 except queue.Empty:
                     if (
                         len(batch) >= GROUP_WAIT_ITEMS_MIN
@@ -470,13 +472,11 @@ class SqliteEngine:
                     ):
                         break
                     # A small commit waits a little for company (journalMaxGroupWaitMSec).
-                    if deadline is None:
-                        deadline = time.monotonic() + self.group_wait_s
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
                     try:
-                        item = take(timeout=remaining)
+                        _, item = take(timeout=remaining)
                     except queue.Empty:
                         break
                 if item is _STOP:
