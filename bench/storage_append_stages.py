@@ -34,6 +34,16 @@ from storage_append import Appenders, sends_per_read
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def bytes_written() -> int:
+    """What this process handed to write(2) and friends so far (`wchar`): the WAL, the checkpoints'
+    copies into the database file, commit-seq. Unlike time, it does not move with the load."""
+    with open("/proc/self/io") as file:
+        for line in file:
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+    raise RuntimeError("no wchar in /proc/self/io")
+
+
 def thread_cpu_seconds() -> dict[str, float]:
     """User+system CPU seconds of every thread of this process, by thread name."""
     names = {thread.native_id: thread.name for thread in threading.enumerate()}
@@ -60,10 +70,12 @@ async def measure_pipeline(data_dir: str, entry_size: int, topics: int, seconds:
     tasks = [asyncio.ensure_future(appenders.batches(ledger)) for ledger in ledgers]
     await asyncio.sleep(0.5)
     cpu_before, done_before, commits_before = thread_cpu_seconds(), appenders.done, factory.engine.commits
+    written_before = bytes_written()
     start = time.perf_counter()
     await asyncio.sleep(seconds)
     elapsed = time.perf_counter() - start
     cpu_after, entries = thread_cpu_seconds(), appenders.done - done_before
+    written = bytes_written() - written_before
     commits = factory.engine.commits - commits_before
     appenders.stop = True
     await asyncio.gather(*tasks)
@@ -77,6 +89,7 @@ async def measure_pipeline(data_dir: str, entry_size: int, topics: int, seconds:
         "entries_per_s": entries / elapsed,
         "entries_per_commit": entries / max(commits, 1),
         "cpu_us_per_entry": per_entry_us,
+        "bytes_written_per_entry": written / entries,
     }
 
 
@@ -132,16 +145,18 @@ def main() -> None:
         finally:
             shutil.rmtree(directory, ignore_errors=True)
         rows.append({"entry_bytes": args.entry, "topics": topics, **pipeline, **alone, "load_average": os.getloadavg()[0]})
-    print("CPU us per entry (threads from /proc over the run; encode and sqlite measured apart)")
+    print("CPU us per entry (threads from /proc over the run; encode and sqlite measured apart); "
+          "bytes the process wrote per entry (WAL, checkpoints)")
     print(f"{'entry':>6} {'topics':>6} {'entries/s':>10} {'per commit':>10} {'loop':>6} {'commit':>7} "
-          f"{'ckpt':>6} {'encode':>7} {'sqlite':>7} {'load':>5}")
+          f"{'ckpt':>6} {'encode':>7} {'sqlite':>7} {'written':>8} {'load':>5}")
     for row in rows:
         cpu = row["cpu_us_per_entry"]
         print(
             f"{row['entry_bytes']:>5}B {row['topics']:>6} {row['entries_per_s']:>10,.0f} "
             f"{row['entries_per_commit']:>10.0f} {cpu.get('MainThread', 0):>6.3f} "
             f"{cpu.get('magnetar-group-commit', 0):>7.3f} {cpu.get('magnetar-checkpoint', 0):>6.3f} "
-            f"{row['encode_us_per_entry']:>7.3f} {row['sqlite_us_per_entry']:>7.3f} {row['load_average']:>5.2f}"
+            f"{row['encode_us_per_entry']:>7.3f} {row['sqlite_us_per_entry']:>7.3f} "
+            f"{row['bytes_written_per_entry']:>7.0f}B {row['load_average']:>5.2f}"
         )
     results = Path(__file__).with_name("results")
     results.mkdir(exist_ok=True)

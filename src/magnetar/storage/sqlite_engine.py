@@ -288,15 +288,18 @@ class SqliteEngine:
             connection = sqlite3.connect(
                 self.db_path, isolation_level=None, check_same_thread=False, cached_statements=64
             )
-            # 32 KB pages, for a new database only (SQLite keeps an existing one's page size). An
+            # 16 KB pages, for a new database only (SQLite keeps an existing one's page size). An
             # entry segment is a blob of up to 1 MB, which 4 KB pages split into hundreds of overflow
             # pages, each a WAL frame and two writes (1 KB entries, SQLite alone with fsync: 205 000/s
-            # with 4 KB pages, 278 000/s with 64 KB). But every commit also rewrites four small pages
-            # whole (header, meta, ledgers, the segments leaf): with 64 KB pages a commit of 1197
-            # entries of 100 B (157 KB) put 416 KB into the WAL, with 32 KB 288 KB, for 10% less of
-            # SQLite's CPU per entry; 1 KB entries cost the same with 32 KB as with 64 KB, and 16 KB
-            # (224 KB) costs them ~10% more (docs/storage.md).
-            connection.execute("PRAGMA page_size=32768")
+            # with 4 KB pages, 278 000/s with 64 KB). But every commit also rewrites whole pages it
+            # only touches: the header page, meta, the ledgers' counters, and per ledger a segments
+            # leaf and the part-filled last page of the segment's overflow chain. With 16 topics
+            # that is ~35 pages a commit, so the page size is paid per ledger per commit: 100 B
+            # entries, 16 topics, the bytes written per entry (WAL and checkpoint) are 448 with 32 KB
+            # pages, 307 with 16 KB, 278 with 8 KB (the rows hold 124), and SQLite's CPU per entry
+            # 0.29 / 0.24 / 0.25 us; 1 KB entries cost ~6% more CPU with 16 KB than 32 KB, and 8 KB
+            # ~25% more (docs/storage.md).
+            connection.execute("PRAGMA page_size=16384")
             connection.execute("PRAGMA journal_mode=WAL")
             # FULL: the WAL is fsynced at every commit. NORMAL: only at checkpoints, so a commit
             # survives a process crash but not a power cut.
@@ -696,17 +699,22 @@ class SqliteEngine:
         hash_array.frombytes(hashes)
         count_array = array("i")
         count_array.frombytes(counts)
+        if count > 1 and len(count_array) == 1:
+            count_array *= count  # one message count for every entry (see _encode_segment)
         time_array = array("q")
         time_array.frombytes(publish_times)
         sequence_array = array("q")
         sequence_array.frombytes(sequence_ids)
         # Built with map over C callables only: a Python loop here costs ~3 us per entry and would
         # cap a backlog read near 300 000 entries/s.
+        name_column = tuple(names.split("\0"))
+        if count > 1 and len(name_column) == 1:
+            name_column *= count  # one producer name for every entry (see _encode_segment)
         offsets = list(accumulate(length_array, initial=0))
         payloads = tuple(map(data.__getitem__, map(slice, offsets, offsets[1:])))
         return Run(
             seg_id >> _ENTRY_SHIFT, seg_id & _ENTRY_MASK, payloads, hash_array, count_array, time_array,
-            tuple(names.split("\0")), sequence_array,
+            name_column, sequence_array,
         )
 
 
@@ -905,16 +913,19 @@ def _encode_segment(
     time_bytes = struct.pack(f"{count}q", *chain.from_iterable(time_columns))
     sequence_bytes = struct.pack(f"{count}q", *chain.from_iterable(sequence_columns))
     # A piece is one producer's socket read: one name in every slot, and often one message count
-    # (1 without client batching). A constant column is one value repeated by a bytes or str
-    # multiplication; `count` compares by identity first, so checking costs ~1 ns an entry.
+    # (1 without client batching). A constant column is stored once, for every entry (decode_segment
+    # tells it apart: a column of several entries holds a NUL per name after the first, 4 bytes per
+    # count). That is bytes SQLite writes twice (WAL, database file) and checksums: a broker's
+    # producer name is ~15 bytes an entry, as much as a 100 B entry's indexed fields.
+    # `count` compares by identity first, so checking costs ~1 ns an entry.
     message_count = count_columns[0][0]
     if all(column.count(message_count) == len(column) for column in count_columns):
-        count_bytes = struct.pack("i", message_count) * count
+        count_bytes = struct.pack("i", message_count)
     else:
         count_bytes = struct.pack(f"{count}i", *chain.from_iterable(count_columns))
     name = name_columns[0][0]
     if type(name) is str and all(column.count(name) == len(column) for column in name_columns):
-        name_text = name + ("\0" + name) * (count - 1)
+        name_text = name
     else:
         name_text = "\0".join(chain.from_iterable(name_columns))
     time_max = max(map(max, time_columns))

@@ -68,3 +68,24 @@ def test_segments_follow_the_limits_per_entry_and_decode_to_every_field(tmp_path
     for field in range(2, 8):
         assert [value for run in decoded for value in run[field]] == [value for run in runs for value in run[field]]
     assert [row[9] for row in rows] == [max(run.publish_times) for run in decoded]
+
+
+def test_a_constant_name_and_message_count_are_stored_once_and_rows_that_repeat_them_still_decode(tmp_path):
+    """One producer name and one message count for a whole segment are written once (bytes SQLite
+    would write twice per entry); rows written before, with the value repeated per entry, decode to
+    the same entries."""
+    engine = SqliteEngine(str(tmp_path))
+    count = 5
+    run = Run(3, 0, tuple(bytes([i]) * 10 for i in range(count)), tuple(range(count)), (2,) * count,
+              tuple(range(100, 100 + count)), ("producer-1",) * count, tuple(range(7, 7 + count)))
+    rows: list = []
+    sqlite_engine._encode_segments(3, [run], rows, engine._segment_crc)
+    (row,) = rows
+    assert (len(row[5]), row[8]) == (4, "producer-1")
+    repeated = list(row)
+    repeated[5] = row[5] * count
+    repeated[8] = "\0".join(["producer-1"] * count)
+    repeated[10] = engine._segment_crc(*repeated[2:9])
+    for stored in (row, tuple(repeated)):
+        decoded = engine.decode_segment(stored)
+        assert [list(column) for column in decoded[2:]] == [list(column) for column in run[2:]]
