@@ -61,6 +61,10 @@ RECEIVE_POLL_MS = 200
 BATCHING_MAX_BYTES = 128 * 1024
 # How long `--client magnetar` waits for a receipt before it calls the broker gone.
 RECEIPT_TIMEOUT_S = 30.0
+# A paced producer wakes at most this often and sends every message then due in one write: woken
+# for each message at 10,000 msg/s it spent 38 us of CPU per message in wake-ups and syscalls,
+# a fifth of a two-core machine taken from the broker it measures.
+PACE_TICK_S = 0.001
 # The official client's acknowledgementGroupTimeMs default: acks leave in one command per 100 ms.
 ACK_GROUP_S = 0.1
 _U64 = struct.Struct(">Q")
@@ -348,7 +352,7 @@ def produce_magnetar(args: argparse.Namespace) -> int:
             if open_count:
                 wake = min(wake, opened_at + delay_s)
             if min(total - generated, args.max_pending - in_flight_messages - open_count) > 0:
-                wake = min(wake, start + generated / rate if rate else now)
+                wake = min(wake, max(start + generated / rate, now + PACE_TICK_S) if rate else now)
             frames = connection.pump(outgoing, wake - time.perf_counter())
             now = time.perf_counter()
             for frame in frames:

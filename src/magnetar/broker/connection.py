@@ -48,6 +48,8 @@ _READ_SIZE = 256 * 1024
 
 _INT64_SIGN = 1 << 63
 _SEND = BaseCommand.SEND
+_ACK = BaseCommand.ACK
+_ACK_YIELD_IDS = 64
 # Position(ledger, entry) without the Python-level __new__ NamedTuple generates: one per acked id.
 _new_position = partial(tuple.__new__, Position)
 
@@ -123,6 +125,11 @@ class ServerConnection:
                             # Anything else may depend on the SENDs before it (CLOSE_PRODUCER): append them first.
                             self._publish_pending()
                             self._dispatch(command)
+                            if command.type == _ACK and len(command.ack.message_id) >= _ACK_YIELD_IDS:
+                                # A grouped ACK of hundreds of ids takes a millisecond or more, and a
+                                # client's consumers send theirs together: let the receipts and
+                                # dispatches that became due run between them.
+                                await asyncio.sleep(0)
                     self._publish_pending()
                 except ProtocolError as error:
                     log.warning("closing connection from %s: %s", self.peer, error)

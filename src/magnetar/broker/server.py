@@ -11,6 +11,7 @@ import asyncio
 import gc
 import logging
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +33,17 @@ log = logging.getLogger("magnetar.broker")
 # a few objects per message; at tens of thousands of messages a second the default collects the young
 # generation every few milliseconds and the oldest every few seconds.
 GC_THRESHOLDS = (50_000, 20, 100)
+# How long a thread that wants the GIL waits before asking its holder to let go (CPython's default:
+# 5 ms). The group-commit thread needs the GIL back after every SQLite step and fsync; while the
+# event loop thread is busy, each of those waits lasted up to the whole interval, several times per
+# commit, which was most of the receipts' p99 at 10,000 msg/s (docs/performance.md, Broker).
+GIL_SWITCH_INTERVAL_S = 0.001
+# The young generation is collected on this timer as well as by allocation counts. A generation-0
+# collection runs only after 50,000 more allocations than deallocations, and while acked messages
+# are freed as fast as new ones arrive that took seconds: the collection then found the entry cache's
+# runs of those seconds (40,000 objects, every payload tuple checked for untracking) and held the
+# loop 25-60 ms. Every 100 ms it finds a tenth of a second's worth instead.
+YOUNG_COLLECTION_INTERVAL_S = 0.1
 
 
 class Broker:
@@ -41,6 +53,7 @@ class Broker:
         self.connections: set[ServerConnection] = set()
         self._binary: asyncio.Server | None = None
         self._http: AdminServer | None = None
+        self._young_collections: asyncio.Task[None] | None = None
         self.ready = False
         self.binary_port = 0
         self.http_port = 0
@@ -77,6 +90,8 @@ class Broker:
         gc.collect()
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        self._young_collections = asyncio.get_running_loop().create_task(_collect_young())
         self.ready = True
         log.info(
             "magnetar ready in %.0f ms: pulsar://%s:%d, http://%s:%d, data %s",
@@ -99,6 +114,8 @@ class Broker:
     async def stop(self) -> None:
         """Staged shutdown: stop accepting, close clients, wait (bounded), flush cursors, close storage."""
         self.ready = False
+        if self._young_collections is not None:
+            self._young_collections.cancel()
         if self._binary is not None:
             self._binary.close()
         if self._http is not None:
@@ -112,6 +129,12 @@ class Broker:
             connection.abort()
         await self.service.close()
         log.info("magnetar stopped")
+
+
+async def _collect_young() -> None:
+    while True:
+        await asyncio.sleep(YOUNG_COLLECTION_INTERVAL_S)
+        gc.collect(0)
 
 
 def _admin_server(service: BrokerService, is_ready: Callable[[], bool], host: str, port: int) -> AdminServer:

@@ -128,6 +128,26 @@ class LedgerInfo:
     timestamp_ms: int
 
 
+
+def _cache_joined(cache: EntryCache, runs: list[Run], payload_bytes: int) -> None:
+    """Cache the runs one commit made durable, consecutive ones joined into one. At moderate rates
+    each socket read of SENDs is a run of one or two entries; kept apart, every run is an object for
+    the cyclic collector and a key and a run start in the cache, and young collections that found
+    thousands of them (with their columns) took 25-40 ms of the event loop."""
+    first = runs[0]
+    if len(runs) == 1:
+        cache.put(first, payload_bytes)
+        return
+    starts = accumulate((len(run.datas) for run in runs), initial=first.first_entry_id)
+    if all(run.ledger_id == first.ledger_id and run.first_entry_id == start for run, start in zip(runs, starts)):
+        columns = list(zip(*runs))[2:]
+        joined = Run(first.ledger_id, first.first_entry_id, *map(tuple, map(chain.from_iterable, columns)))
+        cache.put(joined, payload_bytes)
+    else:
+        for run in runs:
+            cache.put(run)
+
+
 class ManagedLedger:
     def __init__(
         self,
@@ -427,6 +447,8 @@ class ManagedLedger:
         size = 0
         last_position = None
         singles: list[Record] = []
+        runs: list[Run] = []
+        runs_size = 0
         while pending and pending[0][0] <= last:
             last_position, future, payload, result, payload_size = pending.popleft()
             if type(payload) is Run:
@@ -435,15 +457,21 @@ class ManagedLedger:
                         cache.put(run)
                     singles = []
                 done += len(payload.datas)
-                cache.put(payload, payload_size)
+                runs.append(payload)
+                runs_size += payload_size
                 if result is not None and not future.done():
                     future.set_result(BatchPositions(result))
             else:
+                if runs:
+                    _cache_joined(cache, runs, runs_size)
+                    runs, runs_size = [], 0
                 done += 1
                 singles.append(payload)
                 if not future.done():
                     future.set_result(result)
             size += payload_size
+        if runs:
+            _cache_joined(cache, runs, runs_size)
         if singles:
             for run in runs_of_records(singles):
                 cache.put(run)

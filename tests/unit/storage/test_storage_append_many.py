@@ -328,3 +328,23 @@ def test_a_field_that_does_not_fit_fails_its_ledger_and_nothing_else(run_storage
         assert factory.pending_adds == 0
 
     run_storage(scenario)
+
+
+def test_appends_made_durable_by_one_commit_are_cached_as_one_run(run_storage, small_config):
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        # Twenty socket reads' worth queued at once share a commit.
+        calls = [ledger.append_many(*columns([b"r%d-%d" % (call, i) for i in range(3)], call * 3)) for call in range(20)]
+        results = await asyncio.gather(*calls)
+        positions = [position for result in results for position in result]
+        assert len(factory.cache._runs) == 1 and len(factory.cache) == 60
+        factory.cache.check_invariants()
+        hits = factory.cache.hits
+        entries = await ledger.read_entries(positions[0], 100)
+        assert factory.cache.hits - hits == 60 and factory.cache.misses == 0
+        assert [e.position for e in entries] == positions
+        assert [e.data for e in entries] == [b"r%d-%d" % (call, i) for call in range(20) for i in range(3)]
+        assert [e.sequence_id for e in entries] == list(range(60))
+        assert [e.producer_name for e in entries] == [f"p{seq % 2}" for seq in range(60)]
+
+    run_storage(scenario, small_config.with_changes(managedLedgerMaxEntriesPerLedger=1000))
