@@ -127,7 +127,8 @@ def test_a_schema_version_1_database_keeps_its_crc32_checksums(tmp_path: Path, m
         _write_and_snapshot(tmp_path / "data", None)
     db = tmp_path / "data" / DB_FILE
     with sqlite3.connect(db) as connection:
-        assert connection.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (1,)
+        # Version 1 rows are read as they are; it is version 4 now, which an older magnetar refuses.
+        assert connection.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (4,)
         *parts, names, crc = connection.execute(
             "SELECT data, lengths, sticky_key_hashes, message_counts, publish_times, sequence_ids, "
             "producer_names, crc FROM segments"
@@ -145,11 +146,23 @@ def test_a_schema_version_1_database_keeps_its_crc32_checksums(tmp_path: Path, m
         _read_all(tmp_path / "data")
 
 
+def test_a_schema_version_2_database_becomes_version_3_when_opened(tmp_path: Path):
+    """Version 3 rows may store a constant column once; a magnetar that reads only versions 1 and 2
+    must refuse the database rather than misread them (version 1 becomes 4, tested above)."""
+    _write_and_snapshot(tmp_path / "data", None)
+    db = tmp_path / "data" / DB_FILE
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE meta SET value=2 WHERE key='schema_version'")
+    assert len(_read_all(tmp_path / "data")) == 50
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (3,)
+
+
 def test_an_unknown_schema_version_is_refused_by_name(tmp_path: Path):
     _write_and_snapshot(tmp_path / "data", None)
     with sqlite3.connect(tmp_path / "data" / DB_FILE) as connection:
         connection.execute("UPDATE meta SET value=99 WHERE key='schema_version'")
-    with pytest.raises(StorageError, match=r"magnetar\.db: schema version 99, this magnetar reads \[1, 2\]"):
+    with pytest.raises(StorageError, match=r"magnetar\.db: schema version 99, this magnetar reads \[1, 2, 3, 4\]"):
         _read_all(tmp_path / "data")
 
 

@@ -81,7 +81,11 @@ COMMIT_SEQ_FILE = "commit-seq"
 LOCK_FILE = "LOCK"
 # Version 2 checksums segments with CRC-32C (hardware instructions, ~10 GB/s here), version 1 with
 # zlib's CRC-32 (~2 GB/s, a fifth of a cold read's CPU); a database keeps the one it was created with.
-SCHEMA_VERSION = 2
+# Versions 3 (CRC-32C) and 4 (CRC-32) may store a segment's constant producer name and message count
+# once, which a magnetar that reads only versions 1 and 2 would misread: opening a version-2 database
+# makes it version 3, a version-1 database version 4, so that an older magnetar refuses it by name.
+SCHEMA_VERSION = 3
+_SCHEMA_UPGRADES = {1: 4, 2: 3}
 
 # One transaction takes at most this many queued items (an item is one loop iteration's appends to
 # one topic, or one other write): enough for every topic of a busy broker to join the same commit,
@@ -278,6 +282,10 @@ class SqliteEngine:
                 details = "; ".join(row[0] for row in result[:5])
                 raise StorageCorruptionError(f"{self.db_path}: integrity check failed: {details}")
             (version,) = self._writer.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if version in _SCHEMA_UPGRADES:
+                version = _SCHEMA_UPGRADES[version]
+                self._writer.execute("UPDATE meta SET value=? WHERE key='schema_version'", (version,))
+                self._writer.commit()
             (self._commit_seq,) = self._writer.execute("SELECT value FROM meta WHERE key='commit_seq'").fetchone()
             (self._page_size,) = self._writer.execute("PRAGMA page_size").fetchone()
         except sqlite3.DatabaseError as error:
@@ -813,7 +821,12 @@ def _chained(checksum: Callable[[bytes, int], int]) -> Callable[..., int]:
 
 
 # Segment checksum by schema version.
-_SEGMENT_CHECKSUMS: dict[int, Callable[..., int]] = {1: _chained(zlib.crc32), 2: _chained(crc32c.crc32c)}
+_SEGMENT_CHECKSUMS: dict[int, Callable[..., int]] = {
+    1: _chained(zlib.crc32),
+    2: _chained(crc32c.crc32c),
+    3: _chained(crc32c.crc32c),
+    4: _chained(zlib.crc32),
+}
 
 
 def _encode_segments(
