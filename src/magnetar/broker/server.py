@@ -35,8 +35,8 @@ log = logging.getLogger("magnetar.broker")
 GC_THRESHOLDS = (50_000, 20, 100)
 # How long a thread that wants the GIL waits before asking its holder to let go (CPython's default:
 # 5 ms). The group-commit thread needs the GIL back after every SQLite step and fsync; while the
-# event loop thread is busy, each of those waits lasted up to the whole interval, several times per
-# commit, which was most of the receipts' p99 at 10,000 msg/s (docs/performance.md, Broker).
+# event loop thread is busy, each of those waits could last the whole interval, several times per
+# commit; at 10,000 msg/s 1 ms took about a millisecond off the p99 (docs/broker.md, "The process").
 GIL_SWITCH_INTERVAL_S = 0.001
 # The young generation is collected on this timer as well as by allocation counts. A generation-0
 # collection runs only after 50,000 more allocations than deallocations, and while acked messages

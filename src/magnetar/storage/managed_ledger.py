@@ -128,7 +128,6 @@ class LedgerInfo:
     timestamp_ms: int
 
 
-
 def _cache_joined(cache: EntryCache, runs: list[Run], payload_bytes: int) -> None:
     """Cache the runs one commit made durable, consecutive ones joined into one. At moderate rates
     each socket read of SENDs is a run of one or two entries; kept apart, every run is an object for
