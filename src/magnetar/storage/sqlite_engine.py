@@ -821,12 +821,8 @@ def _chained(checksum: Callable[[bytes, int], int]) -> Callable[..., int]:
 
 
 # Segment checksum by schema version.
-_SEGMENT_CHECKSUMS: dict[int, Callable[..., int]] = {
-    1: _chained(zlib.crc32),
-    2: _chained(crc32c.crc32c),
-    3: _chained(crc32c.crc32c),
-    4: _chained(zlib.crc32),
-}
+_CRC32, _CRC32C = _chained(zlib.crc32), _chained(crc32c.crc32c)
+_SEGMENT_CHECKSUMS: dict[int, Callable[..., int]] = {1: _CRC32, 2: _CRC32C, 3: _CRC32C, 4: _CRC32}
 
 
 def _encode_segments(
