@@ -15,6 +15,7 @@ from magnetar.core.positions import EARLIEST, Position
 from magnetar.storage import ManagedLedgerFactory, StorageBusyError, StorageClosedError, StorageConfig
 from magnetar.storage import sqlite_engine
 from magnetar.storage.errors import StorageWriteError
+from magnetar.storage.managed_ledger import JOIN_RUN_ENTRIES_MAX
 
 TOPIC = "persistent://public/default/batch"
 
@@ -346,5 +347,25 @@ def test_appends_made_durable_by_one_commit_are_cached_as_one_run(run_storage, s
         assert [e.data for e in entries] == [b"r%d-%d" % (call, i) for call in range(20) for i in range(3)]
         assert [e.sequence_id for e in entries] == list(range(60))
         assert [e.producer_name for e in entries] == [f"p{seq % 2}" for seq in range(60)]
+
+    run_storage(scenario, small_config.with_changes(managedLedgerMaxEntriesPerLedger=1000))
+
+
+def test_long_runs_made_durable_by_one_commit_stay_apart_in_the_cache(run_storage, small_config):
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        # Busy producers' socket reads: runs long enough that joining them would only copy columns.
+        size = JOIN_RUN_ENTRIES_MAX
+        calls = [
+            ledger.append_many(*columns([b"r%d-%d" % (call, i) for i in range(size)], call * size)) for call in range(4)
+        ]
+        results = await asyncio.gather(*calls)
+        positions = [position for result in results for position in result]
+        assert len(factory.cache._runs) == 4 and len(factory.cache) == 4 * size
+        factory.cache.check_invariants()
+        entries = await ledger.read_entries(positions[0], 4 * size)
+        assert factory.cache.misses == 0
+        assert [e.position for e in entries] == positions
+        assert [e.data for e in entries] == [b"r%d-%d" % (call, i) for call in range(4) for i in range(size)]
 
     run_storage(scenario, small_config.with_changes(managedLedgerMaxEntriesPerLedger=1000))
