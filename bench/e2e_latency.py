@@ -38,6 +38,14 @@ def main() -> None:
         "--client", choices=("magnetar", "pulsar"), default="magnetar", help="the producer's client, as in e2e_throughput"
     )
     parser.add_argument("--consumer-client", choices=("pulsar", "magnetar"), default="pulsar")
+    parser.add_argument(
+        "--batch-receive",
+        type=int,
+        default=0,
+        metavar="N",
+        help="as in e2e_throughput; 0 (default): one receive per message, since a batch_receive waits up to 10 ms "
+        "for N messages, which is latency the broker did not add",
+    )
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()

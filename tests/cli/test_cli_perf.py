@@ -125,6 +125,39 @@ def test_consume_on_our_client_receives_and_acks_everything(module_broker, tmp_p
     assert httpx.get(stats_url).json()["subscriptions"]["perf"]["msgBacklog"] == 0
 
 
+@pytest.mark.parametrize("batch_receive", ["0", "25"])
+def test_consume_on_the_official_client_receives_and_acks_everything(
+    module_broker, tmp_path, batch_receive: str
+) -> None:
+    topic = f"persistent://public/default/perf-{uuid.uuid4().hex[:8]}"
+    summary_path = tmp_path / "consume.json"
+    consume = subprocess.Popen(
+        [sys.executable, "-m", "magnetar.cli.main", "perf", "consume", "--service-url", module_broker.url,
+         "--topic", topic, "--type", "Key_Shared", "--consumers", "2", "--messages", str(MESSAGES),
+         "--receiver-queue-size", "50", "--batch-receive", batch_receive, "--idle-timeout", "20",
+         "--json", str(summary_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert consume.stdout is not None
+        assert "subscribed 2 Key_Shared consumers" in consume.stdout.readline()
+        ok("perf", "produce", "--client", "magnetar", "--service-url", module_broker.url, "--topic", topic,
+           "--messages", str(MESSAGES), "--keys", str(KEYS), "--batching-max-messages", "40")
+        _out, err = consume.communicate(timeout=60)
+    finally:
+        if consume.poll() is None:
+            consume.kill()
+            consume.wait()
+    assert consume.returncode == 0, err
+    summary = json.loads(summary_path.read_text())
+    assert (summary["client"], summary["batch_receive"], summary["messages"]) == ("pulsar", int(batch_receive), MESSAGES)
+    assert sum(summary["per_consumer"]) == MESSAGES and min(summary["per_consumer"]) > 0
+    # Every message was acknowledged (the official client's grouped acks leave within 100 ms, and
+    # before the consumer closes): nothing is left in the subscription's backlog.
+    stats_url = f"{module_broker.http_url}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}/stats"
+    assert httpx.get(stats_url).json()["subscriptions"]["perf"]["msgBacklog"] == 0
+
+
 @pytest.mark.parametrize("verb", ["produce", "consume"])
 def test_a_partitioned_topic_is_refused(module_broker, verb: str) -> None:
     name = f"perf-{uuid.uuid4().hex[:8]}"
