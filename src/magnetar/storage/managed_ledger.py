@@ -132,30 +132,30 @@ class LedgerInfo:
 JOIN_RUN_ENTRIES_MAX = 32
 
 
-def _cache_joined(cache: EntryCache, runs: list[Run], payload_bytes: int) -> None:
+def _cache_joined(cache: EntryCache, runs: list[Run], sizes: list[int]) -> None:
     """Cache the runs one commit made durable, consecutive ones joined into one. At moderate rates
     each socket read of SENDs is a run of one or two entries; kept apart, every run is an object for
     the cyclic collector and a key and a run start in the cache, and young collections that found
     thousands of them (with their columns) took 25-40 ms of the event loop. Runs that are long
     already (a busy producer's socket reads, hundreds of SENDs each) are cached as they are: joining
     them copies every column entry by entry for nothing, which was a fifth of the event loop's time
-    in the 16-topic append benchmark."""
+    in the 16-topic append benchmark. `sizes`: each run's payload bytes."""
     first = runs[0]
     if len(runs) == 1:
-        cache.put(first, payload_bytes)
+        cache.put(first, sizes[0])
         return
     if sum(len(run.datas) for run in runs) >= JOIN_RUN_ENTRIES_MAX * len(runs):
-        for run in runs:
-            cache.put(run)
+        for run, size in zip(runs, sizes):
+            cache.put(run, size)
         return
     starts = accumulate((len(run.datas) for run in runs), initial=first.first_entry_id)
     if all(run.ledger_id == first.ledger_id and run.first_entry_id == start for run, start in zip(runs, starts)):
         columns = list(zip(*runs))[2:]
         joined = Run(first.ledger_id, first.first_entry_id, *map(tuple, map(chain.from_iterable, columns)))
-        cache.put(joined, payload_bytes)
+        cache.put(joined, sum(sizes))
     else:
-        for run in runs:
-            cache.put(run)
+        for run, size in zip(runs, sizes):
+            cache.put(run, size)
 
 
 class ManagedLedger:
@@ -458,7 +458,7 @@ class ManagedLedger:
         last_position = None
         singles: list[Record] = []
         runs: list[Run] = []
-        runs_size = 0
+        run_sizes: list[int] = []
         while pending and pending[0][0] <= last:
             last_position, future, payload, result, payload_size = pending.popleft()
             if type(payload) is Run:
@@ -468,20 +468,20 @@ class ManagedLedger:
                     singles = []
                 done += len(payload.datas)
                 runs.append(payload)
-                runs_size += payload_size
+                run_sizes.append(payload_size)
                 if result is not None and not future.done():
                     future.set_result(BatchPositions(result))
             else:
                 if runs:
-                    _cache_joined(cache, runs, runs_size)
-                    runs, runs_size = [], 0
+                    _cache_joined(cache, runs, run_sizes)
+                    runs, run_sizes = [], []
                 done += 1
                 singles.append(payload)
                 if not future.done():
                     future.set_result(result)
             size += payload_size
         if runs:
-            _cache_joined(cache, runs, runs_size)
+            _cache_joined(cache, runs, run_sizes)
         if singles:
             for run in runs_of_records(singles):
                 cache.put(run)
