@@ -4,7 +4,10 @@ socket read), and the column runs it moves through the commit thread and the ent
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import sqlite3
+import struct
 from pathlib import Path
 
 import pytest
@@ -369,3 +372,44 @@ def test_long_runs_made_durable_by_one_commit_stay_apart_in_the_cache(run_storag
         assert [e.data for e in entries] == [b"r%d-%d" % (call, i) for call in range(4) for i in range(size)]
 
     run_storage(scenario, small_config.with_changes(managedLedgerMaxEntriesPerLedger=1000))
+
+
+def test_appends_of_many_topics_commit_their_segments_counters_and_commit_number_together(tmp_path: Path):
+    """A commit of appends alone is one statement (the append_commit trigger), one with a cursor write
+    in it several: either way the segments, the ledgers' counters and the commit number agree, and
+    the files reopen."""
+    config = StorageConfig(
+        defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=-1, managedLedgerCursorPositionFlushSeconds=0
+    )
+    payloads = [os.urandom(size) for size in (10, 200, 3000)]
+
+    async def main():
+        factory = await ManagedLedgerFactory.open(str(tmp_path / "data"), config)
+        ledgers = [await factory.open_ledger(f"{TOPIC}-{index}") for index in range(3)]
+        cursor = await ledgers[0].open_cursor("s", "earliest")
+        last = None
+        for round_ in range(4):
+            if last is not None and round_ % 2:
+                cursor.mark_delete(last)  # an ack persisted beside the appends that follow
+            results = await asyncio.gather(*[ledger.append_many(*columns(payloads, round_ * 3)) for ledger in ledgers])
+            last = results[0][-1]
+        await factory.close()
+
+        # Reopening checks that the database holds every commit the commit-seq file names.
+        factory = await ManagedLedgerFactory.open(str(tmp_path / "data"), config)
+        for index in range(3):
+            ledger = await factory.open_ledger(f"{TOPIC}-{index}")
+            stored = await ledger.read_entries(EARLIEST, 100)
+            assert [e.data for e in stored] == payloads * 4
+        await factory.close()
+
+    asyncio.run(main())
+    (written,) = struct.unpack_from("<Q", (tmp_path / "data" / sqlite_engine.COMMIT_SEQ_FILE).read_bytes())
+    with contextlib.closing(sqlite3.connect(tmp_path / "data" / sqlite_engine.DB_FILE)) as db:
+        assert db.execute("SELECT value FROM meta WHERE key='commit_seq'").fetchall() == [(written,)]
+        rows = db.execute("SELECT id, entries, size FROM ledgers ORDER BY id").fetchall()
+        segments = db.execute(
+            "SELECT id >> 32, sum(count), sum(length(data)) FROM segments GROUP BY id >> 32 ORDER BY 1"
+        ).fetchall()
+    assert rows == segments and [entries for _, entries, _ in rows] == [12] * 3
+    assert all(size == 4 * sum(map(len, payloads)) for _, _, size in rows)
