@@ -94,22 +94,22 @@ def test_no_broker_fails_without_a_traceback() -> None:
     assert "cannot connect" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("batching", ["--batching", "--no-batching"])
-def test_consume_on_our_client_receives_and_acks_everything(module_broker, tmp_path, batching: str) -> None:
+def consume_what_perf_produces(broker, tmp_path, consume_args: list[str], produce_args: list[str]) -> dict:
+    """Run `perf consume` (2 Key_Shared consumers) while `perf produce --client magnetar` publishes
+    MESSAGES; check that it exits 0 having acknowledged everything and return its summary."""
     topic = f"persistent://public/default/perf-{uuid.uuid4().hex[:8]}"
     summary_path = tmp_path / "consume.json"
     consume = subprocess.Popen(
-        [sys.executable, "-m", "magnetar.cli.main", "perf", "consume", "--client", "magnetar",
-         "--service-url", module_broker.url, "--topic", topic, "--type", "Key_Shared", "--consumers", "2",
-         "--messages", str(MESSAGES), "--receiver-queue-size", "50", "--idle-timeout", "20",
-         "--json", str(summary_path)],
+        [sys.executable, "-m", "magnetar.cli.main", "perf", "consume", *consume_args, "--service-url", broker.url,
+         "--topic", topic, "--type", "Key_Shared", "--consumers", "2", "--messages", str(MESSAGES),
+         "--receiver-queue-size", "50", "--idle-timeout", "20", "--json", str(summary_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
         assert consume.stdout is not None
         assert "subscribed 2 Key_Shared consumers" in consume.stdout.readline()
-        ok("perf", "produce", "--client", "magnetar", "--service-url", module_broker.url, "--topic", topic,
-           "--messages", str(MESSAGES), "--keys", str(KEYS), "--batching-max-messages", "40", batching)
+        ok("perf", "produce", "--client", "magnetar", "--service-url", broker.url, "--topic", topic,
+           "--messages", str(MESSAGES), "--keys", str(KEYS), "--batching-max-messages", "40", *produce_args)
         _out, err = consume.communicate(timeout=60)
     finally:
         if consume.poll() is None:
@@ -117,45 +117,28 @@ def test_consume_on_our_client_receives_and_acks_everything(module_broker, tmp_p
             consume.wait()
     assert consume.returncode == 0, err
     summary = json.loads(summary_path.read_text())
-    assert (summary["client"], summary["messages"]) == ("magnetar", MESSAGES)
+    assert summary["messages"] == MESSAGES
     assert sum(summary["per_consumer"]) == MESSAGES and min(summary["per_consumer"]) > 0
-    assert summary["entries"] < MESSAGES if batching == "--batching" else summary["entries"] == MESSAGES
-    # Every message was acknowledged: nothing is left in the subscription's backlog.
-    stats_url = f"{module_broker.http_url}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}/stats"
+    # Every message was acknowledged (the official client's grouped acks leave within 100 ms, and
+    # before its consumers close): nothing is left in the subscription's backlog.
+    stats_url = f"{broker.http_url}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}/stats"
     assert httpx.get(stats_url).json()["subscriptions"]["perf"]["msgBacklog"] == 0
+    return summary
+
+
+@pytest.mark.parametrize("batching", ["--batching", "--no-batching"])
+def test_consume_on_our_client_receives_and_acks_everything(module_broker, tmp_path, batching: str) -> None:
+    summary = consume_what_perf_produces(module_broker, tmp_path, ["--client", "magnetar"], [batching])
+    assert summary["client"] == "magnetar"
+    assert summary["entries"] < MESSAGES if batching == "--batching" else summary["entries"] == MESSAGES
 
 
 @pytest.mark.parametrize("batch_receive", ["0", "25"])
 def test_consume_on_the_official_client_receives_and_acks_everything(
     module_broker, tmp_path, batch_receive: str
 ) -> None:
-    topic = f"persistent://public/default/perf-{uuid.uuid4().hex[:8]}"
-    summary_path = tmp_path / "consume.json"
-    consume = subprocess.Popen(
-        [sys.executable, "-m", "magnetar.cli.main", "perf", "consume", "--service-url", module_broker.url,
-         "--topic", topic, "--type", "Key_Shared", "--consumers", "2", "--messages", str(MESSAGES),
-         "--receiver-queue-size", "50", "--batch-receive", batch_receive, "--idle-timeout", "20",
-         "--json", str(summary_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        assert consume.stdout is not None
-        assert "subscribed 2 Key_Shared consumers" in consume.stdout.readline()
-        ok("perf", "produce", "--client", "magnetar", "--service-url", module_broker.url, "--topic", topic,
-           "--messages", str(MESSAGES), "--keys", str(KEYS), "--batching-max-messages", "40")
-        _out, err = consume.communicate(timeout=60)
-    finally:
-        if consume.poll() is None:
-            consume.kill()
-            consume.wait()
-    assert consume.returncode == 0, err
-    summary = json.loads(summary_path.read_text())
-    assert (summary["client"], summary["batch_receive"], summary["messages"]) == ("pulsar", int(batch_receive), MESSAGES)
-    assert sum(summary["per_consumer"]) == MESSAGES and min(summary["per_consumer"]) > 0
-    # Every message was acknowledged (the official client's grouped acks leave within 100 ms, and
-    # before the consumer closes): nothing is left in the subscription's backlog.
-    stats_url = f"{module_broker.http_url}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}/stats"
-    assert httpx.get(stats_url).json()["subscriptions"]["perf"]["msgBacklog"] == 0
+    summary = consume_what_perf_produces(module_broker, tmp_path, ["--batch-receive", batch_receive], [])
+    assert (summary["client"], summary["batch_receive"]) == ("pulsar", int(batch_receive))
 
 
 @pytest.mark.parametrize("verb", ["produce", "consume"])
