@@ -143,6 +143,45 @@ def test_key_based_batching_sticky_consumers_and_nack_redelivery(client, topic) 
         low.acknowledge(m)
 
 
+def test_key_shared_replays_beyond_what_the_broker_holds_arrive_whole_and_in_key_order(client, topic) -> None:
+    """A consumer with a one-message queue leaves most of its entries in the replay queue while the
+    other consumer drains its own. The broker holds the entries it read for replays up to 8 MB; 80
+    messages of 150 KB go past that, so some replays are served from what it holds and the rest read
+    again from storage. Every message arrives once, byte for byte, in order per key."""
+    slow = client.subscribe(
+        topic, "sub", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="slow", receiver_queue_size=1,
+        key_shared_policy=pulsar.ConsumerKeySharedPolicy(pulsar.KeySharedMode.Sticky, sticky_ranges=[(0, 32767)]),
+    )
+    fast = client.subscribe(
+        topic, "sub", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="fast",
+        key_shared_policy=pulsar.ConsumerKeySharedPolicy(pulsar.KeySharedMode.Sticky, sticky_ranges=[(32768, 65535)]),
+    )
+    producer = client.create_producer(topic, batching_enabled=False)
+    keys = [f"key-{i}" for i in range(6)]
+    assert {sticky_slot(k) <= 32767 for k in keys} == {True, False}, "keys must land in both ranges"
+
+    def body(index: int) -> bytes:
+        return index.to_bytes(4, "big") + bytes([index % 251]) * 150_000
+
+    sent = [(keys[i % len(keys)], i) for i in range(80)]
+    for key, index in sent:
+        producer.send(body(index), partition_key=key)
+
+    received: dict[str, list[pulsar.Message]] = {"slow": [], "fast": []}
+    for name, consumer in (("fast", fast), ("slow", slow)):
+        expected = sum((sticky_slot(k) <= 32767) == (name == "slow") for k, _ in sent)
+        for _ in range(expected):
+            message = consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS)
+            received[name].append(message)
+            consumer.acknowledge(message)
+    assert drain(slow, 300) == [] and drain(fast, 300) == []
+    for key in keys:
+        got = [m for ms in received.values() for m in ms if m.partition_key() == key]
+        indexes = [int.from_bytes(m.data()[:4], "big") for m in got]
+        assert indexes == [i for k, i in sent if k == key]
+        assert all(m.data() == body(i) for m, i in zip(got, indexes))
+
+
 def test_different_key_shared_policy_is_refused_while_consumers_are_connected(client, topic) -> None:
     client.subscribe(
         topic, "sub", consumer_type=pulsar.ConsumerType.KeyShared,
