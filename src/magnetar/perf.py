@@ -443,26 +443,19 @@ def consume(args: argparse.Namespace) -> int:
     last = [0.0] * args.consumers
     done = threading.Event()
 
+    def receive_one(consumer: pulsar.Consumer) -> tuple[pulsar.Message, ...]:
+        try:
+            return (consumer.receive(RECEIVE_POLL_MS),)
+        except pulsar.Timeout:
+            return ()
+
+    # One receive per message, or a batch_receive (up to N messages or 10 ms); each message acked.
+    take = pulsar.Consumer.batch_receive if args.batch_receive else receive_one
+
     def receive_loop(index: int, consumer: pulsar.Consumer) -> None:
         count = 0
         while not done.is_set():
-            try:
-                message = consumer.receive(RECEIVE_POLL_MS)
-            except pulsar.Timeout:
-                continue
-            now = time.time()
-            latencies.append(now * 1e3 - message.publish_timestamp())
-            consumer.acknowledge(message)
-            if not count:
-                first[index] = now
-            count += 1
-            counts[index] = count
-            last[index] = now
-
-    def batch_receive_loop(index: int, consumer: pulsar.Consumer) -> None:
-        count = 0
-        while not done.is_set():
-            messages = consumer.batch_receive()
+            messages = take(consumer)
             if not messages:
                 continue
             now = time.time()
@@ -477,8 +470,7 @@ def consume(args: argparse.Namespace) -> int:
             last[index] = now
 
     cpu_start = _cpu_seconds()
-    loop = batch_receive_loop if args.batch_receive else receive_loop
-    threads = [threading.Thread(target=loop, args=(i, c), daemon=True) for i, c in enumerate(consumers)]
+    threads = [threading.Thread(target=receive_loop, args=(i, c), daemon=True) for i, c in enumerate(consumers)]
     for thread in threads:
         thread.start()
     reported, reported_at, progress_at, latencies_seen = 0, time.perf_counter(), time.monotonic(), 0
