@@ -32,7 +32,9 @@ import sys
 import threading
 import time
 from array import array
+from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 
 import pulsar
 
@@ -84,23 +86,27 @@ CONSUMER_TYPES = {
 }
 
 
-def percentiles(samples: Sequence[float]) -> dict[str, float]:
-    """Nearest-rank p50/p99/p99.9 and max of `samples` (empty: all zero)."""
+def percentiles(samples: Sequence[float], counts: Sequence[int] | None = None) -> dict[str, float]:
+    """Nearest-rank p50/p99/p99.9 and max of `samples` (empty: all zero). With `counts`, sample i
+    stands for counts[i] messages (a batch's latency for each of its messages); the ranks are found
+    on the running sums of the counts in latency order rather than by repeating each sample: a
+    progress line of 10,000 entries then costs ~2 ms, not ~9, and the loop measuring is not held up."""
     if not samples:
         return {name: 0.0 for name, _ in PERCENTILES} | {"max": 0.0}
-    ordered = sorted(samples)
-    last = len(ordered) - 1
-    result = {name: ordered[min(last, int(fraction * len(ordered)))] for name, fraction in PERCENTILES}
-    result["max"] = ordered[last]
+    if counts is None or counts.count(1) == len(counts):
+        ordered = sorted(samples)
+        last = len(ordered) - 1
+        result = {name: ordered[min(last, int(fraction * len(ordered)))] for name, fraction in PERCENTILES}
+        result["max"] = ordered[last]
+        return result
+    order = sorted(range(len(samples)), key=samples.__getitem__)
+    ends = list(accumulate(map(counts.__getitem__, order)))
+    total = ends[-1]
+    result = {
+        name: samples[order[bisect_right(ends, min(total - 1, int(fraction * total)))]] for name, fraction in PERCENTILES
+    }
+    result["max"] = samples[order[-1]]
     return result
-
-
-def weighted(latencies: Sequence[float], counts: Sequence[int]) -> array:
-    """Each latency repeated as often as its count says: a batch's latency for each of its messages."""
-    samples = array("d")
-    for latency, count in zip(latencies, counts):
-        samples.extend(array("d", (latency,)) * count)
-    return samples
 
 
 def _cpu_seconds() -> float:
@@ -112,9 +118,17 @@ def _latency_text(latency: dict[str, float]) -> str:
     return f"p50 {latency['p50']:.2f} p99 {latency['p99']:.2f} p99.9 {latency['p99_9']:.2f} max {latency['max']:.2f} ms"
 
 
-def _progress(role: str, count: int, previous: int, interval_s: float, size: int, window: Sequence[float]) -> None:
+def _progress(
+    role: str,
+    count: int,
+    previous: int,
+    interval_s: float,
+    size: int,
+    window: Sequence[float],
+    window_counts: Sequence[int] | None = None,
+) -> None:
     rate = (count - previous) / interval_s
-    latency = percentiles(window)
+    latency = percentiles(window, window_counts)
     print(
         f"{role}: {rate:10,.0f} msg/s {rate * size / 1e6:7.2f} MB/s  total {count:,}  "
         f"latency p50 {latency['p50']:.2f} p99 {latency['p99']:.2f} ms",
@@ -345,11 +359,6 @@ def produce_magnetar(args: argparse.Namespace) -> int:
                 batcher.close(opened, generated, outgoing, in_flight, now)
                 in_flight_messages += open_count
                 opened, open_count = generated, 0
-            if now >= next_report:
-                done = len(latencies)
-                window = weighted(latencies[reported_batches:done], counts[reported_batches:done])
-                _progress("produce", received, reported, now - reported_at, args.size, window)
-                next_report, reported, reported_batches, reported_at = now + REPORT_INTERVAL_S, received, done, now
             wake = min(next_report, now + RECEIPT_TIMEOUT_S)
             if open_count:
                 wake = min(wake, opened_at + delay_s)
@@ -383,6 +392,12 @@ def produce_magnetar(args: argparse.Namespace) -> int:
                 raise ReadTimeout(f"no receipt from the broker in {RECEIPT_TIMEOUT_S:.0f} s")
             if not in_flight:
                 heard_at = now
+            if now >= next_report:
+                # After the pump: a batch closed (and stamped) in this turn has left already.
+                done = len(latencies)
+                window, window_counts = latencies[reported_batches:done], counts[reported_batches:done]
+                _progress("produce", received, reported, now - reported_at, args.size, window, window_counts)
+                next_report, reported, reported_batches, reported_at = now + REPORT_INTERVAL_S, received, done, now
         cpu = _cpu_seconds() - cpu_start
         producer.close()
     except (BrokerError, ConnectionLost, ReadTimeout) as error:
@@ -407,7 +422,7 @@ def produce_magnetar(args: argparse.Namespace) -> int:
         "seconds": seconds,
         "msg_per_s": total / seconds,
         "mb_per_s": total * args.size / seconds / 1e6,
-        "latency_ms": percentiles(weighted(latencies, counts)),
+        "latency_ms": percentiles(latencies, counts),
         "client_cpu_us_per_msg": cpu / total * 1e6,
     }
     _finish("produce", summary, args.json)
@@ -493,7 +508,7 @@ def consume(args: argparse.Namespace) -> int:
         consumer.close()
     client.close()
     return _consume_summary(
-        args, {"client": "pulsar", "batch_receive": args.batch_receive}, counts, first, last, latencies, cpu
+        args, {"client": "pulsar", "batch_receive": args.batch_receive}, counts, first, last, percentiles(latencies), cpu
     )
 
 
@@ -503,7 +518,7 @@ def _consume_summary(
     counts: list[int],
     first: list[float],
     last: list[float],
-    latencies: Sequence[float],
+    latency_ms: dict[str, float],
     cpu: float,
 ) -> int:
     total = sum(counts)
@@ -522,7 +537,7 @@ def _consume_summary(
         "seconds": seconds,
         "msg_per_s": total / seconds if seconds else 0.0,
         "mb_per_s": total * args.size / seconds / 1e6 if seconds else 0.0,
-        "latency_ms": percentiles(latencies),
+        "latency_ms": latency_ms,
         "client_cpu_us_per_msg": cpu / total * 1e6 if total else 0.0,
     }
     _finish("consume", summary, args.json)
@@ -604,8 +619,8 @@ def consume_magnetar(args: argparse.Namespace) -> int:
                 ack_due = now + ACK_GROUP_S
             if now >= next_report:
                 done = len(latencies)
-                window = weighted(latencies[reported_entries:done], weights[reported_entries:done])
-                _progress("consume", total, reported, now - reported_at, args.size, window)
+                window, window_counts = latencies[reported_entries:done], weights[reported_entries:done]
+                _progress("consume", total, reported, now - reported_at, args.size, window, window_counts)
                 next_report, reported, reported_entries, reported_at = now + REPORT_INTERVAL_S, total, done, now
                 if now - heard_at > args.idle_timeout:
                     break
@@ -622,7 +637,7 @@ def consume_magnetar(args: argparse.Namespace) -> int:
     finally:
         connection.close()
     fields = {"client": "magnetar", "entries": len(latencies)}
-    return _consume_summary(args, fields, counts, first, last, weighted(latencies, weights), cpu)
+    return _consume_summary(args, fields, counts, first, last, percentiles(latencies, weights), cpu)
 
 
 def _flow_frame(consumer_id: int, permits: int) -> bytes:
