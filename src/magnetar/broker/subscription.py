@@ -298,8 +298,15 @@ class PersistentSubscription:
         self._wakeup = asyncio.get_running_loop().call_later(delay, self._on_wakeup)
 
     def _on_wakeup(self) -> None:
+        at_ms = self._wakeup_at_ms
         self._wakeup = None
         self._wakeup_at_ms = None
+        if at_ms is not None and _now_ms() < at_ms:
+            # WakeUp asks for a Tick at or after at_ms on the dispatcher's clock, and a dispatcher
+            # woken before it keeps waiting for the Tick it asked for. The loop's timer can fire a
+            # little early on that clock: libuv counts whole milliseconds from the start of a turn.
+            self._arm_wakeup(at_ms)
+            return
         self._handle(Tick())
 
     def _cancel_read(self) -> None:
