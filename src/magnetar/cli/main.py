@@ -8,7 +8,6 @@ Must not touch: any logic of those packages; this module only parses and dispatc
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from typing import Annotated
@@ -46,6 +45,8 @@ def standalone(
     log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
 ) -> None:
     """Run a magnetar broker."""
+    import uvloop
+
     from magnetar.broker.config import ConfigError, load_config
     from magnetar.broker.server import run_standalone
 
@@ -62,7 +63,10 @@ def standalone(
     except (ConfigError, OSError) as failure:
         error(str(failure))
         raise typer.Exit(2) from None
-    raise typer.Exit(asyncio.run(run_standalone(broker_config, data_dir)))
+    # libuv's event loop: the same asyncio API, with its socket reads and writes, callbacks and
+    # wake-ups from the commit thread in C; the broker's event loop spends ~6% less CPU per message
+    # (docs/broker.md, "The process").
+    raise typer.Exit(uvloop.run(run_standalone(broker_config, data_dir)))
 
 
 app.add_typer(admin.app, name="admin")
