@@ -194,7 +194,8 @@ class PersistentSubscription:
         cursor = self.cursor
         before = cursor.mark_delete_position
         last = self.topic.ledger.last_confirmed_entry
-        whole = cursor.undeleted(position for position in positions if position <= last)
+        # Acked now, not before: what the core and the held entries hear of.
+        whole = cursor.delete_positions([position for position in positions if position <= last])
         for position, size, ack_set in batch_acks:
             if position > last or cursor.is_deleted(position):
                 continue
@@ -205,7 +206,7 @@ class PersistentSubscription:
             previous = cursor.acked_batch_indexes(position)
             previous_mask = previous[1] if previous else 0
             if len(acked) == size:
-                whole.append(position)
+                whole += cursor.delete_positions([position])
                 continue
             cursor.delete_batch_indexes(position, size, acked)
             now = cursor.acked_batch_indexes(position)
@@ -216,7 +217,6 @@ class PersistentSubscription:
                 if newly > 0:
                     self._handle(BatchIndexAcked(consumer_id, position, newly))
         if whole:
-            cursor.delete(whole)
             if self._held:
                 self._release(whole)
             self._handle(Acked(consumer_id, tuple(whole)))

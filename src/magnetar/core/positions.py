@@ -79,8 +79,9 @@ class PositionRangeSet:
         ranges._uppers = [tuple(upper) for upper in uppers]
         return ranges
 
-    def add(self, position: tuple[int, int]) -> None:
-        """Add one position: the range `(ledger:entry-1, ledger:entry]`.
+    def add(self, position: tuple[int, int]) -> bool:
+        """Add one position: the range `(ledger:entry-1, ledger:entry]`. Returns whether it is new, so
+        that acks need one search, not `contains` and then `add`.
 
         Acks add positions one at a time, so this is `add_range` for a one-position range without its
         second search and slice assignments: no two-int pair lies strictly between `lower` and
@@ -93,23 +94,25 @@ class PositionRangeSet:
         if index == len(uppers):
             lowers.append(lower)
             uppers.append(position)
-            return
+            return True
         range_lower = lowers[index]
         if range_lower < position:
-            if uppers[index] == lower:
-                # Touches this range from above; it may now touch the next one too.
-                if index + 1 < len(lowers) and lowers[index + 1] == position:
-                    uppers[index] = uppers[index + 1]
-                    del lowers[index + 1]
-                    del uppers[index + 1]
-                else:
-                    uppers[index] = position
-            return
+            if uppers[index] != lower:
+                return False  # it ends at or after `position`: it holds it
+            # Touches this range from above; it may now touch the next one too.
+            if index + 1 < len(lowers) and lowers[index + 1] == position:
+                uppers[index] = uppers[index + 1]
+                del lowers[index + 1]
+                del uppers[index + 1]
+            else:
+                uppers[index] = position
+            return True
         if range_lower == position:
             lowers[index] = lower
         else:
             lowers.insert(index, lower)
             uppers.insert(index, position)
+        return True
 
     def add_range(self, lower: tuple[int, int], upper: tuple[int, int]) -> None:
         """Add the open-closed range `(lower, upper]`, merging it with every range it overlaps or touches."""

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 from array import array
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from magnetar.core.positions import Position, PositionRangeSet
@@ -136,21 +135,36 @@ class ManagedCursor:
         """Individual acknowledgement of whole entries."""
         if positions and isinstance(positions[0], int):
             positions = [positions]  # type: ignore[list-item]
-        changed = False
-        for raw in positions:  # type: ignore[union-attr]
-            position = Position(*raw)
-            self._check_acknowledgeable(position)
-            if position <= self.mark_delete_position or position in self.individually_deleted:
-                continue
-            self.individually_deleted.add(position)
-            self.batch_deleted.pop(position, None)
-            if self._messages_consumed_counter is not None:
-                self._messages_consumed_counter += 1
-            changed = True
-        if not changed:
+        if not self._delete([Position(*raw) for raw in positions]):  # type: ignore[union-attr]
             return None
-        self._slide_mark_delete()
         return self._changed()
+
+    def delete_positions(self, positions: list[Position]) -> list[Position]:
+        """`delete` for a grouped ACK's hundreds of `Position`s: returns the ones not deleted before,
+        in their order, in the same pass as deleting them."""
+        deleted = self._delete(positions)
+        if deleted:
+            self._changed()
+        return deleted
+
+    def _delete(self, positions: list[Position]) -> list[Position]:
+        if positions:
+            self._check_acknowledgeable(max(positions))  # before anything changes
+        mark_delete = self.mark_delete_position
+        add = self.individually_deleted.add
+        deleted = []
+        for position in positions:
+            if position > mark_delete and add(position):
+                deleted.append(position)
+        if deleted:
+            if self.batch_deleted:
+                pop = self.batch_deleted.pop
+                for position in deleted:
+                    pop(position, None)
+            if self._messages_consumed_counter is not None:
+                self._messages_consumed_counter += len(deleted)
+            self._slide_mark_delete()
+        return deleted
 
     def delete_batch_indexes(
         self, position: tuple[int, int], batch_size: int, indexes: list[int]
@@ -172,11 +186,6 @@ class ManagedCursor:
 
     def is_deleted(self, position: tuple[int, int]) -> bool:
         return position <= self.mark_delete_position or position in self.individually_deleted
-
-    def undeleted(self, positions: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-        """The positions not deleted, in their order: `is_deleted` for a grouped ACK's hundreds at once."""
-        mark_delete, deleted = self.mark_delete_position, self.individually_deleted
-        return [position for position in positions if position > mark_delete and position not in deleted]
 
     def undeleted_entries(self, entries: list[Entry]) -> list[Entry]:
         """The entries whose positions are not deleted, in their order (a read's, at once)."""

@@ -276,7 +276,7 @@ def test_range_set_matches_a_set_model(ops: list) -> None:
     intervals: list[Interval] = []  # the exact ranges, merged by hand
     for op, arg in ops:
         if op == "add":
-            s.add(Position(*arg))
+            assert s.add(Position(*arg)) == (arg not in model)
             model.add(arg)
             intervals = normalise(intervals + [((arg[0], arg[1] - 1), arg)])
         elif op == "add_range":

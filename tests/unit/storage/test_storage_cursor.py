@@ -204,18 +204,24 @@ def test_delete_cursor_is_durable(run_storage):
     run_storage(second)
 
 
-def test_undeleted_keeps_what_is_neither_below_mark_delete_nor_individually_deleted(run_storage):
+def test_delete_positions_returns_what_was_not_deleted_before(run_storage):
     async def scenario(factory):
         ledger = await factory.open_ledger("persistent://public/default/undeleted")
         positions = [await ledger.append(b"u%d" % i) for i in range(10)]
         cursor = await ledger.open_cursor("c", "earliest")
         cursor.delete([positions[0], positions[1], positions[5]])
         assert cursor.mark_delete_position == positions[1]
-        wanted = [positions[i] for i in (9, 0, 5, 6, 2)]
-        assert cursor.undeleted(wanted) == [positions[i] for i in (9, 6, 2)]
-        assert cursor.undeleted(iter(wanted)) == cursor.undeleted(wanted)
+        wanted = [positions[i] for i in (9, 0, 5, 6, 2, 9)]
+        assert cursor.delete_positions(wanted) == [positions[i] for i in (9, 6, 2)]
+        assert cursor.mark_delete_position == positions[2]
+        assert cursor.delete_positions(wanted) == []
+        assert [cursor.is_deleted(p) for p in positions] == [i in (0, 1, 2, 5, 6, 9) for i in range(10)]
         entries = await ledger.read_entries(positions[0], 10)
-        assert [e.data for e in cursor.undeleted_entries(entries)] == [b"u%d" % i for i in (2, 3, 4, 6, 7, 8, 9)]
-        assert [cursor.is_deleted(p) for p in positions] == [p not in cursor.undeleted(positions) for p in positions]
+        assert [e.data for e in cursor.undeleted_entries(entries)] == [b"u%d" % i for i in (3, 4, 7, 8)]
+        cursor.check_invariants()
+        beyond = Position(positions[-1][0], positions[-1][1] + 1)
+        with pytest.raises(ValueError, match="beyond the last confirmed entry"):
+            cursor.delete_positions([positions[3], beyond])
+        assert not cursor.is_deleted(positions[3])
 
     run_storage(scenario)
