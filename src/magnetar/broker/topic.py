@@ -227,6 +227,12 @@ class PersistentTopic:
             return subscription
         if durable:
             cursor = await self.ledger.open_cursor(name, initial_position)
+            # Consumers that subscribe at once to a new subscription all wait for its cursor to be
+            # persisted: the first one back creates the subscription, the others join it. Two of them
+            # would be two dispatchers on one cursor, each sending what the other's consumers hold.
+            subscription = self.subscriptions.get(name)
+            if subscription is not None:
+                return subscription
         else:
             cursor = self.ledger.new_non_durable_cursor(self._reader_start(start_message_id, initial_position), name)
         subscription = PersistentSubscription(self, name, cursor)
@@ -281,6 +287,9 @@ class PersistentTopic:
         if name in self.subscriptions:
             raise SubscriptionExistsError(f"Subscription {name} already exists for topic {self.name}")
         cursor = await self.ledger.open_cursor(name, "latest")
+        if name in self.subscriptions:
+            # A consumer subscribed while the cursor was being persisted (see `subscribe`).
+            raise SubscriptionExistsError(f"Subscription {name} already exists for topic {self.name}")
         subscription = PersistentSubscription(self, name, cursor)
         self.subscriptions[name] = subscription
         if start != self.ledger.next_valid_position(self.ledger.last_confirmed_entry):
