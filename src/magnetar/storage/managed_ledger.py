@@ -448,6 +448,16 @@ class ManagedLedger:
     def _has_pending(self, ledger_id: int) -> bool:
         return any(item[0][0] == ledger_id for item in self._pending)
 
+    def _pending_after(self, ledger_id: int, entry_id: int) -> bool:
+        """An append to `ledger_id` beyond `entry_id` is not durable yet (pending is in position order)."""
+        for item in self._pending:
+            last = item[0]
+            if last[0] > ledger_id:
+                return False
+            if last[0] == ledger_id and last[1] > entry_id:
+                return True
+        return False
+
     def _on_durable(self, ledger_id: int, last_entry_id: int) -> None:
         pending = self._pending
         cache = self._cache
@@ -565,6 +575,10 @@ class ManagedLedger:
         ledger_id, entry_id = position
         info = self._ledgers.get(ledger_id)
         if info is not None and entry_id + 1 < info.entries:
+            return Position(ledger_id, entry_id + 1)
+        if info is not None and ledger_id != self._current_ledger_id and self._pending_after(ledger_id, entry_id):
+            # A ledger rolled over while its last entries are still in the commit: `entries` counts
+            # the durable ones only, and the entries after them come before the next ledger's.
             return Position(ledger_id, entry_id + 1)
         ledgers = self._ledgers
         ids = self._ledger_ids
@@ -878,9 +892,9 @@ def _first_published_at_or_after(connection: Any, ledger_id: int, publish_time_m
 class ManagedLedgerFactory:
     """The storage of one data directory: engine, cache, metadata, and a managed ledger per topic."""
 
-    def __init__(self, data_dir: str, config: StorageConfig) -> None:
+    def __init__(self, data_dir: str, config: StorageConfig, engine: SqliteEngine | None = None) -> None:
         self.config = config
-        self.engine = SqliteEngine(data_dir, config.journalSyncData, config.journalMaxGroupWaitMSec)
+        self.engine = engine or SqliteEngine(data_dir, config.journalSyncData, config.journalMaxGroupWaitMSec)
         self.cache = EntryCache(config.managedLedgerCacheSizeMB * MB)
         self.loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         self.ledgers: dict[str, ManagedLedger] = {}
@@ -894,8 +908,11 @@ class ManagedLedgerFactory:
         self.metadata: MetadataStore
 
     @classmethod
-    async def open(cls, data_dir: str, config: StorageConfig | None = None) -> ManagedLedgerFactory:
-        factory = cls(data_dir, config or StorageConfig())
+    async def open(
+        cls, data_dir: str, config: StorageConfig | None = None, engine: SqliteEngine | None = None
+    ) -> ManagedLedgerFactory:
+        """`engine` replaces the threaded SQLite engine (the shell simulator commits on its event loop)."""
+        factory = cls(data_dir, config or StorageConfig(), engine)
         await asyncio.to_thread(factory._open_blocking)
         factory.engine.start(factory.loop, factory._on_commit)
         await factory.metadata.ensure_defaults(factory.config.clusterName)

@@ -421,3 +421,24 @@ def test_evicting_runs_that_are_not_a_ledgers_first_keeps_the_index_right():
     held = [entry_id for entry_id in order if cache.get((1, entry_id)) is not None]
     assert held == order[-len(held) :] and 18 <= len(held) <= 20 and cache.evictions == 30 - len(held)
     assert 5 in held and 15 not in held
+
+
+def test_the_entry_after_a_full_ledgers_durable_end_is_its_next_pending_entry(run_storage):
+    """A ledger rolled over while its last entries are still being committed: the entry after its
+    last durable one is the next entry of that ledger, not the next ledger's first. A tailing
+    cursor that read up to the durable end moves its read position there, and would otherwise skip
+    the entries still in the commit (found by the shell simulator, seed 11)."""
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        first = await append_all(ledger, [b"m0", b"m1", b"m2", b"m3"])
+        full = first[0][0]
+        pending = [ledger.append(b"m4", 4, 1, 1004, "p", 4), ledger.append(b"m5", 5, 1, 1005, "p", 5)]
+        assert ledger.last_confirmed_entry == Position(full, 3)
+        assert ledger.current_ledger.ledger_id == full + 1
+        assert ledger.next_valid_position(Position(full, 3)) == Position(full, 4)
+        assert await asyncio.gather(*pending) == [Position(full, 4), Position(full + 1, 0)]
+        assert ledger.next_valid_position(Position(full, 3)) == Position(full, 4)
+        assert ledger.next_valid_position(Position(full, 4)) == Position(full + 1, 0)
+
+    run_storage(scenario)
