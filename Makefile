@@ -25,9 +25,11 @@ test: setup
 sim: setup
 	$(BIN)/magnetar sim $(if $(SEED),--seed $(SEED),) $(if $(MODE),--mode $(MODE),)
 
-# Long seed sweep: 200,000 schedules per Key_Shared mode (40,000 per other type) across all cores.
+# Long seed sweeps across all cores: the core, 200,000 schedules per Key_Shared mode (40,000 per other
+# type); the shell simulator (the real broker), 20,000 per mode.
 soak: setup
 	MAGNETAR_SIM_SCHEDULES=200000 $(BIN)/python -m pytest tests/sim/test_sweep.py -q
+	MAGNETAR_SHELL_SCHEDULES=20000 $(BIN)/python -m pytest tests/sim/test_shell_sweep.py -q
 
 bench: setup
 	$(BIN)/python bench/core_dispatch.py

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from functools import partial
 from typing import Any
 
@@ -74,13 +73,14 @@ class ServerConnection:
         self.peer = writer.get_extra_info("peername")
         self.client_version = ""  # from CONNECT, for the admin stats
         self.closed = False
-        self.last_received = time.monotonic()
+        self._loop = asyncio.get_running_loop()
+        # Keep-alive counts on the loop's clock (monotonic), which the shell simulator drives.
+        self.last_received = self._loop.time()
         self._tasks: set[asyncio.Task[None]] = set()
         # SENDs of the current socket read, per producer, until they are appended together.
         self._sends: dict[ServerProducer, list[tuple[int, int, bytes, int, int, int]]] = {}
         # Frames written during this turn of the event loop; they leave together at its end (`_flush`).
         self._output: list[bytes] = []
-        self._loop = asyncio.get_running_loop()
 
     # ----------------------------------------------------------------------------- lifecycle
 
@@ -111,7 +111,7 @@ class ServerConnection:
                 data = await self.reader.read(_READ_SIZE)
                 if not data:
                     break
-                self.last_received = time.monotonic()
+                self.last_received = self._loop.time()
                 try:
                     frames = self.protocol.receive_data(data)
                 except ProtocolError as error:
@@ -174,7 +174,7 @@ class ServerConnection:
         interval = self.service.config["keepAliveIntervalSeconds"]
         while True:
             await asyncio.sleep(interval)
-            idle = time.monotonic() - self.last_received
+            idle = self._loop.time() - self.last_received
             if idle > 2 * interval:
                 log.warning("closing connection from %s: no frame for %.0f s", self.peer, idle)
                 self.abort()

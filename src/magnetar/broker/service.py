@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,16 @@ from magnetar.broker.topic import PersistentTopic, delayed_delivery_path, schema
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.settings import DispatcherSettings
 from magnetar.storage import ManagedLedgerFactory
+from magnetar.storage.sqlite_engine import SqliteEngine
 from magnetar.storage.metadata import BadVersionError, NotFoundError
 
 __all__ = ["BrokerService", "NamespaceNotEmptyError", "TopicBusyError", "TopicNotFoundError"]
 
 log = logging.getLogger(__name__)
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class TopicNotFoundError(Exception):
@@ -40,8 +46,19 @@ class NamespaceNotEmptyError(Exception):
 
 
 class BrokerService:
-    def __init__(self, config: BrokerConfig, data_dir: str | Path) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        data_dir: str | Path,
+        *,
+        clock_ms: Callable[[], int] | None = None,
+        storage_engine: SqliteEngine | None = None,
+    ) -> None:
+        """`clock_ms` (epoch milliseconds: dispatchers' timers and deliver_at_time) and `storage_engine`
+        are the wall clock and the threaded engine unless the shell simulator injects its own."""
         self.config = config
+        self.now_ms: Callable[[], int] = clock_ms or _wall_clock_ms
+        self._storage_engine = storage_engine
         self.data_dir = Path(data_dir)
         self.dispatcher_settings: DispatcherSettings = config.dispatcher_settings()
         self.storage: ManagedLedgerFactory | None = None
@@ -56,7 +73,9 @@ class BrokerService:
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.storage = await ManagedLedgerFactory.open(str(self.data_dir), self.config.storage_config())
+        self.storage = await ManagedLedgerFactory.open(
+            str(self.data_dir), self.config.storage_config(), self._storage_engine
+        )
         await self.storage.metadata.ensure_defaults(self.config["clusterName"])
         self._expiry = asyncio.get_running_loop().create_task(self._expire_periodically())
 
@@ -64,7 +83,7 @@ class BrokerService:
         interval = float(self.config["messageExpiryCheckIntervalInMinutes"]) * 60
         while True:
             await asyncio.sleep(interval)
-            now_ms = int(time.time() * 1000)
+            now_ms = self.now_ms()
             for topic in list(self.topics.values()):
                 ttl = self.message_ttl_seconds(topic.name)
                 if ttl > 0:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -61,11 +60,6 @@ MARKER_PRODUCER_NAME = "pulsar.marker"
 log = logging.getLogger(__name__)
 
 
-def _now_ms() -> int:
-    """The dispatcher's clock: epoch milliseconds, the unit of a message's deliver_at_time."""
-    return int(time.time() * 1000)
-
-
 # Entry(...) without the Python-level __new__ NamedTuple generates: one per entry read.
 _new_entry = partial(tuple.__new__, Entry)
 
@@ -101,6 +95,8 @@ class PersistentSubscription:
         self.topic = topic
         self.name = name
         self.cursor = cursor
+        # The dispatcher's clock: epoch milliseconds, the unit of a message's deliver_at_time.
+        self._now_ms = topic.service.now_ms
         self.dispatcher: Dispatcher | None = None
         self.subscription_type: str | None = None
         self.consumers: dict[int, ServerConsumer] = {}
@@ -261,7 +257,7 @@ class PersistentSubscription:
         dispatcher = self.dispatcher
         if dispatcher is None:
             return
-        for decision in dispatcher.handle(event, _now_ms()):
+        for decision in dispatcher.handle(event, self._now_ms()):
             kind = type(decision)
             if kind is Dispatch:
                 consumer = self.consumers.get(decision.consumer_id)
@@ -294,14 +290,14 @@ class PersistentSubscription:
         if self._wakeup is not None:
             self._wakeup.cancel()
         self._wakeup_at_ms = at_ms
-        delay = max(at_ms - _now_ms(), 0) / 1000
+        delay = max(at_ms - self._now_ms(), 0) / 1000
         self._wakeup = asyncio.get_running_loop().call_later(delay, self._on_wakeup)
 
     def _on_wakeup(self) -> None:
         at_ms = self._wakeup_at_ms
         self._wakeup = None
         self._wakeup_at_ms = None
-        if at_ms is not None and _now_ms() < at_ms:
+        if at_ms is not None and self._now_ms() < at_ms:
             # WakeUp asks for a Tick at or after at_ms on the dispatcher's clock, and a dispatcher
             # woken before it keeps waiting for the Tick it asked for. The loop's timer can fire a
             # little early on that clock: libuv counts whole milliseconds from the start of a turn.

@@ -11,31 +11,39 @@ from __future__ import annotations
 import time
 
 from magnetar.sim.runner import SweepResult, expected_kinds, run_schedule, run_sweep
+from magnetar.sim.shell.world import run_shell_schedule
 
 __all__ = ["report_seed", "report_sweep"]
 
 
-def report_seed(seed: int, ordering_mode: str, subscription_type: str) -> bool:
+def report_seed(seed: int, ordering_mode: str, subscription_type: str, shell: bool = False) -> bool:
     """Run one schedule and print it; returns True when it showed nothing the mode must never show."""
-    result = run_schedule(seed, ordering_mode, subscription_type)
+    result = (run_shell_schedule if shell else run_schedule)(seed, ordering_mode, subscription_type)
     print(result.header())
     print(f"steps={result.steps} deliveries={result.deliveries}")
-    expected = expected_kinds(ordering_mode, subscription_type)
+    expected = expected_kinds(ordering_mode, subscription_type, shell)
     for violation in result.violations:
         label = "expected for this mode" if violation.kind in expected else "VIOLATION"
         print(f"\n[{label}] {violation.report()}")
     if not result.violations:
         print("no violation")
-    print(f"\nreproduce with: magnetar sim --seed {seed} --mode {ordering_mode} --type {subscription_type}")
+    print(f"\nreproduce with: {_command(seed, ordering_mode, subscription_type, shell)}")
     return not result.failures(expected)
 
 
-def report_sweep(modes: list[str], subscription_type: str, schedules: int, first_seed: int, processes: int | None) -> bool:
+def _command(seed: int, ordering_mode: str, subscription_type: str, shell: bool) -> str:
+    return f"magnetar sim{' --shell' if shell else ''} --seed {seed} --mode {ordering_mode} --type {subscription_type}"
+
+
+def report_sweep(
+    modes: list[str], subscription_type: str, schedules: int, first_seed: int, processes: int | None, shell: bool = False
+) -> bool:
     """Sweep each mode and print the table and one example per mode; True when nothing unexpected."""
     results: list[tuple[SweepResult, float]] = []
     for mode in modes:
         started = time.perf_counter()
-        results.append((run_sweep(mode, subscription_type, schedules, first_seed, processes), time.perf_counter() - started))
+        result = run_sweep(mode, subscription_type, schedules, first_seed, processes, shell)
+        results.append((result, time.perf_counter() - started))
     print(f"{'type':<11} {'mode':<8} {'schedules':>9} {'steps':>10} {'seconds':>8}  violations (schedules)")
     ok = True
     for result, seconds in results:
@@ -55,5 +63,5 @@ def report_sweep(modes: list[str], subscription_type: str, schedules: int, first
         seed, text = result.examples[kind]
         label = "NEVER ALLOWED" if unexpected else "known behaviour of this mode"
         print(f"example of {kind} ({label})\n{text}")
-        print(f"reproduce with: magnetar sim --seed {seed} --mode {result.ordering_mode} --type {subscription_type}")
+        print(f"reproduce with: {_command(seed, result.ordering_mode, subscription_type, shell)}")
     return ok

@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from magnetar.sim.checkers import ORDERING_KINDS, OrderingChecker, Violation, check_drained, check_state
+from magnetar.sim.shell.world import SHELL_ORDERING_KINDS, ShellResult, run_shell_schedule
 from magnetar.sim.world import SimOptions, World
 
 __all__ = ["ScheduleResult", "SweepResult", "expected_kinds", "run_schedule", "run_sweep", "LIVENESS_STEPS_MAX"]
@@ -39,11 +40,11 @@ class ScheduleResult:
         return f"SEED={self.seed} {self.options}"
 
 
-def expected_kinds(ordering_mode: str, subscription_type: str = "Key_Shared") -> frozenset[str]:
+def expected_kinds(ordering_mode: str, subscription_type: str = "Key_Shared", shell: bool = False) -> frozenset[str]:
     """Violations a mode is known to produce: classic and pip282 break the one-consumer rule and
     per-key order (PIP-282 issue-1/issue-2, #23307); pip379 and the other types may show none."""
     if subscription_type == "Key_Shared" and ordering_mode in ("classic", "pip282"):
-        return ORDERING_KINDS
+        return SHELL_ORDERING_KINDS if shell else ORDERING_KINDS
     return frozenset()
 
 
@@ -94,15 +95,18 @@ def run_schedule(
 
 @dataclass
 class SweepResult:
+    """A sweep of the core's simulation, or with `shell` of the shell simulator's (sim/shell)."""
+
     ordering_mode: str
     subscription_type: str
+    shell: bool = False
     schedules: int = 0
     steps: int = 0
     deliveries: int = 0
     violating_schedules: Counter = field(default_factory=Counter)
     examples: dict[str, tuple[int, str]] = field(default_factory=dict)
 
-    def add(self, result: ScheduleResult) -> None:
+    def add(self, result: ScheduleResult | ShellResult) -> None:
         self.schedules += 1
         self.steps += result.steps
         self.deliveries += result.deliveries
@@ -123,15 +127,16 @@ class SweepResult:
 
     def unexpected(self) -> dict[str, int]:
         """Violation kinds this mode must never show, with how many schedules showed each."""
-        allowed = expected_kinds(self.ordering_mode, self.subscription_type)
+        allowed = expected_kinds(self.ordering_mode, self.subscription_type, self.shell)
         return {k: n for k, n in self.violating_schedules.items() if k not in allowed}
 
 
-def _sweep_chunk(args: tuple[str, str, int, int]) -> SweepResult:
-    ordering_mode, subscription_type, first, count = args
-    result = SweepResult(ordering_mode, subscription_type)
+def _sweep_chunk(args: tuple[str, str, int, int, bool]) -> SweepResult:
+    ordering_mode, subscription_type, first, count, shell = args
+    result = SweepResult(ordering_mode, subscription_type, shell)
+    run = run_shell_schedule if shell else run_schedule
     for seed in range(first, first + count):
-        result.add(run_schedule(seed, ordering_mode, subscription_type))
+        result.add(run(seed, ordering_mode, subscription_type))
     return result
 
 
@@ -141,15 +146,17 @@ def run_sweep(
     schedules: int = 1000,
     first_seed: int = 0,
     processes: int | None = None,
+    shell: bool = False,
 ) -> SweepResult:
-    """Run `schedules` consecutive seeds, spread over `processes` worker processes (default: all cores)."""
+    """Run `schedules` consecutive seeds, spread over `processes` worker processes (default: all cores);
+    with `shell`, schedules of the shell simulator (the real broker) instead of the core's."""
     processes = processes or os.cpu_count() or 1
     chunk = max(1, min(250, schedules // (processes * 4) or 1))
     jobs = [
-        (ordering_mode, subscription_type, seed, min(chunk, first_seed + schedules - seed))
+        (ordering_mode, subscription_type, seed, min(chunk, first_seed + schedules - seed), shell)
         for seed in range(first_seed, first_seed + schedules, chunk)
     ]
-    total = SweepResult(ordering_mode, subscription_type)
+    total = SweepResult(ordering_mode, subscription_type, shell)
     if processes == 1:
         for job in jobs:
             total.merge(_sweep_chunk(job))
