@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from magnetar.broker.logs import parse_log_level
 from magnetar.core.settings import PULSAR_KEYS, DispatcherSettings
 from magnetar.storage import StorageConfig
 
@@ -73,6 +74,12 @@ BROKER_KEYS: tuple[Setting, ...] = (
         True,
     ),
     Setting("brokerShutdownTimeoutMs", 60000, "How long a clean shutdown waits for in-flight work."),
+    Setting(
+        "logLevel",
+        "info",
+        "Level of the broker's log: debug, info, warning or error (Pulsar sets it in log4j2.yaml); "
+        "`magnetar standalone --log-level` overrides it.",
+    ),
     Setting(
         "subscriptionKeySharedUseClassicPersistentImplementation",
         False,
@@ -168,6 +175,10 @@ def load_config(path: str | Path | None = None, overrides: Iterable[tuple[str, s
         if key not in defaults:
             raise ConfigError(f"unknown setting {key!r}")
         values[key] = _parse(key, raw, defaults[key])
+    try:
+        values["logLevel"] = parse_log_level(values["logLevel"])
+    except ValueError as error:
+        raise ConfigError(f"logLevel: {error}") from error
     config = BrokerConfig(values)
     try:
         config.dispatcher_settings()

@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 from magnetar.broker.consumer import ServerConsumer
+from magnetar.broker.logs import consumer_changed, remote_address
 from magnetar.broker.producer import ServerProducer
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
@@ -71,6 +72,8 @@ class ServerConnection:
         self.producers: dict[int, ServerProducer] = {}
         self.consumers: dict[int, ServerConsumer] = {}
         self.peer = writer.get_extra_info("peername")
+        self.remote_address = remote_address(self.peer)  # `/host:port`, the prefix of its log lines
+        self.close_reason: str | None = None  # for the log; None when the client closed it
         self.client_version = ""  # from CONNECT, for the admin stats
         self.closed = False
         self._loop = asyncio.get_running_loop()
@@ -115,7 +118,8 @@ class ServerConnection:
                 try:
                     frames = self.protocol.receive_data(data)
                 except ProtocolError as error:
-                    log.warning("closing connection from %s: %s", self.peer, error)
+                    log.warning("[%s] closing connection: protocol error: %s", self.remote_address, error)
+                    self.close_reason = f"protocol error: {error}"
                     break
                 try:
                     for command, payload in frames:
@@ -132,13 +136,14 @@ class ServerConnection:
                                 await asyncio.sleep(0)
                     self._publish_pending()
                 except ProtocolError as error:
-                    log.warning("closing connection from %s: %s", self.peer, error)
+                    log.warning("[%s] closing connection: protocol error: %s", self.remote_address, error)
+                    self.close_reason = f"protocol error: {error}"
                     self.closed = True
                 if self.writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
                     # Bounded output: a slow reader must not make the broker buffer without limit.
                     await self.writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+        except (ConnectionError, asyncio.IncompleteReadError) as error:
+            self.close_reason = self.close_reason or f"connection lost: {error!r}"
         finally:
             keep_alive.cancel()
             self._cleanup()
@@ -158,6 +163,7 @@ class ServerConnection:
 
     def close_gracefully(self) -> None:
         """Shutdown: tell each producer and consumer to go elsewhere, then close."""
+        self.close_reason = "broker shutdown"
         for producer in list(self.producers.values()):
             producer.close_by_broker()
         for consumer in list(self.consumers.values()):
@@ -176,7 +182,8 @@ class ServerConnection:
             await asyncio.sleep(interval)
             idle = self._loop.time() - self.last_received
             if idle > 2 * interval:
-                log.warning("closing connection from %s: no frame for %.0f s", self.peer, idle)
+                log.warning("[%s] closing connection: keep-alive timeout, no frame for %.0f s", self.remote_address, idle)
+                self.close_reason = f"keep-alive timeout, no frame for {idle:.0f} s"
                 self.abort()
                 return
             if idle > interval:
@@ -211,6 +218,12 @@ class ServerConnection:
                 consumer.flow(command.flow.messagePermits)
         elif kind == BaseCommand.CONNECT:
             self.client_version = command.connect.client_version
+            log.info(
+                "[%s] Connected with clientVersion=%s, protocolVersion=%d",
+                self.remote_address,
+                self.client_version,
+                self.protocol.protocol_version,
+            )
             self.write(
                 commands.connected(SERVER_VERSION, self.protocol.protocol_version, self.service.config["maxMessageSize"])
             )
@@ -231,11 +244,21 @@ class ServerConnection:
             consumer = self.consumers.get(request.consumer_id)
             if consumer is not None:
                 ids = [_position(m) for m in request.message_ids]
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug(
+                        "[%s] Redelivering %s unacknowledged messages on topic %s / %s for consumer %s (consumerId=%d)",
+                        self.remote_address,
+                        len(ids) if ids else "all",
+                        consumer.subscription.topic.name,
+                        consumer.subscription.name,
+                        consumer.name,
+                        request.consumer_id,
+                    )
                 consumer.redeliver(ids or None)
         elif kind == BaseCommand.CLOSE_PRODUCER:
             producer = self.producers.pop(command.close_producer.producer_id, None)
             if producer is not None:
-                producer.close_silently()
+                producer.close_silently(by="client")
             self.write(commands.success(command.close_producer.request_id))
         elif kind == BaseCommand.CLOSE_CONSUMER:
             consumer = self.consumers.pop(command.close_consumer.consumer_id, None)
@@ -263,8 +286,11 @@ class ServerConnection:
         request_id = getattr(body, "request_id", None)
         name = BaseCommand.Type.Name(command.type)
         if request_id is None:
-            log.info("ignoring %s from %s: not supported", name, self.peer)
+            log.info("[%s] ignoring %s: not supported", self.remote_address, name)
             return
+        log.info(
+            "[%s] Request %d failed: NotAllowedError: %s is not supported by magnetar", self.remote_address, request_id, name
+        )
         self.write(commands.error(request_id, "NotAllowedError", f"{name} is not supported by magnetar"))
 
     def _error(self, request_id: int, error: BaseException) -> None:
@@ -272,8 +298,10 @@ class ServerConnection:
         if isinstance(error, InvalidTopicName):
             code = "InvalidTopicName"
         if code is None:
-            log.exception("request %d from %s failed", request_id, self.peer, exc_info=error)
+            log.error("[%s] Request %d failed: UnknownError: %r", self.remote_address, request_id, error, exc_info=error)
             code = "UnknownError"
+        else:
+            log.info("[%s] Request %d failed: %s: %s", self.remote_address, request_id, code, error)
         self.write(commands.error(request_id, code, str(error) or type(error).__name__))
 
     # ------------------------------------------------------------------------------ lookups
@@ -283,6 +311,7 @@ class ServerConnection:
             name = TopicName.parse(request.topic)
             partitions = await self.service.partitions_for_lookup(name)
         except InvalidTopicName as error:
+            log.info("[%s] Request %d failed: InvalidTopicName: %s", self.remote_address, request.request_id, error)
             self.write(
                 commands.partitioned_metadata_response(request.request_id, error_code="InvalidTopicName", message=str(error))
             )
@@ -293,6 +322,7 @@ class ServerConnection:
         try:
             TopicName.parse(request.topic)
         except InvalidTopicName as error:
+            log.info("[%s] Request %d failed: InvalidTopicName: %s", self.remote_address, request.request_id, error)
             self.write(commands.lookup_response(request.request_id, error_code="InvalidTopicName", message=str(error)))
             return
         self.write(commands.lookup_response(request.request_id, self.service.config.advertised_url))
@@ -313,6 +343,7 @@ class ServerConnection:
             producer = ServerProducer(self, topic, request.producer_id, producer_name, access_mode)
             if access_mode == "WaitForExclusive" and topic.producers:
                 # Parked: the client waits for a second PRODUCER_SUCCESS with producer_ready=true.
+                log.info("[%s] Producer %s waits for exclusive access to topic %s", self.remote_address, producer_name, name)
                 self.write(
                     commands.producer_success(
                         request.request_id, producer_name, topic.last_sequence_id(producer_name), producer_ready=False
@@ -329,6 +360,14 @@ class ServerConnection:
             producer.close_silently()
             return
         self.producers[request.producer_id] = producer
+        log.info(
+            "[%s] Created producer on topic %s: producerName=%s, producerId=%d, accessMode=%s",
+            self.remote_address,
+            name,
+            producer_name,
+            request.producer_id,
+            access_mode,
+        )
         self.write(commands.producer_success(request.request_id, producer_name, topic.last_sequence_id(producer_name)))
 
     def _on_send(self, send: Any, payload: bytes) -> None:
@@ -338,6 +377,7 @@ class ServerConnection:
         try:
             entry, key_hash, count, publish_time, deliver_at_time, marker = messages.index_send(payload)
         except messages.ChecksumError as error:
+            log.info("[%s] SEND of producer %s failed: ChecksumError: %s", self.remote_address, producer.name, error)
             self.write(commands.send_error(send.producer_id, send.sequence_id, "ChecksumError", str(error)))
             return
         if marker:
@@ -371,7 +411,18 @@ class ServerConnection:
             topic = await self.service.get_topic(name, create=request.force_topic_creation)
             start = _position(request.start_message_id) if request.HasField("start_message_id") else None
             initial = "earliest" if request.initialPosition == 1 else "latest"
+            known = topic.subscriptions.get(request.subscription)
             subscription = await topic.subscribe(request.subscription, request.durable, initial, start)
+            if known is None and not subscription.consumers:
+                # New, and not joined by a consumer that subscribed at the same time and came back first.
+                log.info(
+                    "[%s] Created subscription on topic %s / %s (%s, initial position %s)",
+                    self.remote_address,
+                    name,
+                    request.subscription,
+                    "durable" if request.durable else "non-durable",
+                    initial,
+                )
             meta = None
             # An Exclusive consumer may declare STICKY ranges too: a reader with key hash ranges.
             declares_ranges = subscription_type == "Exclusive" and request.HasField("keySharedMeta")
@@ -393,6 +444,16 @@ class ServerConnection:
             consumer.detach()
             return
         self.consumers[request.consumer_id] = consumer
+        log.info(
+            "[%s] Created consumer on topic %s / %s: subscriptionType=%s, consumerName=%s, consumerId=%d",
+            self.remote_address,
+            name,
+            request.subscription,
+            subscription_type,
+            request.consumer_name,
+            request.consumer_id,
+        )
+        consumer_changed(subscription, consumer, "joined")
         self.write(commands.success(request.request_id))
 
     def _on_ack(self, ack: Any) -> None:
@@ -425,11 +486,18 @@ class ServerConnection:
     async def _on_unsubscribe(self, request: Any) -> None:
         consumer = self.consumers.get(request.consumer_id)
         if consumer is None:
+            log.info("[%s] Request %d failed: ConsumerNotFound: unknown consumer", self.remote_address, request.request_id)
             self.write(commands.error(request.request_id, "ConsumerNotFound", "unknown consumer"))
             return
         subscription = consumer.subscription
         others = [c for c in subscription.consumers.values() if c is not consumer]
         if others:
+            log.info(
+                "[%s] Request %d failed: UnknownError: Subscription %s has other connected consumers",
+                self.remote_address,
+                request.request_id,
+                subscription.name,
+            )
             self.write(
                 commands.error(request.request_id, "UnknownError", f"Subscription {subscription.name} has other connected consumers")
             )
@@ -437,11 +505,20 @@ class ServerConnection:
         self.consumers.pop(request.consumer_id, None)
         consumer.detach()
         await subscription.topic.unsubscribe(subscription.name)
+        log.info(
+            "[%s] Deleted subscription on topic %s / %s: unsubscribed by consumer %s (consumerId=%d)",
+            self.remote_address,
+            subscription.topic.name,
+            subscription.name,
+            consumer.name,
+            request.consumer_id,
+        )
         self.write(commands.success(request.request_id))
 
     async def _on_seek(self, request: Any) -> None:
         consumer = self.consumers.get(request.consumer_id)
         if consumer is None:
+            log.info("[%s] Request %d failed: ConsumerNotFound: unknown consumer", self.remote_address, request.request_id)
             self.write(commands.error(request.request_id, "ConsumerNotFound", "unknown consumer"))
             return
         subscription = consumer.subscription
@@ -459,6 +536,17 @@ class ServerConnection:
         except Exception as error:  # answered with its ServerError code
             self._error(request.request_id, error)
             return
+        log.info(
+            "[%s] Reset subscription on topic %s / %s to %s (seek by consumer %s): mark-delete position %s, "
+            "consumers to close: %d",
+            self.remote_address,
+            subscription.topic.name,
+            subscription.name,
+            f"publish time {request.message_publish_time}" if request.HasField("message_publish_time") else target,
+            consumer.name,
+            cursor.mark_delete_position,
+            len(subscription.consumers),
+        )
         self.write(commands.success(request.request_id))
         # Pulsar closes the subscription's consumers after a seek; each re-subscribes from the new position.
         subscription.disconnect_consumers()
@@ -466,6 +554,7 @@ class ServerConnection:
     def _on_get_last_message_id(self, request: Any) -> None:
         consumer = self.consumers.get(request.consumer_id)
         if consumer is None:
+            log.info("[%s] Request %d failed: ConsumerNotFound: unknown consumer", self.remote_address, request.request_id)
             self.write(commands.error(request.request_id, "ConsumerNotFound", "unknown consumer"))
             return
         topic = consumer.subscription.topic

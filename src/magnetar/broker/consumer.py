@@ -10,9 +10,11 @@ Must not touch: the cursor or the dispatcher directly.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from magnetar.broker.logs import consumer_changed
 from magnetar.core.events import Entry
 from magnetar.core.positions import Position
 from magnetar.protocol import commands
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from magnetar.broker.subscription import PersistentSubscription
 
 __all__ = ["ServerConsumer"]
+
+log = logging.getLogger(__name__)
 
 _WORD = 64
 
@@ -156,18 +160,30 @@ class ServerConsumer:
     def redeliver(self, positions: list[Position] | None) -> None:
         self.subscription.redeliver(self.consumer_id, positions)
 
-    def detach(self) -> None:
-        """The consumer goes (closed by the client, or its connection dropped)."""
+    def detach(self, by: str | None = None) -> None:
+        """The consumer goes (closed by the client, or its connection dropped; `by`, for the log, says
+        who when neither)."""
         if not self.closed:
             self.closed = True
             subscription = self.subscription
+            log.info(
+                "[%s] Closed consumer on topic %s / %s: subscriptionType=%s, consumerName=%s, consumerId=%d, %s",
+                self.connection.remote_address,
+                subscription.topic.name,
+                subscription.name,
+                subscription.subscription_type,
+                self.name,
+                self.client_consumer_id,
+                f"closed by {by}" if by else "connection closed" if self.connection.closed else "closed by client",
+            )
             # Pulsar's subscription counters keep what consumers that left had received.
             subscription.msg_out_from_removed_consumers += self.msg_out_counter
             subscription.bytes_out_from_removed_consumers += self.bytes_out_counter
             subscription.remove_consumer(self.consumer_id)
+            consumer_changed(subscription, self, "left")
 
     def close_by_broker(self) -> None:
         """Pulsar's way to make a client re-subscribe (after a seek): CLOSE_CONSUMER with request id -1."""
-        self.detach()
+        self.detach(by="broker")
         self.connection.forget_consumer(self.client_consumer_id)
         self.connection.write(commands.close_consumer(self.client_consumer_id))

@@ -136,13 +136,27 @@ class ServerProducer:
         if receipts:
             self.connection.write(b"".join(receipts))
 
-    def close_silently(self) -> None:
-        """Forget the producer without a word to the client (its connection is gone)."""
+    def close_silently(self, by: str | None = None) -> None:
+        """Forget the producer without a word to the client: its connection is gone, or the client
+        closed the producer (`by="client"`, for the log)."""
+        self._log_closed(by)
         self.closed = True
         self.topic.remove_producer(self)
 
     def close_by_broker(self) -> None:
+        self._log_closed("broker")
         self.closed = True
         self.topic.remove_producer(self)
         self.connection.forget_producer(self.producer_id)
         self.connection.write(commands.close_producer(self.producer_id))
+
+    def _log_closed(self, by: str | None) -> None:
+        if not self.closed:
+            log.info(
+                "[%s] Closed producer on topic %s: producerName=%s, producerId=%d, %s",
+                self.connection.remote_address,
+                self.topic.name,
+                self.name,
+                self.producer_id,
+                f"closed by {by}" if by else "connection closed",
+            )

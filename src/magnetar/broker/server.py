@@ -106,10 +106,12 @@ class Broker:
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = ServerConnection(self.service, reader, writer)
         self.connections.add(connection)
+        log.info("New connection from %s", connection.remote_address)
         try:
             await connection.run()
         finally:
             self.connections.discard(connection)
+            log.info("[%s] Closed connection: %s", connection.remote_address, connection.close_reason or "client closed")
 
     async def stop(self) -> None:
         """Staged shutdown: stop accepting, close clients, wait (bounded), flush cursors, close storage."""

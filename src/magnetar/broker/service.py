@@ -134,6 +134,7 @@ class BrokerService:
         ):
             partitions = int(self.config["defaultNumPartitions"])
             await self.metadata.create_partitioned_topic(str(name), partitions)
+            log.info("[%s] Created partitioned topic with %d partitions (auto-created)", name, partitions)
         return partitions
 
     def topic_exists(self, name: TopicName) -> bool:
@@ -171,6 +172,7 @@ class BrokerService:
                 raise TopicNotFoundError(f"Topic {key} does not exist")
         future: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[key] = future
+        started = time.perf_counter()
         try:
             ledger = await self.storage.open_ledger(key)
             # Before anything else runs: the ledger's first trim is already scheduled.
@@ -179,6 +181,15 @@ class BrokerService:
             if topic.deduplication_enabled:
                 await topic.restore_deduplication()
             self.topics[key] = topic
+            log.info(
+                "[%s] %s topic in %.0f ms: %d entries, %d subscriptions, deduplication %s",
+                key,
+                "Loaded" if exists else "Created",
+                (time.perf_counter() - started) * 1000,
+                ledger.number_of_entries,
+                len(topic.subscriptions),
+                "enabled" if topic.deduplication_enabled else "disabled",
+            )
             future.set_result(topic)
             return topic
         except BaseException as error:
@@ -336,14 +347,17 @@ class BrokerService:
                     await self.metadata.delete(path)
             if key in self.storage.topics():
                 await self.storage.delete_ledger(key)
+            log.info("[%s] Deleted topic%s", key, " (force)" if force else "")
         finally:
             self._deleting.discard(key)
 
     async def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
         await self.metadata.create_partitioned_topic(str(name), partitions)
+        log.info("[%s] Created partitioned topic with %d partitions", name, partitions)
 
     async def update_partitioned_topic(self, name: TopicName, partitions: int) -> None:
         await self.metadata.update_partitioned_topic(str(name), partitions)
+        log.info("[%s] Updated partitioned topic to %d partitions", name, partitions)
 
     async def delete_partitioned_topic(self, name: TopicName, force: bool) -> None:
         """Delete the partitioned topic and every partition (none when some are in use and not `force`).
@@ -361,6 +375,7 @@ class BrokerService:
         for partition in partitions:
             if self.topic_exists(partition):
                 await self.delete_topic(partition, force=True)
+        log.info("[%s] Deleted partitioned topic with %d partitions", name, len(partitions))
 
     async def unload_topic(self, name: TopicName) -> None:
         """Close a loaded topic: its clients reconnect and load it again from storage, as after a
@@ -372,6 +387,7 @@ class BrokerService:
         for subscription in list(topic.subscriptions.values()):
             if not subscription.durable:
                 await topic.ledger.delete_cursor(subscription.name)
+        log.info("[%s] Unloaded topic", name)
 
 
 def _topic_policies_path(name: TopicName) -> str:

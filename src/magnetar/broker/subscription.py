@@ -17,6 +17,7 @@ import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from magnetar.broker.logs import draining_ended
 from magnetar.core.dispatchers import Dispatcher, new_dispatcher
 from magnetar.core.errors import ConsumerBusyError
 from magnetar.core.events import (
@@ -108,6 +109,8 @@ class PersistentSubscription:
         self._wakeup_at_ms: int | None = None
         self._held: dict[Position, Any] = {}
         self._held_bytes = 0
+        # sticky hash -> draining consumer, as last logged; empty unless DEBUG is on (logs.py).
+        self.draining_logged: dict[int, Any] = {}
         # Pulsar's subscription stats beyond the dispatcher's: what consumers that left had received,
         # and when a consumer last asked for messages and the mark-delete position last moved (epoch
         # ms). Consumers keep them up to date (consumer.py).
@@ -268,6 +271,12 @@ class PersistentSubscription:
                 self._read_task = asyncio.get_running_loop().create_task(self._read(decision))
             elif kind is CancelRead:
                 # Cancel a read that waits for new entries; one still reading will not wait afterwards.
+                log.debug(
+                    "[%s][%s] Cancelling the read %s: the replay queue has work",
+                    self.topic.name,
+                    self.name,
+                    "waiting for new entries" if self._read_waiting else "in progress (it will not wait)",
+                )
                 self._cancel_requested = True
                 if self._read_waiting and self._read_task is not None:
                     self._read_task.cancel()
@@ -283,6 +292,8 @@ class PersistentSubscription:
                 before = self.cursor.mark_delete_position
                 self.cursor.delete(list(decision.positions))
                 self._mark_delete_moved(before)
+        if self.draining_logged:
+            draining_ended(self)
 
     def _arm_wakeup(self, at_ms: int) -> None:
         if self._wakeup is not None and self._wakeup_at_ms is not None and self._wakeup_at_ms <= at_ms:
@@ -473,6 +484,9 @@ class PersistentSubscription:
         """resetCursor: consumers are closed first (they re-subscribe), so no dispatcher holds the old
         positions when the cursor moves; then everything before `position` counts as acknowledged and
         nothing from it on, as a seek does."""
+        log.info(
+            "[%s][%s] Resetting cursor to %s, consumers to close: %d", self.topic.name, self.name, position, len(self.consumers)
+        )
         self.disconnect_consumers()
         await self.cursor.reset(position)
 

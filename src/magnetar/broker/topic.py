@@ -292,6 +292,7 @@ class PersistentTopic:
             raise SubscriptionExistsError(f"Subscription {name} already exists for topic {self.name}")
         subscription = PersistentSubscription(self, name, cursor)
         self.subscriptions[name] = subscription
+        log.info("[%s][%s] Created subscription (admin API, durable, at %s)", self.name, name, start)
         if start != self.ledger.next_valid_position(self.ledger.last_confirmed_entry):
             await subscription.reset_cursor(start)
         return subscription
@@ -302,6 +303,7 @@ class PersistentTopic:
         if subscription.consumers and not force:
             raise SubscriptionBusyError("Subscription has active connected consumers")
         await self.unsubscribe(name)
+        log.info("[%s][%s] Deleted subscription (admin API%s)", self.name, name, ", force" if force else "")
 
     async def expire_messages_of(self, subscription: PersistentSubscription, ttl_seconds: int, now_ms: int) -> None:
         """expireMessages: one subscription skips what was published more than `ttl_seconds` ago."""

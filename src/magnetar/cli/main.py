@@ -8,7 +8,6 @@ Must not touch: any logic of those packages; this module only parses and dispatc
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Annotated
 
@@ -42,12 +41,16 @@ def standalone(
     ] = None,
     port: Annotated[int | None, typer.Option("--port", help="brokerServicePort (default 6650)")] = None,
     http_port: Annotated[int | None, typer.Option("--http-port", help="webServicePort (default 8080)")] = None,
-    log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
+    log_level: Annotated[
+        str | None,
+        typer.Option("--log-level", help="debug, info, warning or error; overrides logLevel (default info)"),
+    ] = None,
 ) -> None:
     """Run a magnetar broker."""
     import uvloop
 
     from magnetar.broker.config import ConfigError, load_config
+    from magnetar.broker.logs import configure_logging, parse_log_level
     from magnetar.broker.server import run_standalone
 
     overrides = [tuple(item.split("=", 1)) for item in settings or [] if "=" in item]
@@ -57,12 +60,18 @@ def standalone(
         overrides.append(("brokerServicePort", str(port)))
     if http_port is not None:
         overrides.append(("webServicePort", str(http_port)))
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if log_level is not None:
+        # The command line wins over the file's logLevel, as -c does.
+        try:
+            overrides.append(("logLevel", parse_log_level(log_level)))
+        except ValueError as failure:
+            raise typer.BadParameter(str(failure), param_hint="--log-level") from None
     try:
         broker_config = load_config(config, overrides)
     except (ConfigError, OSError) as failure:
         error(str(failure))
         raise typer.Exit(2) from None
+    configure_logging(broker_config["logLevel"])
     # libuv's event loop: the same asyncio API, with its socket reads and writes, callbacks and
     # wake-ups from the commit thread in C; the broker's event loop spends ~6% less CPU per message
     # (docs/broker.md, "The process").
