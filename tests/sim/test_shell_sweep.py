@@ -2,7 +2,7 @@
 simulated official clients under churn, many seeds per mode.
 
 `MAGNETAR_SHELL_SCHEDULES` sets the count per Key_Shared mode (default 300 for pip379, a third of it for
-the other modes and types; `make soak` runs more). A failure prints the seed, the options and a trace of
+the other modes and for Shared, Failover and Exclusive; `make soak` runs more). A failure prints the seed, the options and a trace of
 the clients and the subscription's events; `magnetar sim --shell --seed N --mode M --type T` replays it.
 """
 
@@ -40,9 +40,13 @@ def test_older_modes_lose_nothing_and_only_reorder(mode: str) -> None:
     assert set(result.violating_schedules) & SHELL_ORDERING_KINDS, f"{mode}: the simulator found no reordering"
 
 
-def test_shared_loses_nothing_under_churn() -> None:
+@pytest.mark.parametrize("subscription_type", ["Shared", "Failover", "Exclusive"])
+def test_other_types_lose_nothing_under_churn(subscription_type: str) -> None:
+    """Failover and Exclusive also keep each consumer's order: a negative ack there asks for everything
+    again with the next consumer epoch, and what was sent before is dropped by the client."""
     schedules = max(SCHEDULES // 3, 1)
-    result = run_sweep("pip379", "Shared", schedules, shell=True)
+    result = run_sweep("pip379", subscription_type, schedules, shell=True)
+    assert result.schedules == schedules
     assert not result.violating_schedules, describe(result)
 
 

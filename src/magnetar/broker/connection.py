@@ -254,7 +254,8 @@ class ServerConnection:
                         consumer.name,
                         request.consumer_id,
                     )
-                consumer.redeliver(ids or None)
+                epoch = request.consumer_epoch if request.HasField("consumer_epoch") else None
+                consumer.redeliver(ids or None, epoch)
         elif kind == BaseCommand.CLOSE_PRODUCER:
             producer = self.producers.pop(command.close_producer.producer_id, None)
             if producer is not None:
@@ -436,6 +437,8 @@ class ServerConnection:
             consumer = ServerConsumer(
                 self, subscription, request.consumer_id, request.consumer_name, name.partition_index
             )
+            if request.HasField("consumer_epoch"):
+                consumer.epoch = request.consumer_epoch
             consumer.consumer_id = subscription.add_consumer(consumer, subscription_type, request.priority_level, meta)
         except Exception as error:  # answered to the client with its ServerError code
             self._error(request.request_id, error)

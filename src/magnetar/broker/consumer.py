@@ -64,6 +64,9 @@ class ServerConsumer:
         # position -> batch size, for batch entries sent and not yet fully acked
         self.batch_sizes: dict[Position, int] = {}
         self.closed = False
+        # PIP-84: the consumer epoch of a client that keeps one (it sent consumer_epoch); every MESSAGE
+        # carries it, so that the client drops those sent before a redelivery it asked for.
+        self.epoch: int | None = None
         self.connected_since_ms = _now_ms()
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
@@ -96,6 +99,7 @@ class ServerConsumer:
                 redelivery_counts,
                 ack_sets,
                 self.partition_index,
+                self.epoch,
             )
         )
 
@@ -157,7 +161,11 @@ class ServerConsumer:
         self.last_consumed_flow_ms = self.subscription.last_consumed_flow_ms = _now_ms()
         self.subscription.flow(self.consumer_id, permits)
 
-    def redeliver(self, positions: list[Position] | None) -> None:
+    def redeliver(self, positions: list[Position] | None, epoch: int | None = None) -> None:
+        """`epoch`: the client moved to this consumer epoch (a redelivery of everything); what is sent
+        from now on carries it."""
+        if epoch is not None and (self.epoch is None or epoch > self.epoch):
+            self.epoch = epoch
         self.subscription.redeliver(self.consumer_id, positions)
 
     def detach(self, by: str | None = None) -> None:

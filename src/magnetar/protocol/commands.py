@@ -445,11 +445,13 @@ def message_frame(
     redelivery_count: int = 0,
     ack_set: Iterable[int] | None = None,
     partition: int = -1,
+    epoch: int | None = None,
 ) -> bytes:
     """MESSAGE for one entry, with its stored payload section appended verbatim.
 
     `ack_set` holds the batch's still-unacked bits (Java long words) so the client skips acked indexes
-    on redelivery; `partition` is the partition index of a partitioned topic, as the Java broker sets it.
+    on redelivery; `partition` is the partition index of a partitioned topic, as the Java broker sets it;
+    `epoch` the consumer epoch (PIP-84) for a client that keeps one.
     """
     message_id = b"\x08" + varint(ledger_id & _U64) + b"\x10" + varint(entry_id & _U64)
     if partition != -1:
@@ -459,6 +461,8 @@ def message_frame(
         body += b"\x18" + varint(redelivery_count)
     if ack_set:
         body += b"".join([b"\x20" + varint(word & _U64) for word in ack_set])
+    if epoch is not None:
+        body += b"\x28" + varint(epoch)
     command = _MESSAGE_PREFIX + varint(len(body)) + body
     return _HEADER.pack(4 + len(command) + len(payload), len(command)) + command + payload
 
@@ -470,9 +474,11 @@ def message_frames(
     redelivery_counts: Sequence[int] | None = None,
     ack_sets: Mapping[int, Iterable[int]] | None = None,
     partition: int = -1,
+    epoch: int | None = None,
 ) -> bytes:
     """The MESSAGE frames of one dispatch, joined: entry i at `positions[i]` with `payloads[i]`, its
-    redelivery count `redelivery_counts[i]` (all 0 when None) and ack set `ack_sets.get(i)`.
+    redelivery count `redelivery_counts[i]` (all 0 when None) and ack set `ack_sets.get(i)`; every
+    frame carries the consumer `epoch` unless it is None.
 
     The bytes `message_frame` writes for each. Within a dispatch only the entry id changes between
     entries delivered for the first time, so the rest of their command is encoded once per ledger and
@@ -480,6 +486,7 @@ def message_frames(
     """
     consumer = b"\x08" + varint(consumer_id) + b"\x12"
     after_entry = b"\x18" + varint(partition & _U64) if partition != -1 else b""
+    epoch_field = b"\x28" + varint(epoch) if epoch is not None else b""
     frames: list[bytes] = []
     append = frames.append
     pack = _HEADER.pack
@@ -492,7 +499,7 @@ def message_frames(
         redelivery_count = redelivery_counts[index] if redelivery_counts else 0
         ack_set = ack_sets.get(index) if ack_sets else None
         if redelivery_count or ack_set:
-            append(message_frame(consumer_id, ledger_id, entry_id, payload, redelivery_count, ack_set, partition))
+            append(message_frame(consumer_id, ledger_id, entry_id, payload, redelivery_count, ack_set, partition, epoch))
             continue
         if ledger_id != last_ledger:
             last_ledger = ledger_id
@@ -502,9 +509,9 @@ def message_frames(
         template = templates.get(len(entry))
         if template is None:
             message_id_size = 2 + len(ledger) + len(entry) + len(after_entry)
-            body_size = len(consumer) + len(varint(message_id_size)) + message_id_size
+            body_size = len(consumer) + len(varint(message_id_size)) + message_id_size + len(epoch_field)
             head = _MESSAGE_PREFIX + varint(body_size) + consumer + varint(message_id_size) + b"\x08" + ledger + b"\x10"
             template = templates[len(entry)] = (len(_MESSAGE_PREFIX) + len(varint(body_size)) + body_size, head)
         command_size, head = template
-        append(pack(4 + command_size + len(payload), command_size) + head + entry + after_entry + payload)
+        append(pack(4 + command_size + len(payload), command_size) + head + entry + after_entry + epoch_field + payload)
     return b"".join(frames)

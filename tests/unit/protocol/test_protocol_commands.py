@@ -175,6 +175,7 @@ def _protobuf_message(
     redelivery_count: int = 0,
     ack_set: list[int] | None = None,
     partition: int = -1,
+    epoch: int | None = None,
 ) -> bytes:
     """MESSAGE through protobuf objects: the reference the hand encoder must equal byte for byte."""
     command = BaseCommand(type=BaseCommand.MESSAGE)
@@ -188,6 +189,8 @@ def _protobuf_message(
         message.redelivery_count = redelivery_count
     if ack_set:
         message.ack_set.extend(ack_set)
+    if epoch is not None:
+        message.consumer_epoch = epoch
     return encode_frame(command, payload)
 
 
@@ -209,6 +212,7 @@ def test_message_frame_carries_the_payload_verbatim() -> None:
     redelivery_count=st.integers(0, 2**32 - 1),
     ack_set=st.none() | st.lists(st.integers(-(2**63), INT64_MAX), max_size=4),
     partition=st.integers(-(2**31), 2**31 - 1),
+    epoch=st.none() | st.integers(0, U64_MAX),
 )
 def test_message_frame_equals_protobuf_encoding(
     consumer_id: int,
@@ -218,8 +222,9 @@ def test_message_frame_equals_protobuf_encoding(
     redelivery_count: int,
     ack_set: list[int] | None,
     partition: int,
+    epoch: int | None,
 ) -> None:
-    args = (consumer_id, ledger_id, entry_id, payload, redelivery_count, ack_set, partition)
+    args = (consumer_id, ledger_id, entry_id, payload, redelivery_count, ack_set, partition, epoch)
     by_hand = commands.message_frame(*args)
     assert by_hand == _protobuf_message(*args)
     frame = _decode(by_hand)
@@ -281,15 +286,16 @@ def test_send_receipts_join_single_receipts(producer_id: int, receipts: list[tup
         max_size=6,
     ),
     partition=st.sampled_from([-1, 0, 3, -2]),
+    epoch=st.sampled_from([None, 0, 1, 300]),
 )
-def test_message_frames_join_single_frames(consumer_id: int, entries: list, partition: int) -> None:
+def test_message_frames_join_single_frames(consumer_id: int, entries: list, partition: int, epoch: int | None) -> None:
     positions = [(ledger_id, entry_id) for ledger_id, entry_id, _, _, _ in entries]
     payloads = [payload for _, _, payload, _, _ in entries]
     counts = [count for _, _, _, count, _ in entries]
     ack_sets = {index: entry[4] for index, entry in enumerate(entries) if entry[4] is not None}
-    joined = b"".join(commands.message_frame(consumer_id, *entry, partition) for entry in entries)
-    assert commands.message_frames(consumer_id, positions, payloads, counts, ack_sets, partition) == joined
+    joined = b"".join(commands.message_frame(consumer_id, *entry, partition, epoch) for entry in entries)
+    assert commands.message_frames(consumer_id, positions, payloads, counts, ack_sets, partition, epoch) == joined
     first_time = [(ledger_id, entry_id, payload) for ledger_id, entry_id, payload, _, _ in entries]
-    assert commands.message_frames(consumer_id, positions, payloads, partition=partition) == b"".join(
-        commands.message_frame(consumer_id, *entry, partition=partition) for entry in first_time
+    assert commands.message_frames(consumer_id, positions, payloads, partition=partition, epoch=epoch) == b"".join(
+        commands.message_frame(consumer_id, *entry, partition=partition, epoch=epoch) for entry in first_time
     )

@@ -1,0 +1,154 @@
+"""Scripted scenarios on the real broker, through the shell simulator's pieces: a virtual-time loop,
+the SQLite engine on the loop, a seeded network and clients that speak the wire protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from magnetar.broker.config import load_config
+from magnetar.broker.service import BrokerService
+from magnetar.core.positions import Position
+from magnetar.sim.shell.client import Delivery, Network, SimClient, SimConsumer, SimProducer
+from magnetar.sim.shell.engine import SimEngine
+from magnetar.sim.shell.loop import VirtualClockLoop
+
+TOPIC = "persistent://public/default/scripted"
+
+
+class Harness:
+    def __init__(self, service: BrokerService, loop: VirtualClockLoop) -> None:
+        self.service = service
+        self.loop = loop
+        self.network = Network(loop, random.Random(1), (0.05, 0.5))
+        self.recording = Recording()
+        self.clients = 0
+
+    async def client(self, name: str) -> SimClient:
+        self.clients += 1
+        client = SimClient(name, self.service, self.network, self.recording, self.clients)
+        await client.connected
+        return client
+
+    async def consumer(self, client: SimClient, name: str, subscription_type: str, queue_size: int = 100) -> SimConsumer:
+        consumer = SimConsumer(client, name, f"{name}#1", "sub", subscription_type, queue_size, 0, TOPIC)
+        await consumer.subscribe()
+        return consumer
+
+    async def publish(self, messages: list[tuple[int, str]]) -> None:
+        client = await self.client("producer")
+        producer = SimProducer(client, TOPIC, "producer")
+        await producer.create()
+        for message in messages:
+            producer.send([message], 0)
+        while len(self.recording.published_at) < len(messages):
+            await asyncio.sleep(0.001)
+
+
+class Recording:
+    """What the clients saw, in order."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[tuple[str, Delivery]] = []
+        self.published_at: dict[int, Position] = {}
+
+    def received(self, consumer: SimConsumer, delivery: Delivery) -> None:
+        self.deliveries.append((consumer.label, delivery))
+
+    def acked(self, consumer: SimConsumer, positions: list[Position], deliveries: list[Delivery]) -> None:
+        pass
+
+    def released(self, consumer: SimConsumer, deliveries: list[Delivery], why: str) -> None:
+        pass
+
+    def ended(self, consumer: SimConsumer, why: str) -> None:
+        pass
+
+    def published(self, index: int, key: str, position: Position) -> None:
+        self.published_at[index] = position
+
+    def note(self, line: str) -> None:
+        pass
+
+
+def run(tmp_path: Path, scenario: Callable[[Harness], Awaitable[None]], **settings: object) -> None:
+    loop = VirtualClockLoop()
+
+    async def main() -> None:
+        engine = SimEngine(str(tmp_path), random.Random(2), (0.1, 1.0), (0.1, 1.0))
+        service = BrokerService(
+            load_config(overrides=settings), tmp_path, clock_ms=lambda: int(loop.time() * 1000), storage_engine=engine
+        )
+        await service.start()
+        try:
+            await scenario(Harness(service, loop))
+        finally:
+            await service.close()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.shut_down()
+
+
+def _acking(consumer: SimConsumer) -> None:
+    """The application takes every message as it arrives and acks it at once."""
+
+    def take_all() -> None:
+        while (delivery := consumer.take()) is not None:
+            consumer.acknowledge(delivery)
+
+    consumer.on_available = take_all
+
+
+def test_consumers_subscribing_at_once_share_one_dispatcher(tmp_path: Path) -> None:
+    """Five clients subscribe at the same moment to a new Key_Shared subscription (the first
+    subscription of a topic): every key goes to one consumer, and every message once."""
+
+    async def scenario(harness: Harness) -> None:
+        clients = [await harness.client(f"client-{n}") for n in range(5)]
+        consumers = [
+            SimConsumer(client, f"c{n}", f"c{n}#1", "sub", "Key_Shared", 100, 0, TOPIC) for n, client in enumerate(clients)
+        ]
+        await asyncio.gather(*(consumer.subscribe() for consumer in consumers))
+        for consumer in consumers:
+            _acking(consumer)
+        topic = harness.service.topics[TOPIC]
+        assert list(topic.subscriptions) == ["sub"]
+        assert len(topic.subscriptions["sub"].consumers) == 5
+        await harness.publish([(index, f"k{index % 20}") for index in range(200)])
+        while len(harness.recording.deliveries) < 200:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(1)
+        deliveries = harness.recording.deliveries
+        assert sorted(d.index for _label, d in deliveries) == list(range(200))
+        owners: dict[str, set[str]] = {}
+        for label, delivery in deliveries:
+            owners.setdefault(delivery.key, set()).add(label)
+        assert all(len(labels) == 1 for labels in owners.values()), owners
+
+    run(tmp_path, scenario)
+
+
+def test_a_redelivery_of_everything_moves_the_consumer_epoch(tmp_path: Path) -> None:
+    """PIP-84: an Exclusive consumer asks for everything again with the next epoch; what the broker
+    sends from then on carries it, and the client drops what was sent before."""
+
+    async def scenario(harness: Harness) -> None:
+        client = await harness.client("client")
+        consumer = await harness.consumer(client, "c", "Exclusive")
+        await harness.publish([(index, "k") for index in range(10)])
+        while len(harness.recording.deliveries) < 10:
+            await asyncio.sleep(0.01)
+        server_consumer = next(iter(harness.service.topics[TOPIC].subscriptions["sub"].consumers.values()))
+        assert server_consumer.epoch == 0
+        consumer.redeliver_all()
+        while len(harness.recording.deliveries) < 20:
+            await asyncio.sleep(0.01)
+        assert server_consumer.epoch == 1
+        again = [d.index for _label, d in harness.recording.deliveries[10:]]
+        assert again == list(range(10))
+
+    run(tmp_path, scenario)
