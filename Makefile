@@ -26,10 +26,12 @@ sim: setup
 	$(BIN)/magnetar sim $(if $(SEED),--seed $(SEED),) $(if $(MODE),--mode $(MODE),)
 
 # Long seed sweeps across all cores: the core, 200,000 schedules per Key_Shared mode (40,000 per other
-# type); the shell simulator (the real broker), 20,000 per mode.
+# type); the shell simulator (the real broker), 20,000 per mode; the official client's churn suite
+# against a broker process, 20 seeds per mode and batching.
 soak: setup
 	MAGNETAR_SIM_SCHEDULES=200000 $(BIN)/python -m pytest tests/sim/test_sweep.py -q
 	MAGNETAR_SHELL_SCHEDULES=20000 $(BIN)/python -m pytest tests/sim/test_shell_sweep.py -q
+	MAGNETAR_CHURN_SEEDS=1-20 $(BIN)/python -m pytest tests/e2e/test_e2e_churn.py -q
 
 bench: setup
 	$(BIN)/python bench/core_dispatch.py
