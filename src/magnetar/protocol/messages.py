@@ -2,8 +2,9 @@
 
 Owns: the byte layout after a SEND/MESSAGE command, its CRC-32C, what the broker reads out of an entry's
 `MessageMetadata` to index it (sticky key and hash, message count, times, producer and sequence ids,
-marker type), the split of a batch payload into single messages, and the Java-BitSet arithmetic of batch
-ack sets. Must not touch: frames and their size limits (framing.py), storage, dispatch, sockets or clocks.
+marker type), the split of a batch payload into single messages, the Java-BitSet arithmetic of batch
+ack sets, and the section a replicator forwards to another cluster (`replicated_from` set).
+Must not touch: frames and their size limits (framing.py), storage, dispatch, sockets or clocks.
 The sticky key rules belong to `magnetar.core.sticky_key`; this module only feeds them the fields.
 
 Layout (reference §4; big-endian):
@@ -41,6 +42,7 @@ __all__ = [
     "full_ack_set",
     "index_send",
     "parse_entry",
+    "replicated_section",
     "split_batch",
     "unacked_count",
 ]
@@ -222,6 +224,19 @@ def encode_entry(
         return section
     prefix = broker_entry_metadata.SerializeToString()
     return _MAGIC_BROKER_ENTRY_METADATA_BYTES + _U32.pack(len(prefix)) + prefix + section
+
+
+def replicated_section(section: bytes, local_cluster: str) -> bytes:
+    """A stored entry's payload section as a replicator sends it to another cluster: its metadata with
+    `replicated_from = local_cluster`, every other field and the payload (a whole batch) unchanged,
+    under a fresh CRC-32C, without any broker-entry-metadata prefix (the remote broker writes its own).
+
+    `replicated_from` is what stops the remote from replicating the entry again (replication reference
+    §1.5, loop prevention). Raises ChecksumError and ProtocolError as `parse_entry` does.
+    """
+    parsed = parse_entry(section)
+    parsed.metadata.replicated_from = local_cluster
+    return encode_entry(parsed.metadata, parsed.payload)
 
 
 def split_batch(payload: bytes, num_messages: int) -> list[SingleMessage]:

@@ -1,0 +1,468 @@
+"""The producer a replicator opens on a remote cluster: one connection, one producer, receipts in send order.
+
+Owns: one TCP connection to a remote Pulsar or magnetar cluster for one topic: CONNECT, LOOKUP (following
+one redirect), PRODUCER under the replicator's name (`pulsar.repl.<local>--><remote>`, replication
+reference §1.4), SENDs of stored entries as they are (one entry, one SEND, a batch with its message count:
+the replicator's producer never batches and never times out), their receipts, PING/PONG, and failing
+every unanswered send when the connection goes.
+Must not touch: the local topic, its cursor or any storage file (the replicator reads the entries and moves
+its cursor on the positions handed back here), the payload sections (built by
+`protocol.messages.replicated_section`), reconnection and its backoff (the replicator's: it starts a new
+`RemoteProducer`), or the broker's objects: the remote is known only through the bytes exchanged.
+
+Receipts are matched by their place in the queue, not by sequence id. The entries come from many original
+producers and keep their sequence ids, which therefore repeat and go backwards; the Java client's
+sequence-based matching would drop or misattribute receipts there. A broker answers a producer's SENDs in
+the order they arrived, so the n-th receipt answers the n-th unanswered SEND, and one whose sequence id is
+not the head's means the two sides lost track of each other: the connection closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import NamedTuple
+from urllib.parse import urlsplit
+
+from magnetar.protocol.commands import pong, signed_id, wire_id
+from magnetar.protocol.framing import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    MESSAGE_SIZE_FRAME_PADDING,
+    Frame,
+    FrameDecoder,
+    ProtocolError,
+    encode_frame,
+)
+from magnetar.protocol.pulsar_api_pb2 import (
+    BaseCommand,
+    CommandLookupTopicResponse,
+    CommandSendError,
+    CommandSendReceipt,
+    ProducerAccessMode,
+    ServerError,
+)
+
+__all__ = ["CLIENT_VERSION", "RemoteError", "RemoteProducer", "RemoteUnavailable"]
+
+CLIENT_VERSION = "magnetar-replicator"
+PROTOCOL_VERSION = 20
+# Pulsar's default broker port, for a service URL that names none.
+DEFAULT_PORT = 6650
+# One producer per connection, so its id is fixed.
+_PRODUCER_ID = 0
+# CONNECT has no request id; its answer (CONNECTED, or ERROR with Java's -1) is filed under -1.
+_CONNECT_REQUEST_ID = -1
+# The service URL's lookup answer, then the answer of the broker it redirects to: a remote that redirects
+# again is moving the topic, and the replicator's backoff is the better place to wait for that.
+_LOOKUPS_MAX = 2
+# How long close() waits for the remote to confirm CLOSE_PRODUCER before dropping the connection anyway:
+# the remote forgets the producer with the connection, so the answer is a courtesy.
+CLOSE_TIMEOUT_S = 1.0
+# Bytes per socket read: the remote only sends small commands (receipts of ~30 bytes).
+_READ_BYTES = 64 * 1024
+
+# Which BaseCommand field of an answer carries the request id it answers.
+_ANSWER_FIELDS = {
+    BaseCommand.SUCCESS: "success",
+    BaseCommand.ERROR: "error",
+    BaseCommand.PRODUCER_SUCCESS: "producer_success",
+    BaseCommand.LOOKUP_RESPONSE: "lookupTopicResponse",
+}
+
+
+class RemoteError(Exception):
+    """The remote refused a request or a send; `code` is Pulsar's ServerError name (ProducerBusy,
+    TopicNotFound, ...), or UnknownError for a lookup answer this producer cannot follow."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class RemoteUnavailable(Exception):
+    """The remote cannot be reached, did not answer in time, or the connection to it is gone (or was
+    closed). A send that fails with it may or may not be stored on the remote."""
+
+
+class _Send(NamedTuple):
+    sequence_id: int  # as the wire carries it (uint64)
+    future: asyncio.Future[tuple[int, int]]
+    sent_at_ms: int
+
+
+def _address(service_url: str) -> tuple[str, int]:
+    """(host, port) of a `pulsar://host[:port]` URL; raises ValueError for anything else."""
+    url = urlsplit(service_url)
+    if url.scheme == "pulsar+ssl":
+        raise ValueError("TLS replication is not supported yet")
+    if url.scheme != "pulsar" or not url.hostname or "," in url.netloc:
+        raise ValueError(f"a remote service URL looks like pulsar://host:port, not {service_url!r}")
+    return url.hostname, url.port or DEFAULT_PORT
+
+
+class RemoteProducer:
+    """A client producer on one remote cluster, started once: `start()`, then `wait_for_room()` and
+    `send()` per entry, `close()`. After a lost connection it stays disconnected; the replicator makes a
+    new one.
+
+    Invariants: `_pending` holds the unanswered SENDs in send order, at most `max_pending` of them, and
+    its head is what the next SEND_RECEIPT answers; once disconnected nothing is pending, no request
+    waits, and nothing more is written.
+    """
+
+    def __init__(
+        self,
+        service_url: str,
+        topic: str,
+        producer_name: str,
+        max_pending: int = 1000,
+        connect_timeout_s: float = 10.0,
+        on_disconnect: Callable[[RemoteUnavailable], None] | None = None,
+    ) -> None:
+        self._service_address = _address(service_url)
+        self.service_url = service_url
+        self.topic = topic
+        self.producer_name = producer_name
+        # Pulsar's replicationProducerQueueSize: what a slow remote may hold unanswered before the
+        # replicator stops reading.
+        self.max_pending = max_pending
+        self.connect_timeout_s = connect_timeout_s
+        # Called once when an established producer loses its connection (not after close(), and not
+        # when start() fails: that raises). It must not raise.
+        self.on_disconnect = on_disconnect
+        self.connected_since_ms: int | None = None
+        self._host, self._port = self._service_address
+        self._proxy_to_broker_url: str | None = None
+        self._max_message_size = DEFAULT_MAX_MESSAGE_SIZE
+        self._decoder = FrameDecoder()
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._read_task: asyncio.Task[None] | None = None
+        self._request_ids = itertools.count()
+        self._requests: dict[int, asyncio.Future[BaseCommand]] = {}
+        self._pending: deque[_Send] = deque()
+        # Set while a send may go (or when disconnected, to wake the waiter up to see it).
+        self._room = asyncio.Event()
+        self._started = False
+        self._failure: str | None = None
+
+    # --------------------------------------------------------------------------------- stats
+
+    @property
+    def connected(self) -> bool:
+        """The producer exists on the remote and its connection is up."""
+        return self.connected_since_ms is not None
+
+    @property
+    def address(self) -> str:
+        """host:port of the broker this producer talks to (after a lookup, the topic's owner)."""
+        return f"{self._host}:{self._port}"
+
+    @property
+    def pending(self) -> int:
+        """SENDs the remote has not answered yet."""
+        return len(self._pending)
+
+    @property
+    def oldest_pending_since_ms(self) -> int | None:
+        """When the oldest unanswered SEND went out (ms since the epoch): Pulsar's replicationDelayInSeconds
+        is its age."""
+        return self._pending[0].sent_at_ms if self._pending else None
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Connect, look the topic up and create the producer, all within `connect_timeout_s`.
+
+        Raises RemoteUnavailable (unreachable, connection lost, no answer in time) or RemoteError (the
+        remote refused the lookup or the producer: TopicNotFound, ProducerBusy, ...); either way the
+        connection is closed and this producer is done.
+        """
+        if self._started:
+            raise RuntimeError("a RemoteProducer starts once; make a new one to connect again")
+        self._started = True
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                await self._connect(*self._service_address)
+                await self._lookup()
+                await self._create_producer()
+        except TimeoutError:
+            message = f"no answer from {self.address} in {self.connect_timeout_s:g} s"
+            self._disconnect(message, notify=False)
+            raise RemoteUnavailable(message) from None
+        except BaseException as error:  # refused, lost, or cancelled: the connection goes either way
+            self._disconnect(str(error) or type(error).__name__, notify=False)
+            raise
+
+    async def close(self) -> None:
+        """CLOSE_PRODUCER (waiting up to CLOSE_TIMEOUT_S for the answer), then close the connection;
+        unanswered sends fail with RemoteUnavailable("closed")."""
+        if self._failure is not None:
+            return
+        if self.connected:
+            request_id = next(self._request_ids)
+            close = {"producer_id": _PRODUCER_ID, "request_id": request_id}
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await self._request(BaseCommand(type=BaseCommand.CLOSE_PRODUCER, close_producer=close), request_id)
+            except (TimeoutError, RemoteError, RemoteUnavailable):
+                pass  # the connection closes next, and the remote forgets the producer with it
+        self._disconnect("closed", notify=False)
+
+    # -------------------------------------------------------------------------------- sending
+
+    async def wait_for_room(self) -> None:
+        """Return once a send may go: fewer than `max_pending` sends unanswered, and the socket's write
+        buffer below its high-water mark (so unsent bytes stay bounded too). Raises RemoteUnavailable
+        when the connection is gone."""
+        while True:
+            self._check_connected()
+            if len(self._pending) < self.max_pending:
+                break
+            self._room.clear()
+            await self._room.wait()
+        assert self._writer is not None
+        try:
+            await self._writer.drain()
+        except OSError as error:
+            raise RemoteUnavailable(f"connection to {self.address} lost: {error}") from error
+        self._check_connected()
+
+    def send(
+        self, section: bytes, sequence_id: int, highest_sequence_id: int | None, num_messages: int
+    ) -> asyncio.Future[tuple[int, int]]:
+        """SEND one entry: `section` is its payload section (`replicated_section`), `sequence_id` and
+        `highest_sequence_id` its original producer's, `num_messages` its batch size (1 for a single
+        message).
+
+        The future resolves to the remote's (ledger id, entry id), which is (-1, -1) when the remote
+        dropped the entry as a duplicate; it fails with RemoteError on SEND_ERROR and with
+        RemoteUnavailable when the connection goes first. Raises RuntimeError when `max_pending` sends
+        are unanswered (await `wait_for_room()` first) and ValueError when the entry is larger than the
+        remote accepts (it would close the connection).
+        """
+        future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+        if not self.connected:
+            future.set_exception(RemoteUnavailable(self._failure or "not started"))
+            return future
+        if len(self._pending) >= self.max_pending:
+            raise RuntimeError(f"{self.max_pending} sends are unanswered: await wait_for_room() first")
+        fields: dict[str, int] = {"producer_id": _PRODUCER_ID, "sequence_id": wire_id(sequence_id)}
+        if num_messages != 1:
+            fields["num_messages"] = num_messages
+        if highest_sequence_id is not None:
+            fields["highest_sequence_id"] = wire_id(highest_sequence_id)
+        frame = encode_frame(BaseCommand(type=BaseCommand.SEND, send=fields), section)
+        # The remote's frame limit (Pulsar's and magnetar's decoders alike).
+        if len(frame) > self._max_message_size + MESSAGE_SIZE_FRAME_PADDING:
+            raise ValueError(
+                f"an entry of {len(section)} bytes exceeds the remote's max message size of {self._max_message_size}"
+            )
+        assert self._writer is not None
+        self._writer.write(frame)
+        self._pending.append(_Send(wire_id(sequence_id), future, int(time.time() * 1000)))
+        return future
+
+    # ------------------------------------------------------------------------------ handshake
+
+    async def _connect(self, host: str, port: int, proxy_to_broker_url: str | None = None) -> None:
+        """Open a connection and CONNECT, through the broker at host:port to `proxy_to_broker_url` if given
+        (a Pulsar proxy)."""
+        self._host, self._port, self._proxy_to_broker_url = host, port, proxy_to_broker_url
+        try:
+            self._reader, self._writer = await asyncio.open_connection(host, port)
+        except OSError as error:
+            raise RemoteUnavailable(f"cannot connect to {self.address}: {error}") from error
+        self._decoder = FrameDecoder()
+        self._read_task = asyncio.get_running_loop().create_task(
+            self._read_frames(self._reader), name=f"remote producer {self.producer_name} on {self.address}"
+        )
+        connect: dict[str, object] = {"client_version": CLIENT_VERSION, "protocol_version": PROTOCOL_VERSION}
+        if proxy_to_broker_url is not None:
+            connect["proxy_to_broker_url"] = proxy_to_broker_url
+        connected = await self._request(BaseCommand(type=BaseCommand.CONNECT, connect=connect), _CONNECT_REQUEST_ID)
+        self._max_message_size = connected.connected.max_message_size or DEFAULT_MAX_MESSAGE_SIZE
+
+    async def _reconnect(self, host: str, port: int, proxy_to_broker_url: str | None = None) -> None:
+        if (host, port, proxy_to_broker_url) == (self._host, self._port, self._proxy_to_broker_url):
+            return
+        task = self._drop_connection()
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+        await self._connect(host, port, proxy_to_broker_url)
+
+    async def _lookup(self) -> None:
+        """Ask who serves the topic and go there. Connect names the owner: this broker, another one, or
+        one to reach through this one (a Pulsar proxy, `proxy_through_service_url`). Redirect names a
+        broker to ask again, authoritatively. magnetar standalone always answers Connect to itself."""
+        authoritative = False
+        for _ in range(_LOOKUPS_MAX):
+            request_id = next(self._request_ids)
+            lookup = {"topic": self.topic, "request_id": request_id, "authoritative": authoritative}
+            answer = await self._request(BaseCommand(type=BaseCommand.LOOKUP, lookupTopic=lookup), request_id)
+            response = answer.lookupTopicResponse
+            if response.response == CommandLookupTopicResponse.Failed:
+                raise RemoteError(ServerError.Name(response.error), response.message)
+            try:
+                host, port = _address(response.brokerServiceUrl)
+            except ValueError as error:
+                url = response.brokerServiceUrl
+                raise RemoteError("UnknownError", f"lookup of {self.topic} answered {url!r}: {error}") from None
+            if response.response == CommandLookupTopicResponse.Redirect:
+                await self._reconnect(host, port)
+                authoritative = response.authoritative
+            elif response.proxy_through_service_url:
+                await self._reconnect(*self._service_address, proxy_to_broker_url=response.brokerServiceUrl)
+                return
+            else:
+                await self._reconnect(host, port)
+                return
+        raise RemoteUnavailable(f"lookup of {self.topic} redirected more than {_LOOKUPS_MAX - 1} time(s)")
+
+    async def _create_producer(self) -> None:
+        request_id = next(self._request_ids)
+        producer = {
+            "topic": self.topic,
+            "producer_id": _PRODUCER_ID,
+            "request_id": request_id,
+            "producer_name": self.producer_name,
+            # The name is chosen, as Pulsar's replicator chooses it: the remote must not rename it.
+            "user_provided_producer_name": True,
+            "producer_access_mode": ProducerAccessMode.Shared,
+        }
+        await self._request(BaseCommand(type=BaseCommand.PRODUCER, producer=producer), request_id)
+        self.connected_since_ms = int(time.time() * 1000)
+        self._room.set()
+
+    async def _request(self, command: BaseCommand, request_id: int) -> BaseCommand:
+        """Send a request and return its answer; ERROR raises RemoteError."""
+        if self._failure is not None:
+            raise RemoteUnavailable(self._failure)
+        assert self._writer is not None
+        future: asyncio.Future[BaseCommand] = asyncio.get_running_loop().create_future()
+        self._requests[request_id] = future
+        self._writer.write(encode_frame(command))
+        try:
+            answer = await future
+        finally:
+            self._requests.pop(request_id, None)
+        if answer.type == BaseCommand.ERROR:
+            raise RemoteError(ServerError.Name(answer.error.error), answer.error.message)
+        return answer
+
+    # -------------------------------------------------------------------------------- reading
+
+    async def _read_frames(self, reader: asyncio.StreamReader) -> None:
+        """The connection's one reading task: frames in, answers, receipts and PONGs out."""
+        try:
+            while True:
+                data = await reader.read(_READ_BYTES)
+                if not data:
+                    raise RemoteUnavailable(f"{self.address} closed the connection")
+                for frame in self._decoder.receive_data(data):
+                    self._on_frame(frame)
+        except RemoteUnavailable as error:
+            self._disconnect(str(error))
+        except ProtocolError as error:
+            self._disconnect(f"protocol error with {self.address}: {error}")
+        except OSError as error:
+            self._disconnect(f"connection to {self.address} lost: {error}")
+
+    def _on_frame(self, frame: Frame) -> None:
+        kind = frame.type
+        if kind == BaseCommand.SEND_RECEIPT:
+            self._on_receipt(frame.command.send_receipt)
+        elif kind == BaseCommand.SEND_ERROR:
+            self._on_send_error(frame.command.send_error)
+        elif kind == BaseCommand.PING:
+            assert self._writer is not None
+            self._writer.write(pong())
+        elif kind == BaseCommand.PONG:
+            pass
+        elif kind == BaseCommand.CLOSE_PRODUCER:
+            # Pulsar's broker does this on unload and shutdown; its client reconnects, so does the replicator.
+            raise RemoteUnavailable(f"{self.address} closed the producer")
+        elif kind == BaseCommand.CONNECTED:
+            self._answer(_CONNECT_REQUEST_ID, frame.command)
+        elif kind in _ANSWER_FIELDS:
+            self._answer(signed_id(getattr(frame.command, _ANSWER_FIELDS[kind]).request_id), frame.command)
+        else:
+            raise ProtocolError(f"a producer does not expect {BaseCommand.Type.Name(kind)}")
+
+    def _answer(self, request_id: int, command: BaseCommand) -> None:
+        future = self._requests.get(request_id)
+        # An answer nobody waits for any more (a CLOSE_PRODUCER that timed out) is dropped.
+        if future is not None and not future.done():
+            future.set_result(command)
+
+    def _on_receipt(self, receipt: CommandSendReceipt) -> None:
+        pending = self._pending
+        if not pending:
+            raise ProtocolError(f"SEND_RECEIPT for sequence id {receipt.sequence_id} with no SEND unanswered")
+        head = pending[0]
+        if receipt.producer_id != _PRODUCER_ID or receipt.sequence_id != head.sequence_id:
+            raise ProtocolError(
+                f"SEND_RECEIPT for producer {receipt.producer_id}, sequence id {receipt.sequence_id}; "
+                f"the oldest unanswered SEND has sequence id {head.sequence_id}"
+            )
+        pending.popleft()
+        if not head.future.done():
+            head.future.set_result((signed_id(receipt.message_id.ledgerId), signed_id(receipt.message_id.entryId)))
+        self._room.set()
+
+    def _on_send_error(self, send_error: CommandSendError) -> None:
+        """Fail the SEND it names (the oldest unanswered one with its sequence id), then close: whatever
+        the code, the sends after it may already be stored, and a replicator resends from its cursor only
+        after a reconnect. (Pulsar's client closes too for every code but ChecksumError.)"""
+        error = RemoteError(ServerError.Name(send_error.error), send_error.message)
+        for index, item in enumerate(self._pending):
+            if item.sequence_id == send_error.sequence_id:
+                del self._pending[index]
+                if not item.future.done():
+                    item.future.set_exception(error)
+                raise RemoteUnavailable(f"{self.address} refused sequence id {item.sequence_id}: {error}")
+        raise ProtocolError(f"SEND_ERROR for sequence id {send_error.sequence_id} with no such SEND unanswered")
+
+    # ------------------------------------------------------------------------------ disconnecting
+
+    def _check_connected(self) -> None:
+        if not self.connected:
+            raise RemoteUnavailable(self._failure or "not started")
+
+    def _disconnect(self, message: str, notify: bool = True) -> None:
+        """The end of this producer: every unanswered send and request fails with RemoteUnavailable, the
+        connection closes, and an established producer's `on_disconnect` runs (unless `notify` is False)."""
+        if self._failure is not None:
+            self._drop_connection()  # a start() after close() may have opened one
+            return
+        was_connected = self.connected
+        self._failure = message
+        self.connected_since_ms = None
+        pending, self._pending = self._pending, deque()
+        for item in pending:
+            if not item.future.done():
+                item.future.set_exception(RemoteUnavailable(message))
+        for future in self._requests.values():
+            if not future.done():
+                future.set_exception(RemoteUnavailable(message))
+        self._room.set()
+        self._drop_connection()
+        if notify and was_connected and self.on_disconnect is not None:
+            self.on_disconnect(RemoteUnavailable(message))
+
+    def _drop_connection(self) -> asyncio.Task[None] | None:
+        """Stop reading and close the socket; returns the reading task unless it is the caller."""
+        task, self._read_task = self._read_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        else:
+            task = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self._reader = None
+        return task

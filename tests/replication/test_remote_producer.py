@@ -1,0 +1,491 @@
+"""RemoteProducer, the replicator's producer on a remote cluster: against a real magnetar broker process (read
+back with the official client), and against a scripted fake remote for lookups, keep-alives and protocol errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import socket
+from collections.abc import Callable
+
+import httpx
+import pulsar
+import pytest
+
+from magnetar.protocol import commands
+from magnetar.protocol.framing import FrameDecoder
+from magnetar.protocol.messages import encode_batch, encode_entry, replicated_section
+from magnetar.protocol.pulsar_api_pb2 import BaseCommand, KeyValue, MessageMetadata, SingleMessageMetadata
+from magnetar.replication.producer import RemoteError, RemoteProducer, RemoteUnavailable
+
+NAME = "pulsar.repl.a-->b"
+# Guards against a hang, never a timing assertion: each scenario finishes in well under a second.
+HANG_GUARD_S = 30
+PUBLISH_TIME_MS = 1_700_000_000_000
+
+
+def _single(producer: str, sequence_id: int, key: str, data: bytes, **properties: str) -> tuple[bytes, int, None, int]:
+    """A stored single-message entry as the replicator forwards it: (section, sequence id, highest, messages)."""
+    metadata = MessageMetadata(
+        producer_name=producer,
+        sequence_id=sequence_id,
+        publish_time=PUBLISH_TIME_MS,
+        partition_key=key,
+        properties=[KeyValue(key=k, value=v) for k, v in properties.items()],
+    )
+    return replicated_section(encode_entry(metadata, data), "a"), sequence_id, None, 1
+
+
+def _batch(producer: str, first_sequence_id: int, key: str, bodies: list[bytes]) -> tuple[bytes, int, int, int]:
+    payload = encode_batch(
+        (
+            SingleMessageMetadata(
+                partition_key=key, sequence_id=first_sequence_id + i, properties=[KeyValue(key="j", value=str(i))]
+            ),
+            body,
+        )
+        for i, body in enumerate(bodies)
+    )
+    last = first_sequence_id + len(bodies) - 1
+    metadata = MessageMetadata(
+        producer_name=producer,
+        sequence_id=first_sequence_id,
+        highest_sequence_id=last,
+        publish_time=PUBLISH_TIME_MS,
+        partition_key=key,
+        num_messages_in_batch=len(bodies),
+    )
+    return replicated_section(encode_entry(metadata, payload), "a"), first_sequence_id, last, len(bodies)
+
+
+async def _send_all(producer: RemoteProducer, entries: list[tuple]) -> list[tuple[int, int]]:
+    futures = []
+    for entry in entries:
+        await producer.wait_for_room()
+        futures.append(producer.send(*entry))
+    return list(await asyncio.gather(*futures))
+
+
+def _run(scenario: Callable[[], object]) -> object:
+    async def guarded() -> object:
+        return await asyncio.wait_for(scenario(), HANG_GUARD_S)
+
+    return asyncio.run(guarded())
+
+
+def _receive_all(client: pulsar.Client, topic: str, count: int) -> list[pulsar.Message]:
+    consumer = client.subscribe(topic, "check", initial_position=pulsar.InitialPosition.Earliest)
+    received = []
+    for _ in range(count):
+        message = consumer.receive(timeout_millis=10_000)
+        consumer.acknowledge(message)
+        received.append(message)
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(timeout_millis=200)
+    return received
+
+
+def _admin_path(topic: str) -> str:
+    return "/admin/v2/" + topic.replace("://", "/")
+
+
+# -------------------------------------------------------------------------------- against magnetar
+
+
+def test_entries_reach_the_remote_as_sent(broker_factory, client_factory, topic: str) -> None:
+    broker = broker_factory()
+    singles = [_single("orders-1", i, f"customer-{i % 10}", f"single {i}".encode(), i=str(i)) for i in range(1000)]
+    batch_sizes = (2, 5, 10)
+    batches = [
+        _batch("orders-2", 5000 + 100 * b, f"batch-{b}", [f"batch {b} message {j}".encode() for j in range(size)])
+        for b, size in enumerate(batch_sizes)
+    ]
+
+    async def scenario() -> list[tuple[int, int]]:
+        # A small queue, so that wait_for_room holds the sender back many times.
+        producer = RemoteProducer(broker.url, topic, NAME, max_pending=64)
+        await producer.start()
+        assert producer.connected and producer.connected_since_ms is not None
+        assert producer.address == broker.url.removeprefix("pulsar://")
+        positions = await _send_all(producer, singles + batches)
+        assert (producer.pending, producer.oldest_pending_since_ms) == (0, None)
+        await producer.close()
+        assert not producer.connected
+        return positions
+
+    positions = _run(scenario)
+    assert len(positions) == len(singles) + len(batches)
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+
+    received = _receive_all(client_factory(broker.url), topic, len(singles) + sum(batch_sizes))
+    for i, message in enumerate(received[: len(singles)]):
+        assert message.data() == f"single {i}".encode()
+        assert message.partition_key() == f"customer-{i % 10}"
+        assert message.properties() == {"i": str(i)}
+        assert message.producer_name() == "orders-1"
+        assert message.message_id().batch_index() == -1
+    batch_messages = received[len(singles) :]
+    by_entry: dict[tuple[int, int], list[pulsar.Message]] = {}
+    for message in batch_messages:
+        by_entry.setdefault((message.message_id().ledger_id(), message.message_id().entry_id()), []).append(message)
+    assert [len(group) for group in by_entry.values()] == list(batch_sizes)
+    assert list(by_entry) == positions[len(singles) :]
+    for b, group in enumerate(by_entry.values()):
+        assert [m.message_id().batch_index() for m in group] == list(range(batch_sizes[b]))
+        assert [m.data() for m in group] == [f"batch {b} message {j}".encode() for j in range(batch_sizes[b])]
+        assert {m.partition_key() for m in group} == {f"batch-{b}"}
+        assert [m.properties() for m in group] == [{"j": str(j)} for j in range(batch_sizes[b])]
+
+    # The official client does not expose replicated_from; the admin API's examine-message does.
+    answer = httpx.get(
+        broker.http_url + _admin_path(topic) + "/examinemessage",
+        params={"initialPosition": "earliest", "messagePosition": 1},
+    )
+    assert answer.status_code == 200
+    assert answer.headers["X-Pulsar-replicated-from"] == "a"
+    assert answer.headers["X-Pulsar-producer-name"] == "orders-1"
+
+
+def test_receipts_match_in_send_order_while_sequence_ids_go_back(broker_factory, client_factory, topic: str) -> None:
+    """Many original producers' sequence ids, forwarded as they are: 5, 3, 9, and 5 again from another
+    producer. A broker without deduplication (the default) stores them all and answers in send order."""
+    broker = broker_factory()
+    entries = [
+        _single("p1", 5, "k", b"p1-5"),
+        _single("p1", 3, "k", b"p1-3"),
+        _single("p1", 9, "k", b"p1-9"),
+        _single("p2", 5, "k", b"p2-5"),
+    ]
+
+    async def scenario() -> list[tuple[int, int]]:
+        producer = RemoteProducer(broker.url, topic, NAME)
+        await producer.start()
+        positions = await _send_all(producer, entries)
+        await producer.close()
+        return positions
+
+    positions = _run(scenario)
+    assert positions == sorted(positions) and len(set(positions)) == 4 and (-1, -1) not in positions
+    received = _receive_all(client_factory(broker.url), topic, 4)
+    assert [m.data() for m in received] == [b"p1-5", b"p1-3", b"p1-9", b"p2-5"]
+    assert [(m.message_id().ledger_id(), m.message_id().entry_id()) for m in received] == positions
+
+
+def test_a_killed_remote_fails_every_pending_send(broker_factory, topic: str) -> None:
+    broker = broker_factory()
+    disconnects: list[RemoteUnavailable] = []
+
+    async def scenario() -> None:
+        producer = RemoteProducer(broker.url, topic, NAME, on_disconnect=disconnects.append)
+        await producer.start()
+        await _send_all(producer, [_single("p", 0, "k", b"first")])
+        # Frozen, the broker answers nothing: what is sent next stays pending until the kill.
+        os.kill(broker.process.pid, signal.SIGSTOP)
+        futures = []
+        for i in range(1, 51):
+            await producer.wait_for_room()
+            futures.append(producer.send(*_single("p", i, "k", b"lost?")))
+        assert producer.pending == 50
+        assert producer.oldest_pending_since_ms is not None
+        await asyncio.to_thread(broker.kill)
+        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+        assert all(isinstance(outcome, RemoteUnavailable) for outcome in outcomes)
+        assert not producer.connected and producer.pending == 0
+        with pytest.raises(RemoteUnavailable):
+            await producer.wait_for_room()
+        with pytest.raises(RemoteUnavailable):
+            await producer.send(*_single("p", 51, "k", b"late"))
+        await producer.close()
+
+    _run(scenario)
+    assert len(disconnects) == 1
+
+
+def test_close_producer_from_the_broker_disconnects(broker_factory, topic: str) -> None:
+    """An unload closes the topic's producers (CLOSE_PRODUCER); the replicator then starts a new one."""
+    broker = broker_factory()
+
+    async def scenario() -> None:
+        lost = asyncio.Event()
+        producer = RemoteProducer(broker.url, topic, NAME, on_disconnect=lambda _error: lost.set())
+        await producer.start()
+        await _send_all(producer, [_single("p", 0, "k", b"before")])
+        async with httpx.AsyncClient(base_url=broker.http_url) as http:
+            answer = await http.put(_admin_path(topic) + "/unload")
+        assert answer.status_code == 204
+        await lost.wait()
+        assert not producer.connected
+        with pytest.raises(RemoteUnavailable):
+            await producer.wait_for_room()
+        again = RemoteProducer(broker.url, topic, NAME)
+        await again.start()
+        assert (await _send_all(again, [_single("p", 1, "k", b"after")]))[0][1] >= 0
+        await again.close()
+
+    _run(scenario)
+
+
+def test_send_error_fails_that_send_and_closes(broker_factory, topic: str) -> None:
+    broker = broker_factory()
+    disconnects: list[RemoteUnavailable] = []
+
+    async def scenario() -> None:
+        producer = RemoteProducer(broker.url, topic, NAME, on_disconnect=disconnects.append)
+        await producer.start()
+        await _send_all(producer, [_single("p", 0, "k", b"fine")])
+        damaged = bytearray(_single("p", 1, "k", b"damaged")[0])
+        damaged[-1] ^= 0xFF
+        with pytest.raises(RemoteError) as refused:
+            await producer.send(bytes(damaged), 1, None, 1)
+        assert refused.value.code == "ChecksumError"
+        assert not producer.connected
+        with pytest.raises(RemoteUnavailable):
+            await producer.send(*_single("p", 2, "k", b"next"))
+
+    _run(scenario)
+    assert len(disconnects) == 1
+
+
+def test_a_second_producer_of_the_same_name_is_refused(broker_factory, topic: str) -> None:
+    broker = broker_factory()
+
+    async def scenario() -> None:
+        first = RemoteProducer(broker.url, topic, NAME)
+        await first.start()
+        second = RemoteProducer(broker.url, topic, NAME)
+        with pytest.raises(RemoteError) as refused:
+            await second.start()
+        assert refused.value.code == "ProducerBusy"
+        assert not second.connected
+        await _send_all(first, [_single("p", 0, "k", b"still fine")])
+        await first.close()
+
+    _run(scenario)
+
+
+def test_a_failed_lookup_raises_remote_error(broker_factory) -> None:
+    broker = broker_factory()
+
+    async def scenario() -> None:
+        producer = RemoteProducer(broker.url, "persistent://public/default", NAME)
+        with pytest.raises(RemoteError) as refused:
+            await producer.start()
+        assert refused.value.code == "InvalidTopicName"
+
+    _run(scenario)
+
+
+# -------------------------------------------------------------------------------- without a remote
+
+
+def test_service_urls() -> None:
+    with pytest.raises(ValueError, match="TLS replication is not supported yet"):
+        RemoteProducer("pulsar+ssl://remote:6651", "t", NAME)
+    with pytest.raises(ValueError):
+        RemoteProducer("http://remote:8080", "t", NAME)
+    assert RemoteProducer("pulsar://remote", "t", NAME).address == "remote:6650"
+
+
+def test_an_unreachable_remote_raises_remote_unavailable() -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+
+    async def scenario() -> None:
+        producer = RemoteProducer(f"pulsar://127.0.0.1:{port}", "t", NAME)
+        with pytest.raises(RemoteUnavailable):
+            await producer.start()
+        with pytest.raises(RuntimeError):
+            await producer.start()
+
+    _run(scenario)
+
+
+def test_a_silent_remote_times_out() -> None:
+    async def scenario() -> None:
+        accepted: list[asyncio.StreamWriter] = []
+        server = await asyncio.start_server(lambda _reader, writer: accepted.append(writer), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        producer = RemoteProducer(f"pulsar://127.0.0.1:{port}", "t", NAME, connect_timeout_s=0.2)
+        with pytest.raises(RemoteUnavailable, match="no answer"):
+            await producer.start()
+        for writer in accepted:
+            writer.close()
+        server.close()
+
+    _run(scenario)
+
+
+# -------------------------------------------------------------------------------- against a fake remote
+
+
+class FakeRemote:
+    """A scripted broker: answers CONNECT, LOOKUP (`lookup`'s frame, by default Connect to itself), PRODUCER
+    (then a PING when `ping`), SEND (`receipt`'s frame) and CLOSE_PRODUCER, recording what it received."""
+
+    def __init__(self, lookup: Callable | None = None, receipt: Callable | None = None, ping: bool = False) -> None:
+        self.lookup = lookup or (lambda request, me: commands.lookup_response(request.request_id, me.url))
+        entry_ids = itertools.count()
+        self.receipt = receipt or (
+            lambda send: commands.send_receipt(send.producer_id, send.sequence_id, 7, next(entry_ids))
+        )
+        self.ping = ping
+        self.connects: list = []
+        self.lookups: list = []
+        self.ponged = asyncio.Event()
+
+    async def __aenter__(self) -> FakeRemote:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        self.url = f"pulsar://127.0.0.1:{self.port}"
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = FrameDecoder()
+        try:
+            while data := await reader.read(65536):
+                for frame in decoder.receive_data(data):
+                    writer.write(self._reply(frame.command))
+        finally:
+            writer.close()
+
+    def _reply(self, command: BaseCommand) -> bytes:
+        if command.type == BaseCommand.CONNECT:
+            self.connects.append(command.connect)
+            return commands.connected("fake", 20, 5 * 1024 * 1024)
+        if command.type == BaseCommand.LOOKUP:
+            self.lookups.append(command.lookupTopic)
+            return self.lookup(command.lookupTopic, self)
+        if command.type == BaseCommand.PRODUCER:
+            success = commands.producer_success(command.producer.request_id, command.producer.producer_name)
+            return success + (commands.ping() if self.ping else b"")
+        if command.type == BaseCommand.SEND:
+            return self.receipt(command.send)
+        if command.type == BaseCommand.CLOSE_PRODUCER:
+            return commands.success(command.close_producer.request_id)
+        if command.type == BaseCommand.PONG:
+            self.ponged.set()
+        return b""
+
+
+def test_a_lookup_redirect_is_followed_once() -> None:
+    async def scenario() -> None:
+        async with FakeRemote() as owner:
+            redirect = lambda request, _me: commands.lookup_response(  # noqa: E731
+                request.request_id, owner.url, redirect=True, authoritative=True
+            )
+            async with FakeRemote(lookup=redirect) as entry_point:
+                producer = RemoteProducer(entry_point.url, "persistent://public/default/t", NAME)
+                await producer.start()
+                assert producer.address == f"127.0.0.1:{owner.port}"
+                assert [lookup.authoritative for lookup in owner.lookups] == [True]
+                assert await _send_all(producer, [_single("p", 0, "k", b"x")]) == [(7, 0)]
+                await producer.close()
+
+    _run(scenario)
+
+
+def test_a_second_redirect_is_not_followed() -> None:
+    async def scenario() -> None:
+        redirect_to_other: dict[str, str] = {}
+        redirect = lambda request, me: commands.lookup_response(  # noqa: E731
+            request.request_id, redirect_to_other[me.url], redirect=True
+        )
+        async with FakeRemote(lookup=redirect) as first, FakeRemote(lookup=redirect) as second:
+            redirect_to_other.update({first.url: second.url, second.url: first.url})
+            producer = RemoteProducer(first.url, "persistent://public/default/t", NAME)
+            with pytest.raises(RemoteUnavailable, match="redirected"):
+                await producer.start()
+
+    _run(scenario)
+
+
+def test_a_proxied_lookup_reconnects_through_the_service_url() -> None:
+    async def scenario() -> None:
+        proxied = lambda request, _me: commands.lookup_response(  # noqa: E731
+            request.request_id, "pulsar://broker-7.internal:6650", proxy_through_service_url=True
+        )
+        async with FakeRemote(lookup=proxied) as proxy:
+            producer = RemoteProducer(proxy.url, "persistent://public/default/t", NAME)
+            await producer.start()
+            assert [c.proxy_to_broker_url for c in proxy.connects] == ["", "pulsar://broker-7.internal:6650"]
+            assert producer.address == f"127.0.0.1:{proxy.port}"
+            await producer.close()
+
+    _run(scenario)
+
+
+def test_ping_is_answered() -> None:
+    async def scenario() -> None:
+        async with FakeRemote(ping=True) as remote:
+            producer = RemoteProducer(remote.url, "persistent://public/default/t", NAME)
+            await producer.start()
+            await remote.ponged.wait()
+            assert producer.connected
+            await producer.close()
+
+    _run(scenario)
+
+
+def test_a_receipt_for_another_sequence_id_closes_the_connection() -> None:
+    disconnects: list[RemoteUnavailable] = []
+
+    async def scenario() -> None:
+        wrong = lambda send: commands.send_receipt(send.producer_id, send.sequence_id + 1, 7, 0)  # noqa: E731
+        async with FakeRemote(receipt=wrong) as remote:
+            producer = RemoteProducer(remote.url, "persistent://public/default/t", NAME, on_disconnect=disconnects.append)
+            await producer.start()
+            await producer.wait_for_room()
+            first = producer.send(*_single("p", 4, "k", b"x"))
+            second = producer.send(*_single("p", 2, "k", b"y"))
+            outcomes = await asyncio.gather(first, second, return_exceptions=True)
+            assert all(isinstance(outcome, RemoteUnavailable) for outcome in outcomes)
+            assert "protocol error" in str(outcomes[0])
+            assert not producer.connected
+
+    _run(scenario)
+    assert len(disconnects) == 1
+
+
+def test_close_fails_what_is_unanswered() -> None:
+    disconnects: list[RemoteUnavailable] = []
+
+    async def scenario() -> None:
+        async with FakeRemote(receipt=lambda _send: b"") as remote:
+            producer = RemoteProducer(remote.url, "persistent://public/default/t", NAME, on_disconnect=disconnects.append)
+            await producer.start()
+            await producer.wait_for_room()
+            futures = [producer.send(*_single("p", i, "k", b"x")) for i in range(3)]
+            await producer.close()
+            outcomes = await asyncio.gather(*futures, return_exceptions=True)
+            assert [str(outcome) for outcome in outcomes] == ["closed"] * 3
+            assert all(isinstance(outcome, RemoteUnavailable) for outcome in outcomes)
+            assert (producer.connected, producer.pending) == (False, 0)
+
+    _run(scenario)
+    assert disconnects == []
+
+
+def test_a_full_queue_refuses_another_send() -> None:
+    async def scenario() -> None:
+        async with FakeRemote(receipt=lambda _send: b"") as remote:
+            producer = RemoteProducer(remote.url, "persistent://public/default/t", NAME, max_pending=2)
+            await producer.start()
+            futures = [producer.send(*_single("p", i, "k", b"x")) for i in range(2)]
+            with pytest.raises(RuntimeError, match="wait_for_room"):
+                producer.send(*_single("p", 2, "k", b"x"))
+            waiting = asyncio.ensure_future(producer.wait_for_room())
+            await asyncio.sleep(0)
+            assert not waiting.done()
+            await producer.close()
+            with pytest.raises(RemoteUnavailable):
+                await waiting
+            await asyncio.gather(*futures, return_exceptions=True)
+
+    _run(scenario)
