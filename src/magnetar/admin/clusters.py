@@ -27,6 +27,7 @@ __all__ = [
     "TenantInfo",
     "router",
     "check_namespace",
+    "check_replication_clusters",
     "check_tenant",
 ]
 
@@ -196,7 +197,7 @@ def _check_allowed_clusters(service: BrokerService, info: TenantInfo) -> None:
         raise precondition_failed("Clusters do not exist")
 
 
-def _check_replication_clusters(service: BrokerService, tenant: str, clusters: list[str]) -> None:
+def check_replication_clusters(service: BrokerService, tenant: str, clusters: list[str]) -> None:
     """internalSetNamespaceReplicationClusters: known clusters that the tenant allows."""
     if not clusters:
         raise precondition_failed("ClusterIds should not be null or empty")
@@ -359,7 +360,7 @@ async def create_namespace(
     policies = policies or NamespaceCreation()
     stored: dict[str, Any] = {}
     clusters = policies.replication_clusters or [service.config["clusterName"]]
-    _check_replication_clusters(service, tenant, clusters)
+    check_replication_clusters(service, tenant, clusters)
     stored["replication_clusters"] = sorted(set(clusters))
     if policies.message_ttl_in_seconds is not None:
         if policies.message_ttl_in_seconds < 0:
@@ -526,7 +527,7 @@ async def set_replication_clusters(
     request: Request, tenant: str, namespace: str, clusters: Annotated[list[str], Body()]
 ) -> Response:
     check_namespace(_service(request), tenant, namespace)
-    _check_replication_clusters(_service(request), tenant, clusters)
+    check_replication_clusters(_service(request), tenant, clusters)
     return await _set_policy(request, tenant, namespace, "replication_clusters", sorted(set(clusters)))
 
 

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from magnetar.admin.stats import backlog_size, consumer_rates, producer_rates
+from magnetar.admin.stats import backlog_size, consumer_rates, producer_rates, replication_stats
 from magnetar.core.dispatchers import SharedDispatcher
 from magnetar.storage.write_latency import WRITE_LATENCY_BOUNDS_MS
 
@@ -83,6 +83,20 @@ _SUBSCRIPTION_GAUGES = {
 }
 
 
+_REPLICATION = [*_TOPIC, "remote_cluster"]
+_REPLICATION_GAUGES = {
+    "pulsar_replication_rate_in": "Messages per second received from the remote cluster's replicator.",
+    "pulsar_replication_rate_out": "Messages per second sent to the remote cluster.",
+    "pulsar_replication_throughput_in": "Bytes per second received from the remote cluster's replicator.",
+    "pulsar_replication_throughput_out": "Bytes per second sent to the remote cluster.",
+    "pulsar_replication_backlog": "Entries not yet replicated to the remote cluster.",
+    "pulsar_replication_connected_count": "1 while the replicator to the remote cluster is connected.",
+    "pulsar_replication_disconnected_count": "1 while the replicator to the remote cluster is not connected.",
+    "pulsar_replication_rate_expired": "Messages per second expired before replication (message TTL).",
+    "pulsar_replication_delay_in_seconds": "Age of the oldest entry sent to the remote cluster and not confirmed.",
+}
+
+
 def _gauges(names: dict[str, str], labels: list[str]) -> dict[str, GaugeMetricFamily]:
     return {name: GaugeMetricFamily(name, doc, labels=labels) for name, doc in names.items()}
 
@@ -113,6 +127,7 @@ class BrokerCollector:
                                            labels=_SUBSCRIPTION)
         topics_count = GaugeMetricFamily("pulsar_topics_count", "Loaded topics of the namespace.",
                                          labels=["cluster", "namespace"])
+        replication_gauges = _gauges(_REPLICATION_GAUGES, _REPLICATION)
         per_namespace: dict[str, int] = {}
         for topic in list(service.topics.values()):
             namespace = topic.name.namespace_name
@@ -128,6 +143,20 @@ class BrokerCollector:
             latency_sum.add_metric(labels, buckets.sum_ms)
             in_bytes.add_metric(labels, topic.bytes_in_counter)
             in_messages.add_metric(labels, topic.msg_in_counter)
+            for remote, stats in replication_stats(topic, now_s).items():
+                figures = {
+                    "pulsar_replication_rate_in": stats["msgRateIn"],
+                    "pulsar_replication_rate_out": stats["msgRateOut"],
+                    "pulsar_replication_throughput_in": stats["msgThroughputIn"],
+                    "pulsar_replication_throughput_out": stats["msgThroughputOut"],
+                    "pulsar_replication_backlog": stats["replicationBacklog"],
+                    "pulsar_replication_connected_count": int(stats["connected"]),
+                    "pulsar_replication_disconnected_count": int(not stats["connected"]),
+                    "pulsar_replication_rate_expired": stats["msgRateExpired"],
+                    "pulsar_replication_delay_in_seconds": stats["replicationDelayInSeconds"],
+                }
+                for name, value in figures.items():
+                    replication_gauges[name].add_metric([*labels, remote], value)
         for namespace, count in sorted(per_namespace.items()):
             topics_count.add_metric([cluster, namespace], count)
         yield topics_count
@@ -140,6 +169,7 @@ class BrokerCollector:
         yield from subscription_gauges.values()
         yield out_bytes
         yield out_messages
+        yield from replication_gauges.values()
 
 
 def _topic_figures(

@@ -48,6 +48,7 @@ __all__ = [
     "producer_rates",
     "consumer_rates",
     "backlog_size",
+    "replication_stats",
     "iso_time",
 ]
 
@@ -140,6 +141,48 @@ def _publisher_stats(producer: ServerProducer, now_s: float) -> dict[str, Any]:
         "clientVersion": producer.connection.client_version,
         "metadata": {},
     }
+
+
+def replication_stats(
+    topic: PersistentTopic, now_s: float, publishers: list[dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """ReplicatorStats per remote cluster this topic replicates to: its outbound replicator, and the
+    inbound side from the producer that cluster's replicator opened here (`publishers`: their stats,
+    when the caller has them). As in Pulsar, a cluster that only sends here is not listed."""
+    if publishers is None:
+        publishers = [_publisher_stats(p, now_s) for p in topic.producers.values()]
+    found: dict[str, dict[str, Any]] = {}
+    for cluster, replicator in topic.replicators.items():
+        outbound = replicator.stats()
+        since_ms = outbound["outboundConnectedSince"]
+        rate, throughput = _rates(
+            replicator, since_ms or int(now_s * 1000), (outbound["msgOutCounter"], outbound["bytesOutCounter"]), now_s
+        )
+        found[cluster] = {
+            "msgRateIn": 0.0,
+            "msgThroughputIn": 0.0,
+            "msgRateOut": rate,
+            "msgThroughputOut": throughput,
+            "msgRateExpired": 0.0,
+            "replicationBacklog": outbound["replicationBacklog"],
+            "connected": outbound["connected"],
+            "replicationDelayInSeconds": outbound["replicationDelayInSeconds"],
+            "inboundConnection": None,
+            "inboundConnectedSince": None,
+            "outboundConnection": outbound["outboundConnection"],
+            "outboundConnectedSince": iso_time(since_ms) if since_ms else None,
+            "msgOutCounter": outbound["msgOutCounter"],
+            "bytesOutCounter": outbound["bytesOutCounter"],
+        }
+    for producer, published in zip(topic.producers.values(), publishers):
+        if producer.remote_cluster not in found:
+            continue
+        stats = found[producer.remote_cluster]
+        stats["msgRateIn"] += published["msgRateIn"]
+        stats["msgThroughputIn"] += published["msgThroughputIn"]
+        stats["inboundConnection"] = published["address"]
+        stats["inboundConnectedSince"] = published["connectedSince"]
+    return found
 
 
 # The core's per-consumer keys that ConsumerStats places after blockedConsumerOnUnackedMsgs, in order.
@@ -365,7 +408,7 @@ async def topic_stats(
         "publishers": [] if exclude_publishers else publishers,
         "waitingPublishers": len(topic._exclusive_waiters),
         "subscriptions": subscriptions,
-        "replication": {},
+        "replication": replication_stats(topic, now_s, publishers),
         "deduplicationStatus": "Enabled" if topic.deduplication_enabled else "Disabled",
         "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subscriptions.values()),
         "nonContiguousDeletedMessagesRangesSerializedSize": sum(

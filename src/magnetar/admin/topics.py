@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from magnetar.admin.clusters import Int32, Int64, check_namespace
+from magnetar.admin.clusters import Int32, Int64, check_namespace, check_replication_clusters
 from magnetar.admin.errors import RestError, conflict, error_responses, not_found, precondition_failed
 from magnetar.broker.service import BrokerService, TopicBusyError, TopicNotFoundError
 from magnetar.broker.subscription import PersistentSubscription
@@ -30,6 +30,7 @@ from magnetar.broker.topic_name import PARTITION_SUFFIX, InvalidTopicName, Topic
 from magnetar.core.positions import LATEST, Position
 from magnetar.protocol import messages
 from magnetar.protocol.pulsar_api_pb2 import CompressionType
+from magnetar.replication.replicator import REPLICATOR_PREFIX
 from magnetar.storage.metadata import AlreadyExistsError
 
 __all__ = ["MessageIdData", "PartitionedTopicMetadata", "ResetCursorData", "router"]
@@ -351,6 +352,12 @@ async def delete_subscription(
 async def skip_all_messages(request: Request, tenant: str, namespace: str, topic: str, subName: str) -> Response:
     service = _service(request)
     name = _existing_namespace_topic(service, tenant, namespace, topic)
+    if subName.startswith(REPLICATOR_PREFIX + "."):
+        # A replicator's cursor: clearing it drops what was not replicated yet (Pulsar's clearBacklog).
+        cluster = subName[len(REPLICATOR_PREFIX) + 1 :]
+        if not any([t.clear_replication_backlog(cluster) for t in await _topics(service, name)]):
+            raise not_found(f"Replicator for {cluster} not found for topic {name}")
+        return Response(status_code=204)
     for subscription in await _subscriptions(service, name, subName):
         subscription.skip_all()
     return Response(status_code=204)
@@ -593,6 +600,40 @@ async def set_deduplication(
 async def remove_deduplication(request: Request, tenant: str, namespace: str, topic: str) -> Response:
     service = _service(request)
     await service.set_topic_policies(_policy_topic(service, tenant, namespace, topic), {"deduplicationEnabled": None})
+    return Response(status_code=204)
+
+
+@router.get("/{tenant}/{namespace}/{topic}/replication", response_model=list[str],
+            responses={204: {"description": "The policy is not set"}} | error_responses(404, 412))
+async def get_replication_clusters(
+    request: Request, tenant: str, namespace: str, topic: str, applied: bool = False
+) -> Any:
+    """The topic's own replication clusters; with `applied`, the ones in force (topic, else namespace)."""
+    service = _service(request)
+    name = _policy_topic(service, tenant, namespace, topic)
+    if applied:
+        return service.replication_clusters(name)
+    clusters = service.topic_policies(name).get("replicationClusters")
+    return Response(status_code=204) if clusters is None else clusters
+
+
+@router.post("/{tenant}/{namespace}/{topic}/replication", status_code=204,
+             responses=_NO_CONTENT | error_responses(400, 403, 404, 412))
+async def set_replication_clusters(
+    request: Request, tenant: str, namespace: str, topic: str, clusters: Annotated[list[str], Body()]
+) -> Response:
+    service = _service(request)
+    name = _policy_topic(service, tenant, namespace, topic)
+    check_replication_clusters(service, tenant, clusters)
+    await service.set_topic_policies(name, {"replicationClusters": sorted(set(clusters))})
+    return Response(status_code=204)
+
+
+@router.delete("/{tenant}/{namespace}/{topic}/replication", status_code=204,
+               responses=_NO_CONTENT | error_responses(404, 412))
+async def remove_replication_clusters(request: Request, tenant: str, namespace: str, topic: str) -> Response:
+    service = _service(request)
+    await service.set_topic_policies(_policy_topic(service, tenant, namespace, topic), {"replicationClusters": None})
     return Response(status_code=204)
 
 

@@ -75,6 +75,18 @@ BROKER_KEYS: tuple[Setting, ...] = (
     ),
     Setting("brokerShutdownTimeoutMs", 60000, "How long a clean shutdown waits for in-flight work."),
     Setting(
+        "replicationProducerQueueSize",
+        1000,
+        "Entries a replicator may have sent to a remote cluster and not yet seen confirmed.",
+        True,
+    ),
+    Setting(
+        "replicationPolicyCheckDurationSeconds",
+        600,
+        "How often loaded topics' replicators are checked against the replication policies (they are also "
+        "checked when a topic loads and when a policy changes).",
+    ),
+    Setting(
         "logLevel",
         "info",
         "Level of the broker's log: debug, info, warning or error (Pulsar sets it in log4j2.yaml); "

@@ -16,6 +16,8 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from magnetar.protocol import commands
+from magnetar.protocol.messages import parse_entry
+from magnetar.replication.replicator import remote_cluster_of
 
 if TYPE_CHECKING:
     from magnetar.broker.connection import ServerConnection
@@ -49,6 +51,10 @@ class ServerProducer:
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
         self.connected_since_ms = int(time.time() * 1000)
+        # A replicator's producer from another cluster (`pulsar.repl.<cluster>-->…`): its entries keep
+        # their original producer's name and sequence ids, and deduplication goes by those (Pulsar's
+        # replication dedup V1), so a resend after the replicator reconnected is dropped.
+        self.remote_cluster = remote_cluster_of(name)
 
     def publish_many(self, sends: list[tuple[int, int, bytes, int, int, int]]) -> None:
         """Append the SENDs of one socket read, each (sequence id, highest sequence id, entry bytes, key
@@ -56,17 +62,19 @@ class ServerProducer:
         each SEND and every earlier one are answered."""
         topic = self.topic
         pending = self._pending
+        names = self._original_names(sends) if self.remote_cluster is not None else None
         if topic.deduplication_enabled:
             accepted = []
             # Runs of SENDs in send order, each flagged whether it holds duplicates.
             runs: list[tuple[bool, list[tuple[int, int, bytes, int, int, int]]]] = []
             pushed = topic.sequence_pushed
-            for send in sends:
+            for index, send in enumerate(sends):
                 sequence_id, highest = send[0], send[1]
                 last = max(sequence_id, highest)
-                duplicate = last <= pushed.get(self.name, -1)
+                name = names[index] if names is not None else self.name
+                duplicate = last <= pushed.get(name, -1)
                 if not duplicate:
-                    pushed[self.name] = last
+                    pushed[name] = last
                     accepted.append(send)
                 if not runs or runs[-1][0] != duplicate:
                     runs.append((duplicate, []))
@@ -74,7 +82,10 @@ class ServerProducer:
         else:
             accepted = sends
             runs = [(False, sends)]
-        future = self._append(accepted) if accepted else None
+        if names is not None and len(accepted) != len(sends):
+            kept = set(map(id, accepted))
+            names = [name for name, send in zip(names, sends) if id(send) in kept]
+        future = self._append(accepted, names) if accepted else None
         index = 0
         for duplicate, run in runs:
             if duplicate:
@@ -85,14 +96,20 @@ class ServerProducer:
                 index += len(run)
         self._flush()
 
-    def _append(self, sends: list[tuple[int, int, bytes, int, int, int]]) -> asyncio.Future:
+    @staticmethod
+    def _original_names(sends: list[tuple[int, int, bytes, int, int, int]]) -> list[str]:
+        """The producer names in replicated entries' metadata (a replicator forwards many producers')."""
+        return [parse_entry(send[2]).producer_name for send in sends]
+
+    def _append(self, sends: list[tuple[int, int, bytes, int, int, int]], names: list[str] | None) -> asyncio.Future:
         # Tuples: append_many keeps them as its columns without a copy.
         sequence_ids, highest_ids, datas, hashes, counts, times = zip(*sends)
         # An entry keeps its highest sequence id (a batch's last message's): a restart rebuilds
         # deduplication from the stored ones, and a resent batch must stay a duplicate across it.
         stored_ids = tuple(map(max, sequence_ids, highest_ids))
         topic = self.topic
-        future = topic.ledger.append_many(datas, hashes, counts, times, (self.name,) * len(datas), stored_ids)
+        producer_names = tuple(names) if names is not None else (self.name,) * len(datas)
+        future = topic.ledger.append_many(datas, hashes, counts, times, producer_names, stored_ids)
         messages, size = sum(counts), sum(map(len, datas))
         self.msg_in_counter += messages
         self.bytes_in_counter += size

@@ -20,6 +20,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.topic import PersistentTopic, delayed_delivery_path, schema_path
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.settings import DispatcherSettings
+from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
 from magnetar.storage import ManagedLedgerFactory
 from magnetar.storage.sqlite_engine import SqliteEngine
 from magnetar.storage.metadata import BadVersionError, NotFoundError
@@ -66,6 +67,8 @@ class BrokerService:
         self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
         self.subscription_types_enabled = config.subscription_types_enabled()
         self._expiry: asyncio.Task[None] | None = None
+        self._replication_check: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
         # Topics and namespaces whose deletion is under way: nobody may load (and so re-create) their
         # topics meanwhile, as clients closed by the deletion reconnect at once.
         self._deleting: set[str] = set()
@@ -78,6 +81,52 @@ class BrokerService:
         )
         await self.storage.metadata.ensure_defaults(self.config["clusterName"])
         self._expiry = asyncio.get_running_loop().create_task(self._expire_periodically())
+        await self._load_replicated_topics()
+        self._replication_check = asyncio.get_running_loop().create_task(self._check_replication_periodically())
+
+    # ------------------------------------------------------------------------------- replication
+
+    def replication_clusters(self, name: TopicName) -> list[str]:
+        """The clusters a topic replicates between: its own policy, else its namespace's."""
+        clusters = self.topic_policies(name).get("replicationClusters")
+        if clusters is None:
+            clusters = self._namespace_policy(name.namespace_name, "replication_clusters")
+        return list(clusters or [])
+
+    def broker_service_url(self, cluster: str) -> str | None:
+        """Where a replicator reaches `cluster`: the brokerServiceUrl registered for it."""
+        record = self.metadata.get(f"/admin/clusters/{cluster}")
+        return None if record is None else record[0].get("brokerServiceUrl") or None
+
+    def admin_service_url(self, cluster: str) -> str | None:
+        """The serviceUrl (admin API) registered for `cluster`."""
+        record = self.metadata.get(f"/admin/clusters/{cluster}")
+        return None if record is None else record[0].get("serviceUrl") or None
+
+    def _replicates(self, name: TopicName) -> bool:
+        local = self.config["clusterName"]
+        return any(cluster != local for cluster in self.replication_clusters(name))
+
+    async def _load_replicated_topics(self) -> None:
+        """Topics of replicating namespaces are loaded at start, so that what they had not replicated
+        before a restart goes without waiting for a client to load them."""
+        for key in self.storage.topics():
+            name = TopicName.parse(key)
+            if self.namespace_exists(name.namespace_name) and self._replicates(name):
+                try:
+                    await self.get_topic(name, create=False)
+                except Exception:
+                    log.exception("[%s] Could not load the topic to resume its replication", key)
+
+    async def _check_replication_periodically(self) -> None:
+        interval = float(self.config["replicationPolicyCheckDurationSeconds"])
+        while True:
+            await asyncio.sleep(interval)
+            for topic in list(self.topics.values()):
+                try:
+                    await topic.check_replication(self.replication_clusters(topic.name))
+                except Exception:
+                    log.exception("[%s] Replication check failed", topic.name)
 
     async def _expire_periodically(self) -> None:
         interval = float(self.config["messageExpiryCheckIntervalInMinutes"]) * 60
@@ -104,6 +153,12 @@ class BrokerService:
     async def close(self) -> None:
         if self._expiry is not None:
             self._expiry.cancel()
+        if self._replication_check is not None:
+            self._replication_check.cancel()
+        for task in list(self._background):
+            task.cancel()
+        for topic in list(self.topics.values()):
+            await topic.stop_replicators()
         if self.storage is not None:
             await self.storage.flush_cursors()
             await self.storage.close()
@@ -180,6 +235,8 @@ class BrokerService:
             topic = PersistentTopic(self, name, ledger)
             if topic.deduplication_enabled:
                 await topic.restore_deduplication()
+            # Before any producer appends: a new replicator's cursor starts at the end of the topic.
+            await topic.check_replication(self.replication_clusters(name))
             self.topics[key] = topic
             log.info(
                 "[%s] %s topic in %.0f ms: %d entries, %d subscriptions, deduplication %s",
@@ -244,6 +301,7 @@ class BrokerService:
         for topic in loaded:
             topic.ledger.set_retention(self.retention_policy(topic.name))
             await topic.set_deduplication(self.deduplication_enabled(topic.name))
+            await topic.check_replication(self.replication_clusters(topic.name))
 
     async def set_namespace_policies(self, namespace: str, changes: dict[str, Any]) -> None:
         """Change some of a namespace's policies (a value of None removes one), then apply them to the
@@ -342,6 +400,7 @@ class BrokerService:
             if topic is not None:
                 topic.close_clients()
                 del self.topics[key]
+                await topic.stop_replicators()
             for path in (schema_path(name), delayed_delivery_path(name), _topic_policies_path(name)):
                 if self.metadata.get(path) is not None:
                     await self.metadata.delete(path)
@@ -354,10 +413,29 @@ class BrokerService:
     async def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
         await self.metadata.create_partitioned_topic(str(name), partitions)
         log.info("[%s] Created partitioned topic with %d partitions", name, partitions)
+        self._propagate_partitions(name, partitions)
 
     async def update_partitioned_topic(self, name: TopicName, partitions: int) -> None:
         await self.metadata.update_partitioned_topic(str(name), partitions)
         log.info("[%s] Updated partitioned topic to %d partitions", name, partitions)
+        self._propagate_partitions(name, partitions)
+
+    def _propagate_partitions(self, name: TopicName, partitions: int) -> None:
+        """A partitioned topic of a replicating namespace gets as many partitions in the other clusters
+        (in the background: a cluster that is away gets them when its replicators connect)."""
+        local = self.config["clusterName"]
+        for cluster in self.replication_clusters(name):
+            admin = self.admin_service_url(cluster) if cluster != local else None
+            if admin:
+                task = asyncio.get_running_loop().create_task(self._ensure_partitions(cluster, admin, name, partitions))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
+    async def _ensure_partitions(self, cluster: str, admin: str, name: TopicName, partitions: int) -> None:
+        try:
+            await ensure_partitioned_topic(admin, str(name), partitions)
+        except RemoteAdminError as error:
+            log.warning("[%s] Could not give cluster %s %d partitions now: %s", name, cluster, partitions, error)
 
     async def delete_partitioned_topic(self, name: TopicName, force: bool) -> None:
         """Delete the partitioned topic and every partition (none when some are in use and not `force`).
@@ -384,6 +462,7 @@ class BrokerService:
         if topic is None:
             return
         topic.close_clients()
+        await topic.stop_replicators()
         for subscription in list(topic.subscriptions.values()):
             if not subscription.durable:
                 await topic.ledger.delete_cursor(subscription.name)

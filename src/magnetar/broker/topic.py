@@ -15,6 +15,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from magnetar.broker.subscription import PersistentSubscription, entry_after
+from magnetar.replication.replicator import REPLICATOR_PREFIX, Replicator, cursor_name
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.positions import EARLIEST, LATEST, Position
 from magnetar.protocol.pulsar_api_pb2 import Schema
@@ -28,6 +29,7 @@ __all__ = [
     "PersistentTopic",
     "ProducerBusyError",
     "ProducerFencedError",
+    "ReservedSubscriptionName",
     "SubscriptionBusyError",
     "SubscriptionExistsError",
     "delayed_delivery_path",
@@ -37,6 +39,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _EXCLUSIVE_MODES = ("Exclusive", "ExclusiveWithFencing", "WaitForExclusive")
+# Pulsar's deduplication cursor name, reserved like the replicators' (magnetar keeps no such cursor).
+DEDUPLICATION_CURSOR = "pulsar.dedup"
 # A restart rebuilds deduplication state from at most this many of the newest entries: producers
 # silent for longer lose it (Pulsar snapshots it every brokerDeduplicationEntriesInterval instead).
 DEDUP_SCAN_ENTRIES_MAX = 100_000
@@ -62,6 +66,16 @@ def delayed_delivery_path(name: TopicName) -> str:
 
 class SubscriptionExistsError(Exception):
     """An operator creates a subscription that exists already."""
+
+
+class ReservedSubscriptionName(Exception):
+    """A subscription named like a replicator's cursor (`pulsar.repl.…`) or the deduplication cursor."""
+
+    server_error = "NotAllowedError"
+
+
+def is_reserved_subscription(name: str) -> bool:
+    return name.startswith(REPLICATOR_PREFIX + ".") or name == DEDUPLICATION_CURSOR
 
 
 class SubscriptionBusyError(Exception):
@@ -99,9 +113,11 @@ class PersistentTopic:
         # brokerDeduplicationEnabled, unless the namespace's or the topic's policy says otherwise.
         self.deduplication_enabled = service.deduplication_enabled(name)
         self._exclusive_waiters: deque[asyncio.Future[None]] = deque()
+        # remote cluster -> its replicator; their cursors are not subscriptions (`check_replication`).
+        self.replicators: dict[str, Replicator] = {}
         for name_ in ledger.cursors:
             cursor = ledger.cursors[name_]
-            if cursor.durable:
+            if cursor.durable and not is_reserved_subscription(name_):
                 self.subscriptions[name_] = PersistentSubscription(self, name_, cursor)
 
     # ----------------------------------------------------------------------------- producers
@@ -222,6 +238,8 @@ class PersistentTopic:
         initial_position: str,
         start_message_id: Position | None,
     ) -> PersistentSubscription:
+        if is_reserved_subscription(name):
+            raise ReservedSubscriptionName("Subscription with reserved subscription name attempted")
         subscription = self.subscriptions.get(name)
         if subscription is not None:
             return subscription
@@ -268,6 +286,62 @@ class PersistentTopic:
     def last_message_id(self) -> Position:
         return self.ledger.last_confirmed_entry
 
+    # ----------------------------------------------------------------------------- replication
+
+    async def check_replication(self, clusters: list[str]) -> None:
+        """Start a replicator for each cluster of `clusters` other than this one that has none, stop and
+        forget (cursor included) those of clusters no longer listed. A topic of a namespace that does
+        not list this cluster replicates nothing (Pulsar deletes such a topic; magnetar keeps it)."""
+        service = self.service
+        local = service.config["clusterName"]
+        if clusters and local not in clusters:
+            log.warning("[%s] Replication clusters %s do not include this cluster %s: not replicating", self.name, clusters, local)
+            clusters = []
+        wanted = [cluster for cluster in clusters if cluster != local]
+        for cluster in [c for c in self.replicators if c not in wanted]:
+            await self.replicators.pop(cluster).stop()
+            await self.ledger.delete_cursor(cursor_name(cluster))
+            log.info("[%s] Removed replicator to %s", self.name, cluster)
+        # Cursors of replicators that went while the topic was not loaded.
+        for name in [n for n in self.ledger.cursors if n.startswith(REPLICATOR_PREFIX + ".")]:
+            if name[len(REPLICATOR_PREFIX) + 1 :] not in wanted:
+                await self.ledger.delete_cursor(name)
+        for cluster in wanted:
+            if cluster in self.replicators:
+                continue
+            cursor = await self.ledger.open_cursor(cursor_name(cluster), "latest")
+            if cluster in self.replicators:
+                continue  # another check started it while the cursor was being persisted
+            replicator = Replicator(
+                str(self.name),
+                local,
+                cluster,
+                self.ledger,
+                cursor,
+                service.broker_service_url,
+                service.config["replicationProducerQueueSize"],
+                service.partitions(self.name.partitioned_base) if self.name.partition_index >= 0 else 0,
+                service.admin_service_url,
+            )
+            self.replicators[cluster] = replicator
+            replicator.start()
+            log.info("[%s] Started replicator to %s, backlog %d entries", self.name, cluster, replicator.backlog())
+
+    async def stop_replicators(self) -> None:
+        """The topic is unloaded or deleted: replicators stop, their cursors stay with the ledger."""
+        replicators, self.replicators = self.replicators, {}
+        for replicator in replicators.values():
+            await replicator.stop()
+
+    def clear_replication_backlog(self, cluster: str) -> bool:
+        """skip_all on `pulsar.repl.<cluster>`: the replicator forgets what it had not sent yet."""
+        replicator = self.replicators.get(cluster)
+        if replicator is None:
+            return False
+        replicator.cursor.mark_delete(self.ledger.last_confirmed_entry)
+        replicator.cursor.rewind()
+        return True
+
     # ------------------------------------------------------------------ admin operations (issue 5)
 
     def has_clients(self) -> bool:
@@ -284,6 +358,8 @@ class PersistentTopic:
     async def create_subscription(self, name: str, start: Position) -> PersistentSubscription:
         """A durable subscription with no consumer, its cursor at `start` (Pulsar creates it at the
         latest position, then resets it). Raises SubscriptionExistsError."""
+        if is_reserved_subscription(name):
+            raise ReservedSubscriptionName("Subscription with reserved subscription name attempted")
         if name in self.subscriptions:
             raise SubscriptionExistsError(f"Subscription {name} already exists for topic {self.name}")
         cursor = await self.ledger.open_cursor(name, "latest")

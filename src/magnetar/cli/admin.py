@@ -123,6 +123,30 @@ def clusters_get(ctx: typer.Context, cluster: str) -> None:
     s.out.show(s.client.get(f"/admin/v2/clusters/{segment(cluster)}"), cluster)
 
 
+BrokerUrl = Annotated[str | None, typer.Option("--broker-url", "-b", help="the cluster's pulsar://host:port")]
+ServiceUrl = Annotated[str | None, typer.Option("--url", "-u", help="the cluster's http://host:port (admin API)")]
+
+
+def _cluster_data(url: str | None, broker_url: str | None) -> dict[str, str]:
+    return {key: value for key, value in (("serviceUrl", url), ("brokerServiceUrl", broker_url)) if value}
+
+
+@clusters.command("create")
+def clusters_create(ctx: typer.Context, cluster: str, url: ServiceUrl = None, broker_url: BrokerUrl = None) -> None:
+    """Register a cluster: where its admin API and its brokers are (replicators connect to --broker-url)."""
+    s = _session(ctx)
+    s.client.put(f"/admin/v2/clusters/{segment(cluster)}", _cluster_data(url, broker_url))
+    s.out.done(f"created cluster {cluster}")
+
+
+@clusters.command("update")
+def clusters_update(ctx: typer.Context, cluster: str, url: ServiceUrl = None, broker_url: BrokerUrl = None) -> None:
+    """Change where a cluster's admin API or brokers are."""
+    s = _session(ctx)
+    s.client.post(f"/admin/v2/clusters/{segment(cluster)}", _cluster_data(url, broker_url))
+    s.out.done(f"updated cluster {cluster}")
+
+
 # ------------------------------------------------------------------------------------------ tenants
 
 AdminRoles = Annotated[str | None, typer.Option("--admin-roles", "-r", help="comma-separated admin roles")]
@@ -396,6 +420,29 @@ def topics_partitioned_metadata(ctx: typer.Context, topic: Topic) -> None:
     """Show how many partitions a topic has (0: not partitioned)."""
     s = _session(ctx)
     s.out.show(s.client.get(f"{topic_path(topic)}/partitions"), topic)
+
+
+@topics.command("set-replication-clusters")
+def topics_set_replication_clusters(ctx: typer.Context, topic: Topic, clusters_option: Clusters) -> None:
+    """Set the clusters a topic replicates to (it overrides its namespace's)."""
+    s = _session(ctx)
+    s.client.post(f"{topic_path(topic)}/replication", _split(clusters_option))
+    s.out.done(f"set replication clusters of {topic}")
+
+
+@topics.command("get-replication-clusters")
+def topics_get_replication_clusters(ctx: typer.Context, topic: Topic) -> None:
+    """Show the clusters a topic replicates to, its own policy or else its namespace's."""
+    s = _session(ctx)
+    s.out.show(s.client.get(f"{topic_path(topic)}/replication", params={"applied": "true"}), "clusters")
+
+
+@topics.command("remove-replication-clusters")
+def topics_remove_replication_clusters(ctx: typer.Context, topic: Topic) -> None:
+    """Remove a topic's own replication clusters: its namespace's apply again."""
+    s = _session(ctx)
+    s.client.delete(f"{topic_path(topic)}/replication")
+    s.out.done(f"removed replication clusters of {topic}")
 
 
 @topics.command("stats")

@@ -1,0 +1,51 @@
+"""What a replicating cluster asks of another cluster's admin API: its partitioned topics.
+
+Owns: creating a partitioned topic on a remote cluster, or raising its partition count, so that the
+partitions a replicator sends to exist there (Pulsar 4.0's createTopicToRemoteClusterForReplication)
+and a partitioned topic created or grown in one cluster is so in the others.
+Must not touch: anything local. One blocking HTTP request at a time, on a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import urllib.error
+import urllib.request
+
+__all__ = ["RemoteAdminError", "ensure_partitioned_topic"]
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 10.0
+
+
+class RemoteAdminError(Exception):
+    """The remote admin API could not be reached, or refused."""
+
+
+async def ensure_partitioned_topic(admin_url: str, topic: str, partitions: int) -> None:
+    """`topic` (persistent://tenant/namespace/name) has at least `partitions` partitions at `admin_url`:
+    created when it has none, updated when it has fewer."""
+    path = f"{admin_url.rstrip('/')}/admin/v2/persistent/{topic.split('://', 1)[1]}/partitions"
+    status, body = await asyncio.to_thread(_request, "GET", path, None)
+    remote = json.loads(body).get("partitions", 0) if status == 200 else 0
+    if remote >= partitions:
+        return
+    status, body = await asyncio.to_thread(_request, "PUT" if remote == 0 else "POST", path, partitions)
+    if status not in (200, 204, 409):
+        raise RemoteAdminError(f"{admin_url} refused {partitions} partitions for {topic}: {status} {body[:200]!r}")
+    log.info("[%s] Partitioned topic has %d partitions at %s", topic, partitions, admin_url)
+
+
+def _request(method: str, url: str, body: object) -> tuple[int, bytes]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+    except (urllib.error.URLError, OSError) as error:
+        raise RemoteAdminError(f"{method} {url}: {error}") from error

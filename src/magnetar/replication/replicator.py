@@ -1,0 +1,270 @@
+"""A replicator: one topic partition's entries forwarded to the same topic on one remote cluster.
+
+Owns: the durable cursor `pulsar.repl.<remote>` on the local topic (it holds back retention like a
+subscription and survives restarts), the producer `pulsar.repl.<local>--><remote>` on the remote
+cluster (reconnected with backoff from 100 ms to 1 min while the remote is away), which entries go
+(not those that came from another cluster, `replicated_from`, nor those whose `replicate_to` leaves
+this remote out, nor internal markers), and moving the cursor only when the remote has stored an
+entry (its SEND_RECEIPT). What was sent and not confirmed when a connection dropped is read and sent
+again after the reconnect: the remote drops the repeats when it deduplicates (the original producer
+name and sequence id travel with each entry).
+Must not touch: the storage engine (it reads through the cursor and the ledger's API) or other
+topics. A replicator belongs to its topic, which starts and stops it (broker/topic.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from magnetar.protocol.messages import parse_entry, replicated_section
+from magnetar.replication.producer import RemoteError, RemoteProducer, RemoteUnavailable
+from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
+
+if TYPE_CHECKING:
+    from magnetar.storage import ManagedCursor, ManagedLedger
+
+__all__ = ["Replicator", "REPLICATOR_PREFIX", "cursor_name", "producer_name", "remote_cluster_of"]
+
+log = logging.getLogger(__name__)
+
+# Pulsar's replicatorPrefix: the replicator's cursor is `pulsar.repl.<remote>`, its producer on the remote
+# `pulsar.repl.<local>--><remote>`; subscriptions may not use the prefix.
+REPLICATOR_PREFIX = "pulsar.repl"
+BACKOFF_INITIAL_S = 0.1
+BACKOFF_MAX_S = 60.0
+READ_BATCH_MAX = 100  # Pulsar's dispatcherMaxReadBatchSize bounds a replicator's reads too
+IDLE_CHECK_S = 1.0  # an idle replicator looks at its remote connection this often
+PARTITION_SUFFIX = "-partition-"
+
+
+def cursor_name(remote_cluster: str) -> str:
+    return f"{REPLICATOR_PREFIX}.{remote_cluster}"
+
+
+def producer_name(local_cluster: str, remote_cluster: str) -> str:
+    return f"{REPLICATOR_PREFIX}.{local_cluster}-->{remote_cluster}"
+
+
+def remote_cluster_of(producer: str) -> str | None:
+    """The cluster a replicator producer comes from (`pulsar.repl.<cluster>-->…`, or the older
+    `pulsar.repl.<cluster>`), None for any other producer."""
+    prefix = REPLICATOR_PREFIX + "."
+    if not producer.startswith(prefix):
+        return None
+    return producer[len(prefix) :].split("-->", 1)[0]
+
+
+class Replicator:
+    """Invariants: at most one remote producer at a time; the cursor's mark-delete position only passes
+    entries the remote confirmed or that are not for it."""
+
+    def __init__(
+        self,
+        topic_name: str,
+        local_cluster: str,
+        remote_cluster: str,
+        ledger: ManagedLedger,
+        cursor: ManagedCursor,
+        resolve_url: Callable[[str], str | None],
+        queue_size: int,
+        partitions: int = 0,
+        resolve_admin_url: Callable[[str], str | None] | None = None,
+    ) -> None:
+        """`partitions`: how many partitions the topic this one is a partition of has (0 for a topic
+        that is not partitioned); the remote gets a partitioned topic with at least as many before
+        the first send (Pulsar 4.0's createTopicToRemoteClusterForReplication), through its admin API
+        at `resolve_admin_url(cluster)`."""
+        self.topic_name = topic_name
+        self.local_cluster = local_cluster
+        self.remote_cluster = remote_cluster
+        self.ledger = ledger
+        self.cursor = cursor
+        self._resolve_url = resolve_url
+        self.queue_size = queue_size
+        self.partitions = partitions
+        self._resolve_admin_url = resolve_admin_url
+        self.producer: RemoteProducer | None = None
+        self.state = "Disconnected"
+        self._task: asyncio.Task[None] | None = None
+        # Counters for Pulsar's replicator stats (the admin API turns them into rates).
+        self.msg_out_counter = 0
+        self.bytes_out_counter = 0
+        self.msg_skipped_counter = 0
+        self.connected_since_ms: int | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self.producer is not None and self.producer.connected
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replicator {self.topic_name} -> {self.remote_cluster}")
+
+    async def stop(self) -> None:
+        """Stop forwarding and close the remote producer; the cursor stays (its owner deletes it)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            await producer.close()
+        self.state = "Stopped"
+
+    def backlog(self) -> int:
+        return self.cursor.number_of_entries_in_backlog()
+
+    # ------------------------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        delay = BACKOFF_INITIAL_S
+        while True:
+            producer = await self._connect()
+            if producer is None:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
+                continue
+            delay = BACKOFF_INITIAL_S
+            try:
+                await self._forward(producer)
+            except RemoteUnavailable as error:
+                log.warning("[%s] Replicator to %s disconnected: %s", self.topic_name, self.remote_cluster, error)
+            except Exception:
+                # A read that failed, or a remote that answered nonsense: start over after a pause,
+                # from the last confirmed entry.
+                log.exception("[%s] Replicator to %s failed; it starts again", self.topic_name, self.remote_cluster)
+                await asyncio.sleep(delay)
+            finally:
+                self.producer = None
+                self.connected_since_ms = None
+                self.state = "Disconnected"
+                if producer.connected:
+                    await producer.close()
+
+    async def _connect(self) -> RemoteProducer | None:
+        url = self._resolve_url(self.remote_cluster)
+        if not url:
+            log.warning(
+                "[%s] Replicator to %s: the cluster has no brokerServiceUrl registered", self.topic_name, self.remote_cluster
+            )
+            return None
+        self.state = "Starting"
+        producer = RemoteProducer(url, self.topic_name, producer_name(self.local_cluster, self.remote_cluster), self.queue_size)
+        try:
+            if self.partitions:
+                await self._ensure_remote_partitions()
+            await producer.start()
+        except (RemoteUnavailable, RemoteError, OSError) as error:
+            log.info("[%s] Replicator to %s at %s not connected: %s", self.topic_name, self.remote_cluster, url, error)
+            self.state = "Disconnected"
+            return None
+        self.producer = producer
+        self.state = "Started"
+        self.connected_since_ms = int(time.time() * 1000)
+        # Everything not confirmed yet goes again: sends in flight when the last connection dropped
+        # were never confirmed, and the cursor skips what was.
+        self.cursor.rewind()
+        log.info(
+            "[%s] Replicator to %s connected at %s, backlog %d entries",
+            self.topic_name,
+            self.remote_cluster,
+            producer.address,
+            self.backlog(),
+        )
+        return producer
+
+    async def _ensure_remote_partitions(self) -> None:
+        admin = self._resolve_admin_url(self.remote_cluster) if self._resolve_admin_url else None
+        if not admin:
+            raise RemoteUnavailable(f"cluster {self.remote_cluster} has no serviceUrl for its admin API")
+        base = self.topic_name.rsplit(PARTITION_SUFFIX, 1)[0]
+        try:
+            await ensure_partitioned_topic(admin, base, self.partitions)
+        except RemoteAdminError as error:
+            raise RemoteUnavailable(str(error)) from error
+
+    async def _forward(self, producer: RemoteProducer) -> None:
+        cursor, ledger = self.cursor, self.ledger
+        caught_up_logged = False
+        while True:
+            if not producer.connected:
+                raise RemoteUnavailable("the remote producer's connection dropped")
+            if not cursor.has_more_entries():
+                if not caught_up_logged and producer.pending == 0:
+                    log.debug("[%s] Replicator to %s caught up", self.topic_name, self.remote_cluster)
+                    caught_up_logged = True
+                await self._wait_for_entries()
+                continue
+            caught_up_logged = False
+            await producer.wait_for_room()
+            room = max(1, min(self.queue_size - producer.pending, READ_BATCH_MAX))
+            stored = cursor.undeleted_entries(await cursor.read_entries(room))
+            skipped = []
+            for entry in stored:
+                if not self._send(producer, entry):
+                    skipped.append(entry.position)
+            if skipped:
+                self.msg_skipped_counter += len(skipped)
+                cursor.delete(skipped)
+
+    async def _wait_for_entries(self) -> None:
+        """New entries, or a second passing (the loop then sees whether the remote went away)."""
+        try:
+            await asyncio.wait_for(self.ledger.wait_for_new_entries(self.ledger.last_confirmed_entry), IDLE_CHECK_S)
+        except asyncio.TimeoutError:
+            pass
+
+    def _send(self, producer: RemoteProducer, entry: Any) -> bool:
+        """Send one stored entry, or return False when it is not for this remote (it counts as done)."""
+        parsed = parse_entry(entry.data)
+        metadata = parsed.metadata
+        if metadata.replicated_from or parsed.marker_type is not None:
+            return False
+        replicate_to = metadata.replicate_to
+        if replicate_to and self.remote_cluster not in replicate_to:
+            return False
+        section = replicated_section(entry.data, self.local_cluster)
+        try:
+            future = producer.send(section, metadata.sequence_id, parsed.highest_sequence_id, parsed.num_messages)
+        except ValueError as error:
+            # Larger than the remote accepts: it can never go there, and holding it would stop the rest.
+            log.error("[%s] Entry %s not replicated to %s: %s", self.topic_name, entry.position, self.remote_cluster, error)
+            return False
+        position = entry.position
+        messages, size = parsed.num_messages, len(section)
+
+        def confirmed(done: asyncio.Future[Any]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                return  # the loop sees the dropped connection and sends it again after the reconnect
+            self.msg_out_counter += messages
+            self.bytes_out_counter += size
+            if not self.cursor.closed:
+                self.cursor.delete([position])
+
+        future.add_done_callback(confirmed)
+        return True
+
+    # ------------------------------------------------------------------------------- stats
+
+    def stats(self) -> dict[str, Any]:
+        """What Pulsar's ReplicatorStats says of the outbound side; rates are the admin API's."""
+        producer = self.producer
+        oldest = producer.oldest_pending_since_ms if producer is not None else None
+        delay_s = max(0, (int(time.time() * 1000) - oldest) // 1000) if oldest is not None else 0
+        return {
+            "msgOutCounter": self.msg_out_counter,
+            "bytesOutCounter": self.bytes_out_counter,
+            "replicationBacklog": self.backlog(),
+            "connected": self.connected,
+            "replicationDelayInSeconds": delay_s,
+            "outboundConnection": producer.address if producer is not None and producer.connected else None,
+            "outboundConnectedSince": self.connected_since_ms,
+            "state": self.state,
+        }
