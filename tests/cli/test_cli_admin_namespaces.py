@@ -147,3 +147,22 @@ def test_table_output_for_people(module_broker, tenant) -> None:
     assert any("allowedClusters" in line and "standalone" in line for line in lines)
     with pytest.raises(json.JSONDecodeError):
         json.loads(result.stdout)
+
+
+def test_clusters_create_update_and_topic_replication_clusters(broker, tenant) -> None:
+    """Register a second cluster, replicate a namespace to it, then narrow one topic back to this cluster."""
+    admin = ["admin", "--admin-url", broker.http_url]
+    ok(*admin, "clusters", "create", "r2", "-u", "http://127.0.0.1:1", "-b", "pulsar://127.0.0.1:1")
+    ok(*admin, "clusters", "update", "r2", "-b", "pulsar://127.0.0.1:2")
+    assert ok_json(*admin, "clusters", "get", "r2")["brokerServiceUrl"] == "pulsar://127.0.0.1:2"
+    ok(*admin, "tenants", "create", tenant, "-c", "standalone,r2")
+    namespace = f"{tenant}/geo"
+    ok(*admin, "namespaces", "create", namespace, "-c", "standalone,r2")
+    topic = f"{namespace}/audit"
+    ok(*admin, "topics", "create", topic)
+    assert ok_json(*admin, "topics", "get-replication-clusters", topic) == ["r2", "standalone"]
+    ok(*admin, "topics", "set-replication-clusters", topic, "-c", "standalone")
+    assert ok_json(*admin, "topics", "get-replication-clusters", topic) == ["standalone"]
+    assert "Invalid cluster id: nowhere" in fails(*admin, "topics", "set-replication-clusters", topic, "-c", "nowhere")
+    ok(*admin, "topics", "remove-replication-clusters", topic)
+    assert ok_json(*admin, "topics", "get-replication-clusters", topic) == ["r2", "standalone"]
