@@ -489,3 +489,27 @@ def test_a_full_queue_refuses_another_send() -> None:
             await asyncio.gather(*futures, return_exceptions=True)
 
     _run(scenario)
+
+
+def test_a_replicator_may_forward_markers_and_a_client_may_not(broker_factory, topic: str) -> None:
+    """Markers (PIP-33) are the broker's own entries: another cluster's replicator forwards them, while a
+    client that sends one loses its connection."""
+    broker = broker_factory()
+    metadata = MessageMetadata(producer_name="pulsar.marker", sequence_id=0, publish_time=PUBLISH_TIME_MS, marker_type=10)
+    marker = (replicated_section(encode_entry(metadata, b""), "a"), 0, None, 1)
+
+    async def scenario() -> tuple[list[tuple[int, int]], bool]:
+        replicator = RemoteProducer(broker.url, topic, NAME)
+        await replicator.start()
+        positions = await _send_all(replicator, [marker])
+        await replicator.close()
+        client = RemoteProducer(broker.url, topic, "not-a-replicator")
+        await client.start()
+        future = client.send(*marker)
+        with pytest.raises(RemoteUnavailable):
+            await future
+        return positions, client.connected
+
+    positions, connected = _run(scenario)
+    assert len(positions) == 1 and positions[0][1] >= 0
+    assert not connected

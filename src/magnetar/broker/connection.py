@@ -381,7 +381,8 @@ class ServerConnection:
             log.info("[%s] SEND of producer %s failed: ChecksumError: %s", self.remote_address, producer.name, error)
             self.write(commands.send_error(send.producer_id, send.sequence_id, "ChecksumError", str(error)))
             return
-        if marker:
+        if marker and producer.remote_cluster is None:
+            # Markers are the broker's; only another cluster's replicator forwards them (PIP-33).
             raise ProtocolError("a client does not publish internal marker entries")
         if deliver_at_time:
             producer.topic.note_delayed_delivery()

@@ -191,18 +191,24 @@ class Replicator:
             raise RemoteUnavailable(str(error)) from error
 
     async def _forward(self, producer: RemoteProducer) -> None:
-        cursor, ledger = self.cursor, self.ledger
-        caught_up_logged = False
+        cursor = self.cursor
+        # A backlog found at connect time is logged once it is all confirmed.
+        catching_up = self.backlog() > 0
+        started = time.monotonic()
         while True:
             if not producer.connected:
                 raise RemoteUnavailable("the remote producer's connection dropped")
             if not cursor.has_more_entries():
-                if not caught_up_logged and producer.pending == 0:
-                    log.debug("[%s] Replicator to %s caught up", self.topic_name, self.remote_cluster)
-                    caught_up_logged = True
+                if catching_up and producer.pending == 0 and self.backlog() == 0:
+                    catching_up = False
+                    log.info(
+                        "[%s] Replicator to %s caught up in %.1f s",
+                        self.topic_name,
+                        self.remote_cluster,
+                        time.monotonic() - started,
+                    )
                 await self._wait_for_entries()
                 continue
-            caught_up_logged = False
             await producer.wait_for_room()
             room = max(1, min(self.queue_size - producer.pending, READ_BATCH_MAX))
             stored = cursor.undeleted_entries(await cursor.read_entries(room))
