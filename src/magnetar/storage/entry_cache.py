@@ -169,7 +169,7 @@ class EntryCache:
                 end = start + len(run.datas) - 1
                 if not start <= first <= end:
                     break
-                result.extend(entries_of_run(run, first - start, min(last, end) - start + 1))
+                result.extend(entries_of_run(run, first - start, min(last, end) - first + 1))
                 first = end + 1
                 index += 1
         return result

@@ -423,6 +423,19 @@ def test_evicting_runs_that_are_not_a_ledgers_first_keeps_the_index_right():
     assert 5 in held and 15 not in held
 
 
+@pytest.mark.parametrize(("first", "last"), [(100, 199), (0, 9), (990, 999), (500, 500), (998, 1005)])
+def test_a_cached_read_inside_a_run_returns_what_was_asked(first: int, last: int) -> None:
+    """A read that starts inside a cached run takes entries first..last of it, never more (it took as
+    many entries past `last` as `first` lay past the run's start; found by the replication benchmark,
+    whose replicator then sent more than its queue held)."""
+    count = 1000
+    cache = EntryCache(64 * 1024 * 1024)
+    cache.put(Run(7, 0, tuple(b"%06d" % i for i in range(count)), (1,) * count, (1,) * count, (0,) * count,
+                  ("p",) * count, tuple(range(count))))
+    entries = cache.get_run(7, first, last)
+    assert [e.position for e in entries] == [Position(7, i) for i in range(first, min(last, count - 1) + 1)]
+
+
 def test_the_entry_after_a_full_ledgers_durable_end_is_its_next_pending_entry(run_storage):
     """A ledger rolled over while its last entries are still being committed: the entry after its
     last durable one is the next entry of that ledger, not the next ledger's first. A tailing
