@@ -16,7 +16,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from magnetar.protocol import commands
-from magnetar.protocol.messages import parse_entry
+from magnetar.protocol.messages import producer_name_of
 from magnetar.replication.replicator import remote_cluster_of
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ class ServerProducer:
     @staticmethod
     def _original_names(sends: list[tuple[int, int, bytes, int, int, int]]) -> list[str]:
         """The producer names in replicated entries' metadata (a replicator forwards many producers')."""
-        return [parse_entry(send[2]).producer_name for send in sends]
+        return [producer_name_of(send[2]) for send in sends]
 
     def _append(self, sends: list[tuple[int, int, bytes, int, int, int]], names: list[str] | None) -> asyncio.Future:
         # Tuples: append_many keeps them as its columns without a copy.

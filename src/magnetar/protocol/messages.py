@@ -234,9 +234,25 @@ def replicated_section(section: bytes, local_cluster: str) -> bytes:
     `replicated_from` is what stops the remote from replicating the entry again (replication reference
     §1.5, loop prevention). Raises ChecksumError and ProtocolError as `parse_entry` does.
     """
-    parsed = parse_entry(section)
+    return replicated_section_of(parse_entry(section), local_cluster)
+
+
+def replicated_section_of(parsed: ParsedEntry, local_cluster: str) -> bytes:
+    """`replicated_section` of an entry already parsed (its metadata is changed in place)."""
     parsed.metadata.replicated_from = local_cluster
     return encode_entry(parsed.metadata, parsed.payload)
+
+
+def producer_name_of(section: bytes) -> str:
+    """The producer name in a payload section's metadata: a checksummed section's metadata alone is
+    parsed (the checksum was verified when the SEND arrived), anything else goes through `parse_entry`."""
+    if len(section) < _CHECKSUMMED_HEAD_BYTES or section[:2] != _MAGIC_CRC32C_BYTES:
+        return parse_entry(section).producer_name
+    metadata_size = _CHECKSUMMED_HEAD.unpack_from(section)[2]
+    view = memoryview(section)
+    return _parse(
+        MessageMetadata, view, _CHECKSUMMED_HEAD_BYTES, _CHECKSUMMED_HEAD_BYTES + metadata_size, "MessageMetadata"
+    ).producer_name
 
 
 def split_batch(payload: bytes, num_messages: int) -> list[SingleMessage]:

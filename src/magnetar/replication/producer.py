@@ -145,6 +145,8 @@ class RemoteProducer:
         self._request_ids = itertools.count()
         self._requests: dict[int, asyncio.Future[BaseCommand]] = {}
         self._pending: deque[_Send] = deque()
+        # SEND frames of this turn of the event loop, written together by `_flush`.
+        self._output: list[bytes] = []
         # Set while a send may go (or when disconnected, to wake the waiter up to see it).
         self._room = asyncio.Event()
         self._started = False
@@ -262,10 +264,18 @@ class RemoteProducer:
             raise ValueError(
                 f"an entry of {len(section)} bytes exceeds the remote's max message size of {self._max_message_size}"
             )
-        assert self._writer is not None
-        self._writer.write(frame)
+        output = self._output
+        output.append(frame)
+        if len(output) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
         self._pending.append(_Send(wire_id(sequence_id), future, int(time.time() * 1000)))
         return future
+
+    def _flush(self) -> None:
+        """The SENDs of one turn of the event loop leave in one socket write."""
+        output, self._output = self._output, []
+        if output and self._writer is not None and self.connected:
+            self._writer.write(b"".join(output))
 
     # ------------------------------------------------------------------------------ handshake
 
@@ -442,6 +452,7 @@ class RemoteProducer:
         was_connected = self.connected
         self._failure = message
         self.connected_since_ms = None
+        self._output = []
         pending, self._pending = self._pending, deque()
         for item in pending:
             if not item.future.done():

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from magnetar.protocol.messages import parse_entry, replicated_section
+from magnetar.protocol.messages import parse_entry, replicated_section_of
 from magnetar.replication.producer import RemoteError, RemoteProducer, RemoteUnavailable
 from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
 
@@ -88,6 +88,7 @@ class Replicator:
         self.partitions = partitions
         self._resolve_admin_url = resolve_admin_url
         self.producer: RemoteProducer | None = None
+        self._confirmed: list[Any] = []
         self.state = "Disconnected"
         self._task: asyncio.Task[None] | None = None
         # Counters for Pulsar's replicator stats (the admin API turns them into rates).
@@ -236,9 +237,10 @@ class Replicator:
         replicate_to = metadata.replicate_to
         if replicate_to and self.remote_cluster not in replicate_to:
             return False
-        section = replicated_section(entry.data, self.local_cluster)
+        sequence_id = metadata.sequence_id
+        section = replicated_section_of(parsed, self.local_cluster)
         try:
-            future = producer.send(section, metadata.sequence_id, parsed.highest_sequence_id, parsed.num_messages)
+            future = producer.send(section, sequence_id, parsed.highest_sequence_id, parsed.num_messages)
         except ValueError as error:
             # Larger than the remote accepts: it can never go there, and holding it would stop the rest.
             log.error("[%s] Entry %s not replicated to %s: %s", self.topic_name, entry.position, self.remote_cluster, error)
@@ -251,11 +253,23 @@ class Replicator:
                 return  # the loop sees the dropped connection and sends it again after the reconnect
             self.msg_out_counter += messages
             self.bytes_out_counter += size
-            if not self.cursor.closed:
-                self.cursor.delete([position])
+            self._confirm(position)
 
         future.add_done_callback(confirmed)
         return True
+
+    def _confirm(self, position: Any) -> None:
+        """The cursor moves past what the remote confirmed, once per turn of the event loop: a socket
+        read brings many receipts, and each delete of the cursor persists it."""
+        confirmed = self._confirmed
+        confirmed.append(position)
+        if len(confirmed) == 1:
+            asyncio.get_running_loop().call_soon(self._delete_confirmed)
+
+    def _delete_confirmed(self) -> None:
+        positions, self._confirmed = self._confirmed, []
+        if positions and not self.cursor.closed:
+            self.cursor.delete(positions)
 
     # ------------------------------------------------------------------------------- stats
 
