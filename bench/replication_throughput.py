@@ -1,0 +1,208 @@
+"""Geo-replication throughput: publish in cluster r1, receive in cluster r2, against the same load on r1 alone.
+
+Two `magnetar standalone` processes (`clusterName` r1 and r2, fresh data directories, fsync on as by
+default) are wired as an operator does, on both brokers through the admin HTTP API: both clusters
+registered, tenant `bench` allowed on both, namespace `bench/geo` replicating to [r1, r2] and, on r1,
+`bench/local` replicating to [r1] only. For each case (KeyBased batching, no batching), on a fresh topic
+created on r1 through the admin API (replicated: once r1's replicator to r2 is connected):
+
+- replicated: `magnetar perf consume` (4 Key_Shared consumers, one process) subscribes on r2, then
+  `magnetar perf produce` publishes N messages of 100 B on r1; every message reaches the consumers
+  through r1's replicator (its cursor, its producer on r2, r2's storage). The consumers' receive rate is
+  the replication throughput end to end; their latency is receive time in r2 minus the publish time
+  stamped by the producer's client in r1 (whole ms, one machine, one clock).
+- local (the baseline): the same consumers and producer on r1 alone, namespace `bench/local`.
+
+Clients as in e2e_throughput: the producer on magnetar's wire client (`--client`), the consumers on the
+official client with `batch_receive` of up to 100 (`--consumer-client`, `--batch-receive`). Reported per
+run: r1's publish rate (the producer's receipts), the receive rate, end-to-end latency, each broker's
+CPU µs per message (utime + stime from /proc, consumer subscribed to last message received); and per
+case the ratio of the replicated receive rate to the local publish rate (the issue's goal: replication
+keeps up with at least 90% of it) and to the local receive rate. Also r1's replicator counters, r2's
+msgInCounter after the run (more than N means duplicates) and how often r1's log says the replicator
+failed and started again. A run whose messages do not all arrive is
+kept, flagged INCOMPLETE, with the brokers' log lines about replication.
+Prints a table and writes bench/results/replication_throughput.json.
+
+    python bench/replication_throughput.py [--messages 200000] [--cases batching,no-batching] [--quick]
+        [--client pulsar] [--consumer-client magnetar] [--batch-receive 0] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from broker_process import cpu_seconds, load_line, machine  # noqa: E402
+from replication_common import (  # noqa: E402
+    CONSUMERS,
+    SIZE_BYTES,
+    TENANT,
+    ClusterBroker,
+    add_client_arguments,
+    create_topic,
+    finish_consume,
+    log_excerpts,
+    produce_command,
+    progress_windows,
+    read_json,
+    replicator_failures,
+    start_consume,
+    start_pair,
+    stop_all,
+    topic_stats,
+    wait_process,
+    wire,
+    write_result,
+)
+
+NAMESPACES = {"geo": ["r1", "r2"], "local": ["r1"]}
+IDLE_TIMEOUT_S = 30  # the consumers give up after this long without a message
+
+
+def run(brokers: dict[str, ClusterBroker], directory: Path, batching: bool, replicated: bool, messages: int,
+        args: argparse.Namespace, rate: float = 0) -> dict[str, Any]:
+    """One producer on r1 (at `rate` msg/s, 0 = as fast as it can), the consumers on r2 (replicated) or on
+    r1 (local); a fresh topic. `args` gives the clients' flags, quiet and timeout."""
+    case = "batching" if batching else "no-batching"
+    mode = "replicated" if replicated else "local"
+    run_id = f"{case}-{mode}-{uuid.uuid4().hex[:8]}"
+    topic = f"persistent://{TENANT}/{'geo' if replicated else 'local'}/tp-{run_id}"
+    source, target = brokers["r1"], brokers["r2" if replicated else "r1"]
+    produce_json, consume_json = directory / f"produce-{run_id}.json", directory / f"consume-{run_id}.json"
+    pace = f" at {rate:,.0f} msg/s" if rate else ""
+    print(f"--- {case}, {mode}: {messages:,} messages{pace}, produce on r1, consume on {target.cluster}", flush=True)
+    create_topic(brokers, topic, replicated)
+    consume = start_consume(target, topic, messages, consume_json, args, IDLE_TIMEOUT_S)
+    produce: subprocess.Popen | None = None
+    try:
+        cpu_start = {name: cpu_seconds(broker.pid) for name, broker in brokers.items()}
+        produce = subprocess.Popen(
+            produce_command(source, topic, messages, batching, produce_json, args, rate),
+            stdout=subprocess.DEVNULL if args.quiet else None,
+        )
+        lines = finish_consume(consume, args.quiet, args.timeout)
+        cpu = {name: cpu_seconds(broker.pid) - cpu_start[name] for name, broker in brokers.items()}
+        wait_process(produce, "perf produce", args.timeout)
+    finally:
+        for process in (consume, produce):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+    produced, consumed = read_json(produce_json), read_json(consume_json)
+    if produced is None or consumed is None:
+        raise RuntimeError(f"perf failed: consume {consume.returncode}, produce {produce.returncode}\n"
+                           f"{log_excerpts(brokers)}")
+    result: dict[str, Any] = {
+        "case": case,
+        "mode": mode,
+        "topic": topic,
+        "complete": consume.returncode == 0 and produce.returncode == 0,
+        "produce": produced,
+        "consume": consumed,
+        "broker_cpu_us_per_msg": {name: seconds / messages * 1e6 for name, seconds in cpu.items()},
+        "windows": progress_windows(lines),
+    }
+    if replicated:
+        r1_stats, r2_stats = topic_stats(brokers["r1"], topic) or {}, topic_stats(brokers["r2"], topic) or {}
+        result["r1_replicator"] = (r1_stats.get("replication") or {}).get("r2")
+        result["r2_msg_in_counter"] = r2_stats.get("msgInCounter")
+        result["r1_replicator_failures"] = replicator_failures(brokers["r1"], topic)
+    if not result["complete"]:
+        print(f"!!! {case}, {mode}: only {consumed['messages']:,} of {messages:,} messages received; "
+              f"r1 replicator: {result.get('r1_replicator')}\n{log_excerpts(brokers)}", flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds a run may take before it is killed (default 60 + 1 s per 2,000 messages)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 5,000 messages")
+    add_client_arguments(parser, batch_receive_default=100)
+    args = parser.parse_args()
+    if args.quick:
+        args.messages = 5_000
+    args.timeout = args.timeout or 60 + args.messages / 2_000
+    directory = Path(tempfile.mkdtemp(prefix="magnetar-bench-repl-", dir=args.dir))
+    load_before = machine()
+    runs: list[dict[str, Any]] = []
+    brokers: dict[str, ClusterBroker] = {}
+    try:
+        brokers = start_pair(directory)
+        wire(brokers, NAMESPACES)
+        for case in args.cases.split(","):
+            for replicated in (False, True):
+                runs.append(run(brokers, directory, case == "batching", replicated, args.messages, args))
+    finally:
+        stop_all(brokers)
+        if args.keep:
+            print(f"data directories and logs kept in {directory}")
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
+    load_after = machine()
+
+    summaries = []
+    for case in args.cases.split(","):
+        local = next(r for r in runs if r["case"] == case and r["mode"] == "local")
+        replicated = next(r for r in runs if r["case"] == case and r["mode"] == "replicated")
+        received = replicated["consume"]["msg_per_s"]
+        summaries.append({
+            "case": case,
+            "replicated_receive_over_local_publish": received / local["produce"]["msg_per_s"],
+            "replicated_receive_over_local_receive": received / local["consume"]["msg_per_s"],
+        })
+    result = {
+        "bench": "replication_throughput",
+        "quick": args.quick,
+        "messages": args.messages,
+        "consumers": CONSUMERS,
+        "size_bytes": SIZE_BYTES,
+        "keys": args.keys,
+        "max_pending": args.max_pending,
+        "producer_client": args.client,
+        "consumer_client": args.consumer_client,
+        "batch_receive": args.batch_receive if args.consumer_client == "pulsar" else None,
+        "machine_before": load_before,
+        "machine_after": load_after,
+        "runs": runs,
+        "summary": summaries,
+    }
+    print()
+    print(f"{args.messages:,} msg of {SIZE_BYTES} B, {args.keys} keys, 1 producer on r1 (client: {args.client}), "
+          f"{CONSUMERS} Key_Shared consumers (client: {args.consumer_client}) on r2 (replicated) or r1 (local)"
+          + (" [--quick: smoke run, numbers not meaningful]" if args.quick else ""))
+    print(load_line(load_before, load_after))
+    print("case | mode | r1 publish msg/s | receive msg/s | e2e p50 ms | p99 | p99.9 | r1 µs/msg | r2 µs/msg")
+    for r in runs:
+        latency = r["consume"]["latency_ms"]
+        print(
+            f"{r['case']} | {r['mode']}{'' if r['complete'] else ' (INCOMPLETE)'} | {r['produce']['msg_per_s']:,.0f} | "
+            f"{r['consume']['msg_per_s']:,.0f} | {latency['p50']:.1f} | {latency['p99']:.1f} | {latency['p99_9']:.1f} | "
+            f"{r['broker_cpu_us_per_msg']['r1']:.1f} | {r['broker_cpu_us_per_msg']['r2']:.1f}"
+        )
+    for s in summaries:
+        ratio = s["replicated_receive_over_local_publish"]
+        print(f"{s['case']}: replicated receive rate = {ratio:.0%} of the local publish rate "
+              f"({'meets' if ratio >= 0.9 else 'below'} the 90% goal), "
+              f"{s['replicated_receive_over_local_receive']:.0%} of the local receive rate")
+    for r in runs:
+        if r["mode"] == "replicated":
+            rep = r.get("r1_replicator") or {}
+            print(f"{r['case']}: r1 replicator to r2 msgOutCounter {rep.get('msgOutCounter')}, backlog "
+                  f"{rep.get('replicationBacklog')} entries; r2 msgInCounter {r.get('r2_msg_in_counter')}; "
+                  f"replicator failed and restarted {r.get('r1_replicator_failures')} times (r1's log)")
+    print(f"wrote {write_result('replication_throughput', result)}")
+
+
+if __name__ == "__main__":
+    main()
