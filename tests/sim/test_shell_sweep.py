@@ -12,23 +12,16 @@ import os
 
 import pytest
 
-from magnetar.sim.runner import SweepResult, run_sweep
+from magnetar.sim.runner import run_sweep
 from magnetar.sim.shell.world import SHELL_ORDERING_KINDS, run_shell_schedule
 
 SCHEDULES = int(os.environ.get("MAGNETAR_SHELL_SCHEDULES", "300"))
 
 
-def describe(result: SweepResult) -> str:
-    lines = [f"{result.ordering_mode}: {dict(result.violating_schedules)} in {result.schedules} schedules"]
-    for kind, (_seed, text) in sorted(result.examples.items()):
-        lines.append(f"--- {kind}\n{text}")
-    return "\n".join(lines)
-
-
 def test_pip379_keeps_every_rule_under_churn() -> None:
     result = run_sweep("pip379", "Key_Shared", SCHEDULES, shell=True)
     assert result.schedules == SCHEDULES
-    assert not result.violating_schedules, describe(result)
+    assert not result.violating_schedules, result.describe()
 
 
 @pytest.mark.parametrize("mode", ["pip282", "classic"])
@@ -36,7 +29,7 @@ def test_older_modes_lose_nothing_and_only_reorder(mode: str) -> None:
     schedules = max(SCHEDULES // 3, 1)
     result = run_sweep(mode, "Key_Shared", schedules, shell=True)
     assert result.schedules == schedules
-    assert not result.unexpected(), describe(result)
+    assert not result.unexpected(), result.describe()
     assert set(result.violating_schedules) & SHELL_ORDERING_KINDS, f"{mode}: the simulator found no reordering"
 
 
@@ -47,7 +40,7 @@ def test_other_types_lose_nothing_under_churn(subscription_type: str) -> None:
     schedules = max(SCHEDULES // 3, 1)
     result = run_sweep("pip379", subscription_type, schedules, shell=True)
     assert result.schedules == schedules
-    assert not result.violating_schedules, describe(result)
+    assert not result.violating_schedules, result.describe()
 
 
 def test_same_seed_replays_exactly() -> None:

@@ -12,22 +12,15 @@ import os
 import pytest
 
 from magnetar.sim.checkers import ORDERING_KINDS
-from magnetar.sim.runner import SweepResult, run_sweep
+from magnetar.sim.runner import run_sweep
 
 SCHEDULES = int(os.environ.get("MAGNETAR_SIM_SCHEDULES", "10000"))
-
-
-def describe(result: SweepResult) -> str:
-    lines = [f"{result.ordering_mode}: {dict(result.violating_schedules)} in {result.schedules} schedules"]
-    for kind, (_seed, text) in sorted(result.examples.items()):
-        lines.append(f"--- {kind}\n{text}")
-    return "\n".join(lines)
 
 
 def test_pip379_never_violates() -> None:
     result = run_sweep("pip379", "Key_Shared", SCHEDULES)
     assert result.schedules == SCHEDULES
-    assert not result.violating_schedules, describe(result)
+    assert not result.violating_schedules, result.describe()
 
 
 @pytest.mark.parametrize("mode", ["pip282", "classic"])
@@ -36,7 +29,7 @@ def test_older_modes_only_break_ordering(mode: str) -> None:
     simulator finds their reorderings (PIP-282 issue-1/issue-2, #23307) among the seeds."""
     result = run_sweep(mode, "Key_Shared", SCHEDULES)
     assert result.schedules == SCHEDULES
-    assert not result.unexpected(), describe(result)
+    assert not result.unexpected(), result.describe()
     assert set(result.violating_schedules) & ORDERING_KINDS, f"{mode}: the simulator found no reordering"
 
 
@@ -45,7 +38,7 @@ def test_other_subscription_types(subscription_type: str) -> None:
     schedules = max(SCHEDULES // 5, 1)
     result = run_sweep("pip379", subscription_type, schedules)
     assert result.schedules == schedules
-    assert not result.violating_schedules, describe(result)
+    assert not result.violating_schedules, result.describe()
 
 
 def test_same_seed_replays_exactly() -> None:

@@ -125,6 +125,13 @@ class SweepResult:
             if kind not in self.examples or example[0] < self.examples[kind][0]:
                 self.examples[kind] = example
 
+    def describe(self) -> str:
+        """The counts by kind, then one example of each: what a failed sweep prints."""
+        lines = [f"{self.ordering_mode}: {dict(self.violating_schedules)} in {self.schedules} schedules"]
+        for kind, (_seed, text) in sorted(self.examples.items()):
+            lines.append(f"--- {kind}\n{text}")
+        return "\n".join(lines)
+
     def unexpected(self) -> dict[str, int]:
         """Violation kinds this mode must never show, with how many schedules showed each."""
         allowed = expected_kinds(self.ordering_mode, self.subscription_type, self.shell)
