@@ -15,10 +15,10 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from magnetar.broker.subscription import PersistentSubscription, entry_after
-from magnetar.replication.replicator import REPLICATOR_PREFIX, Replicator, cursor_name
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.positions import EARLIEST, LATEST, Position
 from magnetar.protocol.pulsar_api_pb2 import Schema
+from magnetar.replication.replicator import REPLICATOR_PREFIX, Replicator, cursor_name
 from magnetar.storage import ManagedLedger
 
 if TYPE_CHECKING:
