@@ -11,6 +11,7 @@ from pathlib import Path
 from magnetar.broker.config import load_config
 from magnetar.broker.service import BrokerService
 from magnetar.core.positions import Position
+from magnetar.protocol.pulsar_api_pb2 import BaseCommand, Schema
 from magnetar.sim.shell.client import Delivery, Network, SimClient, SimConsumer, SimProducer
 from magnetar.sim.shell.engine import SimEngine
 from magnetar.sim.shell.loop import VirtualClockLoop
@@ -150,5 +151,26 @@ def test_a_redelivery_of_everything_moves_the_consumer_epoch(tmp_path: Path) -> 
         assert server_consumer.epoch == 1
         again = [d.index for _label, d in harness.recording.deliveries[10:]]
         assert again == list(range(10))
+
+    run(tmp_path, scenario)
+
+
+def test_producer_success_always_names_a_schema_version(tmp_path: Path) -> None:
+    """Pulsar always sends schema_version in PRODUCER_SUCCESS, and the Java client cannot create a
+    producer without it (issue 18): empty for a producer without a schema, the topic's version else."""
+
+    async def scenario(harness: Harness) -> None:
+        client = await harness.client("client")
+        answers = []
+        for producer_id, schema in ((1, None), (2, {"name": "s", "type": 2, "schema_data": b'{"type":"string"}'})):
+            command = BaseCommand(type=BaseCommand.PRODUCER)
+            command.producer.topic = TOPIC
+            command.producer.producer_id = producer_id
+            if schema is not None:
+                command.producer.schema.CopyFrom(Schema(**schema))
+            answers.append((await client.request(command, command.producer)).producer_success)
+        assert [a.HasField("schema_version") for a in answers] == [True, True]
+        assert answers[0].schema_version == b""
+        assert answers[1].schema_version == (0).to_bytes(8, "big")
 
     run(tmp_path, scenario)

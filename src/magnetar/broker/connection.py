@@ -337,7 +337,14 @@ class ServerConnection:
             existing = self.producers.get(request.producer_id)
             if existing is not None:
                 # The client retried a create that already succeeded: answer the same way again.
-                self.write(commands.producer_success(request.request_id, existing.name, topic.last_sequence_id(existing.name)))
+                self.write(
+                    commands.producer_success(
+                        request.request_id,
+                        existing.name,
+                        topic.last_sequence_id(existing.name),
+                        schema_version=topic.schema_version(request.HasField("schema")),
+                    )
+                )
                 return
             producer_name = request.producer_name or f"{self.service.config['clusterName']}-0-{next(_producer_names)}"
             access_mode = _ACCESS_MODES.get(request.producer_access_mode, "Shared")
@@ -347,7 +354,11 @@ class ServerConnection:
                 log.info("[%s] Producer %s waits for exclusive access to topic %s", self.remote_address, producer_name, name)
                 self.write(
                     commands.producer_success(
-                        request.request_id, producer_name, topic.last_sequence_id(producer_name), producer_ready=False
+                        request.request_id,
+                        producer_name,
+                        topic.last_sequence_id(producer_name),
+                        schema_version=topic.schema_version(request.HasField("schema")),
+                        producer_ready=False,
                     )
                 )
                 await topic.wait_until_free()
@@ -369,7 +380,14 @@ class ServerConnection:
             request.producer_id,
             access_mode,
         )
-        self.write(commands.producer_success(request.request_id, producer_name, topic.last_sequence_id(producer_name)))
+        self.write(
+            commands.producer_success(
+                request.request_id,
+                producer_name,
+                topic.last_sequence_id(producer_name),
+                schema_version=topic.schema_version(request.HasField("schema")),
+            )
+        )
 
     def _on_send(self, send: Any, payload: bytes) -> None:
         producer = self.producers.get(send.producer_id)

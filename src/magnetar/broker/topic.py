@@ -39,6 +39,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _EXCLUSIVE_MODES = ("Exclusive", "ExclusiveWithFencing", "WaitForExclusive")
+FIRST_SCHEMA_VERSION = (0).to_bytes(8, "big")
 # Pulsar's deduplication cursor name, reserved like the replicators' (magnetar keeps no such cursor).
 DEDUPLICATION_CURSOR = "pulsar.dedup"
 # A restart rebuilds deduplication state from at most this many of the newest entries: producers
@@ -219,6 +220,12 @@ class PersistentTopic:
     @property
     def _schema_path(self) -> str:
         return schema_path(self.name)
+
+    def schema_version(self, declared: bool) -> bytes:
+        """What PRODUCER_SUCCESS says of a producer's schema version, which Pulsar always sends (the Java
+        client refuses an answer without it): none (empty) for a producer that declared no schema,
+        else the topic's one version so far, Pulsar's first LongSchemaVersion (0, 8 bytes big-endian)."""
+        return FIRST_SCHEMA_VERSION if declared and self.schema is not None else b""
 
     async def set_schema(self, schema: Schema) -> None:
         """Keep the schema a producer declares (the first one; later ones are not checked for
