@@ -234,25 +234,32 @@ def replicated_section(section: bytes, local_cluster: str) -> bytes:
     `replicated_from` is what stops the remote from replicating the entry again (replication reference
     §1.5, loop prevention). Raises ChecksumError and ProtocolError as `parse_entry` does.
     """
-    return replicated_section_of(parse_entry(section), local_cluster)
+    parsed = parse_entry(section)
+    return replicated_section_of(parsed.metadata, parsed.payload, local_cluster)
 
 
-def replicated_section_of(parsed: ParsedEntry, local_cluster: str) -> bytes:
+def replicated_section_of(metadata: MessageMetadata, payload: bytes, local_cluster: str) -> bytes:
     """`replicated_section` of an entry already parsed (its metadata is changed in place)."""
-    parsed.metadata.replicated_from = local_cluster
-    return encode_entry(parsed.metadata, parsed.payload)
+    metadata.replicated_from = local_cluster
+    return encode_entry(metadata, payload)
+
+
+def stored_metadata(section: bytes) -> tuple[MessageMetadata, bytes]:
+    """(metadata, payload) of a stored entry's section, for readers that need only those: a
+    checksummed section's metadata alone is parsed (its checksum was verified when the SEND arrived),
+    anything else goes through `parse_entry`."""
+    if len(section) < _CHECKSUMMED_HEAD_BYTES or section[:2] != _MAGIC_CRC32C_BYTES:
+        parsed = parse_entry(section)
+        return parsed.metadata, parsed.payload
+    metadata_end = _CHECKSUMMED_HEAD_BYTES + _CHECKSUMMED_HEAD.unpack_from(section)[2]
+    view = memoryview(section)
+    metadata = _parse(MessageMetadata, view, _CHECKSUMMED_HEAD_BYTES, metadata_end, "MessageMetadata")
+    return metadata, bytes(view[metadata_end:])
 
 
 def producer_name_of(section: bytes) -> str:
-    """The producer name in a payload section's metadata: a checksummed section's metadata alone is
-    parsed (the checksum was verified when the SEND arrived), anything else goes through `parse_entry`."""
-    if len(section) < _CHECKSUMMED_HEAD_BYTES or section[:2] != _MAGIC_CRC32C_BYTES:
-        return parse_entry(section).producer_name
-    metadata_size = _CHECKSUMMED_HEAD.unpack_from(section)[2]
-    view = memoryview(section)
-    return _parse(
-        MessageMetadata, view, _CHECKSUMMED_HEAD_BYTES, _CHECKSUMMED_HEAD_BYTES + metadata_size, "MessageMetadata"
-    ).producer_name
+    """The producer name in a stored entry's metadata (`stored_metadata`)."""
+    return stored_metadata(section)[0].producer_name
 
 
 def split_batch(payload: bytes, num_messages: int) -> list[SingleMessage]:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from magnetar.protocol.messages import parse_entry, replicated_section_of
+from magnetar.protocol.messages import replicated_section_of, stored_metadata
 from magnetar.replication.producer import RemoteError, RemoteProducer, RemoteUnavailable
 from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
 
@@ -230,23 +230,24 @@ class Replicator:
 
     def _send(self, producer: RemoteProducer, entry: Any) -> bool:
         """Send one stored entry, or return False when it is not for this remote (it counts as done)."""
-        parsed = parse_entry(entry.data)
-        metadata = parsed.metadata
-        if metadata.replicated_from or parsed.marker_type is not None:
+        metadata, payload = stored_metadata(entry.data)
+        if metadata.replicated_from or metadata.HasField("marker_type"):
             return False
         replicate_to = metadata.replicate_to
         if replicate_to and self.remote_cluster not in replicate_to:
             return False
         sequence_id = metadata.sequence_id
-        section = replicated_section_of(parsed, self.local_cluster)
+        highest = metadata.highest_sequence_id if metadata.HasField("highest_sequence_id") else None
+        messages = metadata.num_messages_in_batch
+        section = replicated_section_of(metadata, payload, self.local_cluster)
         try:
-            future = producer.send(section, sequence_id, parsed.highest_sequence_id, parsed.num_messages)
+            future = producer.send(section, sequence_id, highest, messages)
         except ValueError as error:
             # Larger than the remote accepts: it can never go there, and holding it would stop the rest.
             log.error("[%s] Entry %s not replicated to %s: %s", self.topic_name, entry.position, self.remote_cluster, error)
             return False
         position = entry.position
-        messages, size = parsed.num_messages, len(section)
+        size = len(section)
 
         def confirmed(done: asyncio.Future[Any]) -> None:
             if done.cancelled() or done.exception() is not None:

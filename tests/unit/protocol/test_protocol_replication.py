@@ -15,8 +15,10 @@ from magnetar.protocol.messages import (
     encode_batch,
     encode_entry,
     parse_entry,
+    producer_name_of,
     replicated_section,
     split_batch,
+    stored_metadata,
 )
 from magnetar.protocol.pulsar_api_pb2 import BrokerEntryMetadata, KeyValue, MessageMetadata, SingleMessageMetadata
 
@@ -180,3 +182,16 @@ def test_round_trip_keeps_every_field(
         original.num_messages,
         original.highest_sequence_id,
     )
+
+
+@pytest.mark.parametrize("prefix", [False, True])
+def test_stored_metadata_reads_what_parse_entry_reads(prefix: bool) -> None:
+    """The replicator's and the receiving broker's light read of a stored entry agrees with the full
+    parse, for a checksummed section and for one behind broker entry metadata."""
+    metadata = _metadata(partition_key="k", replicate_to=["r2"], num_messages_in_batch=3, highest_sequence_id=9)
+    broker_metadata = BrokerEntryMetadata(broker_timestamp=5) if prefix else None
+    section = encode_entry(metadata, b"batch-payload", broker_metadata)
+    read, payload = stored_metadata(section)
+    parsed = parse_entry(section)
+    assert read == parsed.metadata and payload == parsed.payload == b"batch-payload"
+    assert producer_name_of(section) == parsed.producer_name
