@@ -65,6 +65,7 @@ class ServerProducer:
         names = self._original_names(sends) if self.remote_cluster is not None else None
         if topic.deduplication_enabled:
             accepted = []
+            accepted_names = []
             # Runs of SENDs in send order, each flagged whether it holds duplicates.
             runs: list[tuple[bool, list[tuple[int, int, bytes, int, int, int]]]] = []
             pushed = topic.sequence_pushed
@@ -76,15 +77,15 @@ class ServerProducer:
                 if not duplicate:
                     pushed[name] = last
                     accepted.append(send)
+                    accepted_names.append(name)
                 if not runs or runs[-1][0] != duplicate:
                     runs.append((duplicate, []))
                 runs[-1][1].append(send)
+            if names is not None:
+                names = accepted_names
         else:
             accepted = sends
             runs = [(False, sends)]
-        if names is not None and len(accepted) != len(sends):
-            kept = set(map(id, accepted))
-            names = [name for name, send in zip(names, sends) if id(send) in kept]
         future = self._append(accepted, names) if accepted else None
         index = 0
         for duplicate, run in runs:
