@@ -33,10 +33,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -54,11 +52,9 @@ from replication_common import (  # noqa: E402
     produce_command,
     read_json,
     replicator_failures,
-    start_pair,
-    stop_all,
+    running_pair,
     topic_stats,
     wait_process,
-    wire,
     write_result,
 )
 
@@ -189,21 +185,9 @@ def main() -> None:
     if args.quick:
         args.messages = 20_000
     args.timeout = args.timeout or 60 + args.messages / 5_000
-    directory = Path(tempfile.mkdtemp(prefix="magnetar-bench-repl-", dir=args.dir))
     load_before = machine()
-    cases: list[dict[str, Any]] = []
-    brokers: dict[str, ClusterBroker] = {}
-    try:
-        brokers = start_pair(directory)
-        wire(brokers, {"geo": ["r1", "r2"]})
-        for case in args.cases.split(","):
-            cases.append(run_case(brokers, directory, case == "batching", args))
-    finally:
-        stop_all(brokers)
-        if args.keep:
-            print(f"data directories and logs kept in {directory}")
-        else:
-            shutil.rmtree(directory, ignore_errors=True)
+    with running_pair({"geo": ["r1", "r2"]}, args.dir, args.keep) as (brokers, directory):
+        cases = [run_case(brokers, directory, case == "batching", args) for case in args.cases.split(",")]
     load_after = machine()
     result = {
         "bench": "replication_catchup",

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +174,26 @@ def stop_all(brokers: dict[str, ClusterBroker]) -> None:
             broker.stop()
         except Exception as error:  # one broker failing to stop must not leave the other running
             print(f"stopping {broker.cluster}: {error}", file=sys.stderr)
+
+
+@contextmanager
+def running_pair(
+    namespaces: dict[str, list[str]], directory_root: str | None, keep: bool
+) -> Iterator[tuple[dict[str, ClusterBroker], Path]]:
+    """r1 and r2 started in a fresh directory and wired with `namespaces`; stopped afterwards, and the
+    directory removed unless `keep`."""
+    directory = Path(tempfile.mkdtemp(prefix="magnetar-bench-repl-", dir=directory_root))
+    brokers: dict[str, ClusterBroker] = {}
+    try:
+        brokers = start_pair(directory)
+        wire(brokers, namespaces)
+        yield brokers, directory
+    finally:
+        stop_all(brokers)
+        if keep:
+            print(f"data directories and logs kept in {directory}")
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def log_excerpts(brokers: dict[str, ClusterBroker], lines: int = 40) -> str:

@@ -23,11 +23,8 @@ Prints a table and writes bench/results/replication_lag.json.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -35,11 +32,8 @@ from broker_process import load_line, machine  # noqa: E402
 from replication_common import (  # noqa: E402
     CONSUMERS,
     SIZE_BYTES,
-    ClusterBroker,
     add_client_arguments,
-    start_pair,
-    stop_all,
-    wire,
+    running_pair,
     write_result,
 )
 from replication_throughput import NAMESPACES, run  # noqa: E402
@@ -62,22 +56,13 @@ def main() -> None:
     args.timeout = args.timeout or 2 * args.seconds + 60
     messages = int(args.rate * args.seconds)
     modes = args.modes.split(",")
-    directory = Path(tempfile.mkdtemp(prefix="magnetar-bench-repl-", dir=args.dir))
     load_before = machine()
-    runs: list[dict[str, Any]] = []
-    brokers: dict[str, ClusterBroker] = {}
-    try:
-        brokers = start_pair(directory)
-        wire(brokers, NAMESPACES)
-        for case in args.cases.split(","):
-            for mode in modes:
-                runs.append(run(brokers, directory, case == "batching", mode == "replicated", messages, args, args.rate))
-    finally:
-        stop_all(brokers)
-        if args.keep:
-            print(f"data directories and logs kept in {directory}")
-        else:
-            shutil.rmtree(directory, ignore_errors=True)
+    with running_pair(NAMESPACES, args.dir, args.keep) as (brokers, directory):
+        runs = [
+            run(brokers, directory, case == "batching", mode == "replicated", messages, args, args.rate)
+            for case in args.cases.split(",")
+            for mode in modes
+        ]
     load_after = machine()
     result = {
         "bench": "replication_lag",

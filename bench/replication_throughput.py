@@ -31,10 +31,8 @@ Prints a table and writes bench/results/replication_throughput.json.
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -55,12 +53,10 @@ from replication_common import (  # noqa: E402
     progress_windows,
     read_json,
     replicator_failures,
+    running_pair,
     start_consume,
-    start_pair,
-    stop_all,
     topic_stats,
     wait_process,
-    wire,
     write_result,
 )
 
@@ -133,22 +129,13 @@ def main() -> None:
     if args.quick:
         args.messages = 5_000
     args.timeout = args.timeout or 60 + args.messages / 2_000
-    directory = Path(tempfile.mkdtemp(prefix="magnetar-bench-repl-", dir=args.dir))
     load_before = machine()
-    runs: list[dict[str, Any]] = []
-    brokers: dict[str, ClusterBroker] = {}
-    try:
-        brokers = start_pair(directory)
-        wire(brokers, NAMESPACES)
-        for case in args.cases.split(","):
-            for replicated in (False, True):
-                runs.append(run(brokers, directory, case == "batching", replicated, args.messages, args))
-    finally:
-        stop_all(brokers)
-        if args.keep:
-            print(f"data directories and logs kept in {directory}")
-        else:
-            shutil.rmtree(directory, ignore_errors=True)
+    with running_pair(NAMESPACES, args.dir, args.keep) as (brokers, directory):
+        runs = [
+            run(brokers, directory, case == "batching", replicated, args.messages, args)
+            for case in args.cases.split(",")
+            for replicated in (False, True)
+        ]
     load_after = machine()
 
     summaries = []
