@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test sim soak bench clean
+.PHONY: setup run test sim soak bench clean compat compat-java
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: magnetar needs Python 3.11" >&2; exit 1; }
@@ -19,8 +19,21 @@ setup: $(STAMP)
 run: setup
 	$(BIN)/magnetar standalone --data-dir data
 
-test: setup
+test: setup compat
 	$(BIN)/python -m pytest tests -q --durations=25
+
+# The compatibility suites' programs with the official clients (tests/compat). Java: the classes and the
+# classpath of pulsar-client and pulsar-client-admin 4.0.x; Maven's repository is build/m2, so a clean
+# clone downloads once and later builds resolve from it.
+JAVA_COMPAT_CLASSPATH := build/compat/java/classpath.txt
+compat: compat-java
+compat-java: $(JAVA_COMPAT_CLASSPATH)
+$(JAVA_COMPAT_CLASSPATH): compat/java/pom.xml $(wildcard compat/java/src/main/java/dev/magnetar/compat/*.java)
+	@command -v mvn >/dev/null || { echo "mvn not found: the Java compatibility suite needs Maven 3.8+" >&2; exit 1; }
+	@command -v java >/dev/null || { echo "java not found: the Java compatibility suite needs Java 17" >&2; exit 1; }
+	mvn -B -q -f compat/java/pom.xml -Dmaven.repo.local=$(CURDIR)/build/m2 compile dependency:build-classpath \
+		-Dmdep.outputFile=$(CURDIR)/$@.tmp
+	mv $@.tmp $@
 
 sim: setup
 	$(BIN)/magnetar sim $(if $(SEED),--seed $(SEED),) $(if $(MODE),--mode $(MODE),)
@@ -41,12 +54,12 @@ bench: setup
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
 
-# Regenerates src/magnetar/protocol/pulsar_api_pb2.py, which is committed so that running magnetar needs
-# only `protobuf`. grpcio-tools 1.63.0 carries protoc 26.1, whose output loads on every protobuf >= 5
+# Regenerates src/magnetar/protocol/pulsar_api_pb2.py and pulsar_markers_pb2.py, which are committed so
+# that running magnetar needs only `protobuf`. grpcio-tools 1.63.0 carries protoc 26.1, whose output loads on every protobuf >= 5
 # that pyproject allows (newer protoc output refuses runtimes older than itself); it installs into
 # build/ so that the venv's own protobuf stays as pyproject resolved it.
 PROTO_TOOLS := build/grpc-tools
 .PHONY: proto
 proto: setup
 	$(BIN)/pip install --quiet --no-deps --target $(PROTO_TOOLS) 'grpcio-tools==1.63.0'
-	PYTHONPATH=$(PROTO_TOOLS) $(BIN)/python -m grpc_tools.protoc -Isrc --python_out=src src/magnetar/protocol/pulsar_api.proto
+	PYTHONPATH=$(PROTO_TOOLS) $(BIN)/python -m grpc_tools.protoc -Isrc --python_out=src src/magnetar/protocol/pulsar_api.proto src/magnetar/protocol/pulsar_markers.proto
