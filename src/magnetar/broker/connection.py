@@ -394,7 +394,7 @@ class ServerConnection:
         if producer is None:
             raise ProtocolError(f"SEND for unknown producer id {send.producer_id}")
         try:
-            entry, key_hash, count, publish_time, deliver_at_time, marker = messages.index_send(payload)
+            entry, key_hash, count, publish_time, deliver_at_time, marker, name = messages.index_send(payload)
         except messages.ChecksumError as error:
             log.info("[%s] SEND of producer %s failed: ChecksumError: %s", self.remote_address, producer.name, error)
             self.write(commands.send_error(send.producer_id, send.sequence_id, "ChecksumError", str(error)))
@@ -407,7 +407,7 @@ class ServerConnection:
         sends = self._sends.get(producer)
         if sends is None:
             sends = self._sends[producer] = []
-        sends.append((send.sequence_id, send.highest_sequence_id, entry, key_hash, count, publish_time))
+        sends.append((send.sequence_id, send.highest_sequence_id, entry, key_hash, count, publish_time, name))
 
     def _publish_pending(self) -> None:
         """Hand each producer the SENDs gathered from this read in one storage call."""

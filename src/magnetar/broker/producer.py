@@ -16,7 +16,6 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from magnetar.protocol import commands
-from magnetar.protocol.messages import producer_name_of
 from magnetar.replication.replicator import remote_cluster_of
 
 if TYPE_CHECKING:
@@ -29,6 +28,11 @@ log = logging.getLogger(__name__)
 
 # A duplicate's receipt carries no position: Pulsar answers it with message id (-1, -1).
 _DUPLICATE = (-1, -1)
+
+
+# A SEND as the connection hands it over: (sequence id, highest sequence id, entry bytes, key hash, message
+# count, publish time, producer name in the entry's metadata).
+_Send = tuple[int, int, bytes, int, int, int, str]
 
 
 class ServerProducer:
@@ -46,7 +50,7 @@ class ServerProducer:
         # Runs of SENDs awaiting their receipts, in send order: (future of the batch's positions or None
         # for resent duplicates, the SENDs as `publish_many` got them, index of the run's first SEND in
         # the batch). A socket read's SENDs are one run unless duplicates split it.
-        self._pending: deque[tuple[asyncio.Future | None, list[tuple[int, int, bytes, int, int, int]], int]] = deque()
+        self._pending: deque[tuple[asyncio.Future | None, list[_Send], int]] = deque()
         # Counted per socket read of SENDs, not per message; the admin API turns them into rates.
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
@@ -56,37 +60,32 @@ class ServerProducer:
         # replication dedup V1), so a resend after the replicator reconnected is dropped.
         self.remote_cluster = remote_cluster_of(name)
 
-    def publish_many(self, sends: list[tuple[int, int, bytes, int, int, int]]) -> None:
-        """Append the SENDs of one socket read, each (sequence id, highest sequence id, entry bytes, key
-        hash, message count, publish time), with one storage call; receipts follow in send order once
-        each SEND and every earlier one are answered."""
+    def publish_many(self, sends: list[_Send]) -> None:
+        """Append the SENDs of one socket read (`_Send`) with one storage call; receipts follow in send
+        order once each SEND and every earlier one are answered."""
         topic = self.topic
         pending = self._pending
-        names = self._original_names(sends) if self.remote_cluster is not None else None
         if topic.deduplication_enabled:
             accepted = []
-            accepted_names = []
             # Runs of SENDs in send order, each flagged whether it holds duplicates.
-            runs: list[tuple[bool, list[tuple[int, int, bytes, int, int, int]]]] = []
+            runs: list[tuple[bool, list[_Send]]] = []
             pushed = topic.sequence_pushed
-            for index, send in enumerate(sends):
+            replicated = self.remote_cluster is not None
+            for send in sends:
                 sequence_id, highest = send[0], send[1]
                 last = max(sequence_id, highest)
-                name = names[index] if names is not None else self.name
+                name = send[6] if replicated else self.name
                 duplicate = last <= pushed.get(name, -1)
                 if not duplicate:
                     pushed[name] = last
                     accepted.append(send)
-                    accepted_names.append(name)
                 if not runs or runs[-1][0] != duplicate:
                     runs.append((duplicate, []))
                 runs[-1][1].append(send)
-            if names is not None:
-                names = accepted_names
         else:
             accepted = sends
             runs = [(False, sends)]
-        future = self._append(accepted, names) if accepted else None
+        future = self._append(accepted) if accepted else None
         index = 0
         for duplicate, run in runs:
             if duplicate:
@@ -97,19 +96,15 @@ class ServerProducer:
                 index += len(run)
         self._flush()
 
-    @staticmethod
-    def _original_names(sends: list[tuple[int, int, bytes, int, int, int]]) -> list[str]:
-        """The producer names in replicated entries' metadata (a replicator forwards many producers')."""
-        return [producer_name_of(send[2]) for send in sends]
-
-    def _append(self, sends: list[tuple[int, int, bytes, int, int, int]], names: list[str] | None) -> asyncio.Future:
+    def _append(self, sends: list[_Send]) -> asyncio.Future:
         # Tuples: append_many keeps them as its columns without a copy.
-        sequence_ids, highest_ids, datas, hashes, counts, times = zip(*sends)
+        sequence_ids, highest_ids, datas, hashes, counts, times, names = zip(*sends)
         # An entry keeps its highest sequence id (a batch's last message's): a restart rebuilds
         # deduplication from the stored ones, and a resent batch must stay a duplicate across it.
         stored_ids = tuple(map(max, sequence_ids, highest_ids))
         topic = self.topic
-        producer_names = tuple(names) if names is not None else (self.name,) * len(datas)
+        # A replicator forwards many producers' entries: each keeps its original producer's name.
+        producer_names = names if self.remote_cluster is not None else (self.name,) * len(datas)
         future = topic.ledger.append_many(datas, hashes, counts, times, producer_names, stored_ids)
         messages, size = sum(counts), sum(map(len, datas))
         self.msg_in_counter += messages

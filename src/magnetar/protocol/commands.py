@@ -279,6 +279,24 @@ def send_receipt(
     return _HEADER.pack(4 + len(command), len(command)) + command
 
 
+def send(
+    producer_id: int, sequence_id: int, highest_sequence_id: int | None, num_messages: int, section: bytes
+) -> bytes:
+    """A SEND frame carrying one entry's payload section: `num_messages` is its batch size (omitted when
+    1, protobuf's default), `highest_sequence_id` its last message's sequence id if given.
+
+    One per entry a replicator forwards, so encoded by hand: the bytes protobuf would write (tests
+    compare the two).
+    """
+    body = b"\x08" + varint(producer_id) + b"\x10" + varint(sequence_id & _U64)
+    if num_messages != 1:
+        body += b"\x18" + varint(num_messages & _U64)
+    if highest_sequence_id is not None:
+        body += b"\x30" + varint(highest_sequence_id & _U64)
+    command = _SEND_PREFIX + varint(len(body)) + body
+    return _HEADER.pack(4 + len(command) + len(section), len(command)) + command + section
+
+
 def send_receipts(producer_id: int, sends: Iterable[Sequence[int]], positions: Iterable[tuple[int, int]]) -> bytes:
     """The SEND_RECEIPTs of consecutive SENDs, joined: for each send of `sends` (its sequence id and
     highest sequence id first; anything may follow) and (ledger id, entry id) of `positions`, the bytes
@@ -412,6 +430,8 @@ def consumer_stats_response(
 _HEADER = struct.Struct(">II")
 # BaseCommand.type (field 1, varint) = SEND_RECEIPT, then the tag of BaseCommand.send_receipt (7, bytes).
 _SEND_RECEIPT_PREFIX = bytes((0x08, BaseCommand.SEND_RECEIPT, 0x3A))
+# BaseCommand.type = SEND, then the tag of BaseCommand.send (6, bytes).
+_SEND_PREFIX = bytes((0x08, BaseCommand.SEND, 0x32))
 # BaseCommand.type = MESSAGE, then the tag of BaseCommand.message (9, bytes).
 _MESSAGE_PREFIX = bytes((0x08, BaseCommand.MESSAGE, 0x4A))
 # Tags: CommandMessage.consumer_id (1, varint), message_id (2, bytes), redelivery_count (3, varint),

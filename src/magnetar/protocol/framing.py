@@ -47,6 +47,7 @@ _HEADER_BYTES = _HEADER.size
 # Only these two commands carry a payload section; any other command with bytes after it is malformed.
 _SEND = BaseCommand.SEND
 _MESSAGE = BaseCommand.MESSAGE
+_SEND_RECEIPT = BaseCommand.SEND_RECEIPT
 
 # Each Type value names the BaseCommand field of the same number (reference §5); built from the schema so a
 # new command needs no edit here.
@@ -178,6 +179,16 @@ class FrameDecoder:
                     if command_end == frame_end:
                         raise ProtocolError("SEND frame carries no payload section")
                     frames.append(_new_frame((command, stream[command_end:frame_end])))
+                elif command.type == _SEND_RECEIPT and command_end == frame_end:
+                    # A producer's answers, one per SEND: checked the same cheap way.
+                    receipt = command.send_receipt
+                    if not (
+                        receipt.HasField("producer_id")
+                        and receipt.HasField("sequence_id")
+                        and receipt.message_id.IsInitialized()
+                    ):
+                        _check_command(command)
+                    frames.append(_new_frame((command, b"")))
                 else:
                     _check_command(command)
                     if command.type == _MESSAGE:

@@ -19,6 +19,7 @@ over 235 MB, far beyond any frame the decoder accepts.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple, TypeVar
@@ -159,9 +160,10 @@ def parse_entry(section: bytes) -> ParsedEntry:
     )
 
 
-def index_send(section: bytes) -> tuple[bytes, int, int, int, int, bool]:
+def index_send(section: bytes) -> tuple[bytes, int, int, int, int, bool, str]:
     """What the broker needs of a SEND's payload section to store it, read once and nothing more:
-    (entry bytes, key hash, message count, publish time, deliver_at_time or 0, carries a marker type).
+    (entry bytes, key hash, message count, publish time, deliver_at_time or 0, carries a marker type,
+    producer name in the metadata: for a replicator's SENDs, the original producer's).
 
     The same checks and the same sticky key as `parse_entry`, which this is the per-message fast path of:
     a client's checksummed section is stored as it came (no copy of the payload), and of the metadata
@@ -178,6 +180,7 @@ def index_send(section: bytes) -> tuple[bytes, int, int, int, int, bool]:
             parsed.publish_time,
             parsed.deliver_at_time or 0,
             parsed.marker_type is not None,
+            parsed.producer_name,
         )
     _, expected, metadata_size = _CHECKSUMMED_HEAD.unpack_from(section)
     view = memoryview(section)
@@ -190,11 +193,12 @@ def index_send(section: bytes) -> tuple[bytes, int, int, int, int, bool]:
     # A non-empty value proves presence; only an empty one needs HasField (proto2 presence).
     ordering_key = metadata.ordering_key
     partition_key = metadata.partition_key
+    producer_name = metadata.producer_name
     key = sticky_key(
         ordering_key if ordering_key or metadata.HasField("ordering_key") else None,
         partition_key if partition_key or metadata.HasField("partition_key") else None,
         metadata.partition_key_b64_encoded,
-        metadata.producer_name,
+        producer_name,
         metadata.sequence_id,
     )
     num_messages = metadata.num_messages_in_batch
@@ -207,6 +211,7 @@ def index_send(section: bytes) -> tuple[bytes, int, int, int, int, bool]:
         metadata.publish_time,
         metadata.deliver_at_time,
         metadata.HasField("marker_type"),
+        producer_name,
     )
 
 
@@ -232,34 +237,48 @@ def replicated_section(section: bytes, local_cluster: str) -> bytes:
     under a fresh CRC-32C, without any broker-entry-metadata prefix (the remote broker writes its own).
 
     `replicated_from` is what stops the remote from replicating the entry again (replication reference
-    §1.5, loop prevention). Raises ChecksumError and ProtocolError as `parse_entry` does.
+    §1.5, loop prevention). The entry must not carry `replicated_from` already: the replicator never
+    forwards those. A checksummed section (every client's) keeps its metadata bytes as they are, with the
+    field appended: protobuf reads fields in any order, so nothing is parsed or written again, and the
+    stored checksum is verified first, so that damage on disk is never sent on under a fresh checksum.
+    Raises ChecksumError and ProtocolError as `parse_entry` does.
     """
-    parsed = parse_entry(section)
-    return replicated_section_of(parsed.metadata, parsed.payload, local_cluster)
-
-
-def replicated_section_of(metadata: MessageMetadata, payload: bytes, local_cluster: str) -> bytes:
-    """`replicated_section` of an entry already parsed (its metadata is changed in place)."""
-    metadata.replicated_from = local_cluster
-    return encode_entry(metadata, payload)
-
-
-def stored_metadata(section: bytes) -> tuple[MessageMetadata, bytes]:
-    """(metadata, payload) of a stored entry's section, for readers that need only those: a
-    checksummed section's metadata alone is parsed (its checksum was verified when the SEND arrived),
-    anything else goes through `parse_entry`."""
     if len(section) < _CHECKSUMMED_HEAD_BYTES or section[:2] != _MAGIC_CRC32C_BYTES:
         parsed = parse_entry(section)
-        return parsed.metadata, parsed.payload
-    metadata_end = _CHECKSUMMED_HEAD_BYTES + _CHECKSUMMED_HEAD.unpack_from(section)[2]
+        parsed.metadata.replicated_from = local_cluster
+        return encode_entry(parsed.metadata, parsed.payload)
+    _, expected, metadata_size = _CHECKSUMMED_HEAD.unpack_from(section)
     view = memoryview(section)
-    metadata = _parse(MessageMetadata, view, _CHECKSUMMED_HEAD_BYTES, metadata_end, "MessageMetadata")
-    return metadata, bytes(view[metadata_end:])
+    computed = crc32c.crc32c(view[_MAGIC_AND_CRC_BYTES:])
+    if computed != expected:
+        raise ChecksumError(expected, computed)
+    metadata_end = _CHECKSUMMED_HEAD_BYTES + metadata_size
+    if metadata_end > len(section):
+        raise ProtocolError(f"MessageMetadata of {metadata_size} bytes overruns the payload section")
+    field = _replicated_from_field(local_cluster)
+    checked = b"".join((
+        _U32.pack(metadata_size + len(field)), view[_CHECKSUMMED_HEAD_BYTES:metadata_end], field, view[metadata_end:]
+    ))
+    return _MAGIC_CRC32C_BYTES + _U32.pack(crc32c.crc32c(checked)) + checked
 
 
-def producer_name_of(section: bytes) -> str:
-    """The producer name in a stored entry's metadata (`stored_metadata`)."""
-    return stored_metadata(section)[0].producer_name
+@functools.cache
+def _replicated_from_field(cluster: str) -> bytes:
+    """MessageMetadata.replicated_from (field 5, length-delimited) = `cluster`, serialised."""
+    return MessageMetadata(replicated_from=cluster).SerializePartialToString()
+
+
+def stored_metadata(section: bytes) -> MessageMetadata:
+    """The metadata of a stored entry, for readers that need nothing else (a replicator choosing what to
+    forward): a checksummed section's metadata alone is parsed (its checksum and required fields were
+    checked when the SEND arrived), anything else goes through `parse_entry`."""
+    if len(section) < _CHECKSUMMED_HEAD_BYTES or section[:2] != _MAGIC_CRC32C_BYTES:
+        return parse_entry(section).metadata
+    metadata_end = _CHECKSUMMED_HEAD_BYTES + _CHECKSUMMED_HEAD.unpack_from(section)[2]
+    try:
+        return MessageMetadata.FromString(section[_CHECKSUMMED_HEAD_BYTES:metadata_end])
+    except DecodeError as error:
+        raise ProtocolError(f"unparsable MessageMetadata: {error}") from error
 
 
 def split_batch(payload: bytes, num_messages: int) -> list[SingleMessage]:

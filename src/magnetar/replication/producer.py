@@ -3,8 +3,8 @@
 Owns: one TCP connection to a remote Pulsar or magnetar cluster for one topic: CONNECT, LOOKUP (following
 one redirect), PRODUCER under the replicator's name (`pulsar.repl.<local>--><remote>`, replication
 reference §1.4), SENDs of stored entries as they are (one entry, one SEND, a batch with its message count:
-the replicator's producer never batches and never times out), their receipts, PING/PONG, and failing
-every unanswered send when the connection goes.
+the replicator's producer never batches and never times out), their receipts, handed to the replicator a
+socket read at a time, PING/PONG, and forgetting every unanswered send when the connection goes.
 Must not touch: the local topic, its cursor or any storage file (the replicator reads the entries and moves
 its cursor on the positions handed back here), the payload sections (built by
 `protocol.messages.replicated_section`), reconnection and its backoff (the replicator's: it starts a new
@@ -14,7 +14,9 @@ Receipts are matched by their place in the queue, not by sequence id. The entrie
 producers and keep their sequence ids, which therefore repeat and go backwards; the Java client's
 sequence-based matching would drop or misattribute receipts there. A broker answers a producer's SENDs in
 the order they arrived, so the n-th receipt answers the n-th unanswered SEND, and one whose sequence id is
-not the head's means the two sides lost track of each other: the connection closes.
+not the head's means the two sides lost track of each other: the connection closes. Nothing is made per
+send but its frame and a small tuple, and nothing per receipt but its (ledger id, entry id): a replicator
+forwards tens of thousands of entries a second.
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from magnetar.protocol.commands import pong, signed_id, wire_id
+from magnetar.protocol import commands
+from magnetar.protocol.commands import pong, signed_id
 from magnetar.protocol.framing import (
     DEFAULT_MAX_MESSAGE_SIZE,
     MESSAGE_SIZE_FRAME_PADDING,
-    Frame,
     FrameDecoder,
     ProtocolError,
     encode_frame,
@@ -55,6 +58,8 @@ DEFAULT_PORT = 6650
 _PRODUCER_ID = 0
 # CONNECT has no request id; its answer (CONNECTED, or ERROR with Java's -1) is filed under -1.
 _CONNECT_REQUEST_ID = -1
+_U64 = (1 << 64) - 1
+_SEND_RECEIPT = BaseCommand.SEND_RECEIPT
 # The service URL's lookup answer, then the answer of the broker it redirects to: a remote that redirects
 # again is moving the topic, and the replicator's backoff is the better place to wait for that.
 _LOOKUPS_MAX = 2
@@ -90,8 +95,10 @@ class RemoteUnavailable(Exception):
 
 class _Send(NamedTuple):
     sequence_id: int  # as the wire carries it (uint64)
-    future: asyncio.Future[tuple[int, int]]
     sent_at_ms: int
+
+
+_new_send = partial(tuple.__new__, _Send)
 
 
 def _address(service_url: str) -> tuple[str, int]:
@@ -109,6 +116,12 @@ class RemoteProducer:
     `send()` per entry, `close()`. After a lost connection it stays disconnected; the replicator makes a
     new one.
 
+    Receipts go to `on_receipts`, called once per socket read that brought any, with the remote's
+    (ledger id, entry id) of each SEND answered, in send order: (-1, -1) when the remote dropped it as a
+    duplicate. A SEND the remote refuses (SEND_ERROR) ends the connection: the SENDs after it may
+    already be stored, and a replicator resends from its cursor after reconnecting. What was unanswered
+    when the connection went is never answered; `failure` says why it went.
+
     Invariants: `_pending` holds the unanswered SENDs in send order, at most `max_pending` of them, and
     its head is what the next SEND_RECEIPT answers; once disconnected nothing is pending, no request
     waits, and nothing more is written.
@@ -121,6 +134,7 @@ class RemoteProducer:
         producer_name: str,
         max_pending: int = 1000,
         connect_timeout_s: float = 10.0,
+        on_receipts: Callable[[list[tuple[int, int]]], None] | None = None,
         on_disconnect: Callable[[RemoteUnavailable], None] | None = None,
     ) -> None:
         self._service_address = _address(service_url)
@@ -131,6 +145,8 @@ class RemoteProducer:
         # replicator stops reading.
         self.max_pending = max_pending
         self.connect_timeout_s = connect_timeout_s
+        # Must not raise; runs on the connection's reading task.
+        self.on_receipts = on_receipts
         # Called once when an established producer loses its connection (not after close(), and not
         # when start() fails: that raises). It must not raise.
         self.on_disconnect = on_disconnect
@@ -163,6 +179,11 @@ class RemoteProducer:
     def address(self) -> str:
         """host:port of the broker this producer talks to (after a lookup, the topic's owner)."""
         return f"{self._host}:{self._port}"
+
+    @property
+    def failure(self) -> str | None:
+        """Why the connection went (None while it is up or not started yet)."""
+        return self._failure
 
     @property
     def pending(self) -> int:
@@ -202,7 +223,7 @@ class RemoteProducer:
 
     async def close(self) -> None:
         """CLOSE_PRODUCER (waiting up to CLOSE_TIMEOUT_S for the answer), then close the connection;
-        unanswered sends fail with RemoteUnavailable("closed")."""
+        unanswered sends stay unanswered."""
         if self._failure is not None:
             return
         if self.connected:
@@ -234,31 +255,21 @@ class RemoteProducer:
             raise RemoteUnavailable(f"connection to {self.address} lost: {error}") from error
         self._check_connected()
 
-    def send(
-        self, section: bytes, sequence_id: int, highest_sequence_id: int | None, num_messages: int
-    ) -> asyncio.Future[tuple[int, int]]:
+    def send(self, section: bytes, sequence_id: int, highest_sequence_id: int | None, num_messages: int) -> None:
         """SEND one entry: `section` is its payload section (`replicated_section`), `sequence_id` and
         `highest_sequence_id` its original producer's, `num_messages` its batch size (1 for a single
-        message).
+        message). Its receipt comes through `on_receipts`.
 
-        The future resolves to the remote's (ledger id, entry id), which is (-1, -1) when the remote
-        dropped the entry as a duplicate; it fails with RemoteError on SEND_ERROR and with
-        RemoteUnavailable when the connection goes first. Raises RuntimeError when `max_pending` sends
-        are unanswered (await `wait_for_room()` first) and ValueError when the entry is larger than the
+        Raises RemoteUnavailable when the connection is gone, RuntimeError when `max_pending` sends are
+        unanswered (await `wait_for_room()` first) and ValueError when the entry is larger than the
         remote accepts (it would close the connection).
         """
-        future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
-        if not self.connected:
-            future.set_exception(RemoteUnavailable(self._failure or "not started"))
-            return future
-        if len(self._pending) >= self.max_pending:
+        if self.connected_since_ms is None:
+            raise RemoteUnavailable(self._failure or "not started")
+        pending = self._pending
+        if len(pending) >= self.max_pending:
             raise RuntimeError(f"{self.max_pending} sends are unanswered: await wait_for_room() first")
-        fields: dict[str, int] = {"producer_id": _PRODUCER_ID, "sequence_id": wire_id(sequence_id)}
-        if num_messages != 1:
-            fields["num_messages"] = num_messages
-        if highest_sequence_id is not None:
-            fields["highest_sequence_id"] = wire_id(highest_sequence_id)
-        frame = encode_frame(BaseCommand(type=BaseCommand.SEND, send=fields), section)
+        frame = commands.send(_PRODUCER_ID, sequence_id, highest_sequence_id, num_messages, section)
         # The remote's frame limit (Pulsar's and magnetar's decoders alike).
         if len(frame) > self._max_message_size + MESSAGE_SIZE_FRAME_PADDING:
             raise ValueError(
@@ -268,8 +279,7 @@ class RemoteProducer:
         output.append(frame)
         if len(output) == 1:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._pending.append(_Send(wire_id(sequence_id), future, int(time.time() * 1000)))
-        return future
+        pending.append(_new_send((sequence_id & _U64, int(time.time() * 1000))))
 
     def _flush(self) -> None:
         """The SENDs of one turn of the event loop leave in one socket write."""
@@ -373,8 +383,20 @@ class RemoteProducer:
                 data = await reader.read(_READ_BYTES)
                 if not data:
                     raise RemoteUnavailable(f"{self.address} closed the connection")
-                for frame in self._decoder.receive_data(data):
-                    self._on_frame(frame)
+                receipts: list[tuple[int, int]] = []
+                try:
+                    for frame in self._decoder.receive_data(data):
+                        command = frame.command
+                        if command.type == _SEND_RECEIPT:
+                            receipts.append(self._on_receipt(command.send_receipt))
+                        else:
+                            self._on_frame(command)
+                finally:
+                    # Receipts before a frame that ends the connection still count.
+                    if receipts:
+                        self._room.set()
+                        if self.on_receipts is not None:
+                            self.on_receipts(receipts)
         except RemoteUnavailable as error:
             self._disconnect(str(error))
         except ProtocolError as error:
@@ -382,12 +404,10 @@ class RemoteProducer:
         except OSError as error:
             self._disconnect(f"connection to {self.address} lost: {error}")
 
-    def _on_frame(self, frame: Frame) -> None:
-        kind = frame.type
-        if kind == BaseCommand.SEND_RECEIPT:
-            self._on_receipt(frame.command.send_receipt)
-        elif kind == BaseCommand.SEND_ERROR:
-            self._on_send_error(frame.command.send_error)
+    def _on_frame(self, command: BaseCommand) -> None:
+        kind = command.type
+        if kind == BaseCommand.SEND_ERROR:
+            self._on_send_error(command.send_error)
         elif kind == BaseCommand.PING:
             assert self._writer is not None
             self._writer.write(pong())
@@ -397,9 +417,9 @@ class RemoteProducer:
             # Pulsar's broker does this on unload and shutdown; its client reconnects, so does the replicator.
             raise RemoteUnavailable(f"{self.address} closed the producer")
         elif kind == BaseCommand.CONNECTED:
-            self._answer(_CONNECT_REQUEST_ID, frame.command)
+            self._answer(_CONNECT_REQUEST_ID, command)
         elif kind in _ANSWER_FIELDS:
-            self._answer(signed_id(getattr(frame.command, _ANSWER_FIELDS[kind]).request_id), frame.command)
+            self._answer(signed_id(getattr(command, _ANSWER_FIELDS[kind]).request_id), command)
         else:
             raise ProtocolError(f"a producer does not expect {BaseCommand.Type.Name(kind)}")
 
@@ -409,33 +429,27 @@ class RemoteProducer:
         if future is not None and not future.done():
             future.set_result(command)
 
-    def _on_receipt(self, receipt: CommandSendReceipt) -> None:
+    def _on_receipt(self, receipt: CommandSendReceipt) -> tuple[int, int]:
         pending = self._pending
         if not pending:
             raise ProtocolError(f"SEND_RECEIPT for sequence id {receipt.sequence_id} with no SEND unanswered")
-        head = pending[0]
-        if receipt.producer_id != _PRODUCER_ID or receipt.sequence_id != head.sequence_id:
+        if receipt.producer_id != _PRODUCER_ID or receipt.sequence_id != pending[0][0]:
             raise ProtocolError(
                 f"SEND_RECEIPT for producer {receipt.producer_id}, sequence id {receipt.sequence_id}; "
-                f"the oldest unanswered SEND has sequence id {head.sequence_id}"
+                f"the oldest unanswered SEND has sequence id {pending[0][0]}"
             )
         pending.popleft()
-        if not head.future.done():
-            head.future.set_result((signed_id(receipt.message_id.ledgerId), signed_id(receipt.message_id.entryId)))
-        self._room.set()
+        message_id = receipt.message_id
+        return signed_id(message_id.ledgerId), signed_id(message_id.entryId)
 
     def _on_send_error(self, send_error: CommandSendError) -> None:
-        """Fail the SEND it names (the oldest unanswered one with its sequence id), then close: whatever
-        the code, the sends after it may already be stored, and a replicator resends from its cursor only
-        after a reconnect. (Pulsar's client closes too for every code but ChecksumError.)"""
+        """The remote refused a SEND: the connection closes, whatever the code, since the sends after it
+        may already be stored, and a replicator resends from its cursor only after a reconnect. (Pulsar's
+        client closes too for every code but ChecksumError.)"""
         error = RemoteError(ServerError.Name(send_error.error), send_error.message)
-        for index, item in enumerate(self._pending):
-            if item.sequence_id == send_error.sequence_id:
-                del self._pending[index]
-                if not item.future.done():
-                    item.future.set_exception(error)
-                raise RemoteUnavailable(f"{self.address} refused sequence id {item.sequence_id}: {error}")
-        raise ProtocolError(f"SEND_ERROR for sequence id {send_error.sequence_id} with no such SEND unanswered")
+        if not any(item.sequence_id == send_error.sequence_id for item in self._pending):
+            raise ProtocolError(f"SEND_ERROR for sequence id {send_error.sequence_id} with no such SEND unanswered")
+        raise RemoteUnavailable(f"{self.address} refused sequence id {send_error.sequence_id}: {error}")
 
     # ------------------------------------------------------------------------------ disconnecting
 
@@ -444,8 +458,9 @@ class RemoteProducer:
             raise RemoteUnavailable(self._failure or "not started")
 
     def _disconnect(self, message: str, notify: bool = True) -> None:
-        """The end of this producer: every unanswered send and request fails with RemoteUnavailable, the
-        connection closes, and an established producer's `on_disconnect` runs (unless `notify` is False)."""
+        """The end of this producer: unanswered sends are forgotten, every request fails with
+        RemoteUnavailable, the connection closes, and an established producer's `on_disconnect` runs
+        (unless `notify` is False)."""
         if self._failure is not None:
             self._drop_connection()  # a start() after close() may have opened one
             return
@@ -453,10 +468,7 @@ class RemoteProducer:
         self._failure = message
         self.connected_since_ms = None
         self._output = []
-        pending, self._pending = self._pending, deque()
-        for item in pending:
-            if not item.future.done():
-                item.future.set_exception(RemoteUnavailable(message))
+        self._pending = deque()
         for future in self._requests.values():
             if not future.done():
                 future.set_exception(RemoteUnavailable(message))

@@ -17,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from magnetar.protocol.messages import replicated_section_of, stored_metadata
+from magnetar.protocol.messages import replicated_section, stored_metadata
 from magnetar.replication.producer import RemoteError, RemoteProducer, RemoteUnavailable
 from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
 
@@ -60,7 +61,9 @@ def remote_cluster_of(producer: str) -> str | None:
 
 class Replicator:
     """Invariants: at most one remote producer at a time; the cursor's mark-delete position only passes
-    entries the remote confirmed or that are not for it."""
+    entries the remote confirmed or that are not for it; `_in_flight` holds, in read order, what was read
+    since the last entry confirmed: each entry sent and not confirmed yet, and each entry not for this
+    remote that came after one of those."""
 
     def __init__(
         self,
@@ -88,13 +91,14 @@ class Replicator:
         self.partitions = partitions
         self._resolve_admin_url = resolve_admin_url
         self.producer: RemoteProducer | None = None
-        self._confirmed: list[Any] = []
+        # (position, messages, bytes) of each entry sent, in send order; bytes -1 for an entry skipped
+        # behind them (it is done once they are).
+        self._in_flight: deque[tuple[Any, int, int]] = deque()
         self.state = "Disconnected"
         self._task: asyncio.Task[None] | None = None
         # Counters for Pulsar's replicator stats (the admin API turns them into rates).
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
-        self.msg_skipped_counter = 0
         self.connected_since_ms: int | None = None
 
     @property
@@ -157,7 +161,8 @@ class Replicator:
             )
             return None
         self.state = "Starting"
-        producer = RemoteProducer(url, self.topic_name, producer_name(self.local_cluster, self.remote_cluster), self.queue_size)
+        name = producer_name(self.local_cluster, self.remote_cluster)
+        producer = RemoteProducer(url, self.topic_name, name, self.queue_size, on_receipts=self._on_receipts)
         try:
             if self.partitions:
                 await self._ensure_remote_partitions()
@@ -171,6 +176,7 @@ class Replicator:
         self.connected_since_ms = int(time.time() * 1000)
         # Everything not confirmed yet goes again: sends in flight when the last connection dropped
         # were never confirmed, and the cursor skips what was.
+        self._in_flight.clear()
         self.cursor.rewind()
         log.info(
             "[%s] Replicator to %s connected at %s, backlog %d entries",
@@ -212,14 +218,7 @@ class Replicator:
                 continue
             await producer.wait_for_room()
             room = max(1, min(self.queue_size - producer.pending, READ_BATCH_MAX))
-            stored = cursor.undeleted_entries(await cursor.read_entries(room))
-            skipped = []
-            for entry in stored:
-                if not self._send(producer, entry):
-                    skipped.append(entry.position)
-            if skipped:
-                self.msg_skipped_counter += len(skipped)
-                cursor.delete(skipped)
+            self._forward_entries(producer, cursor.undeleted_entries(await cursor.read_entries(room)))
 
     async def _wait_for_entries(self) -> None:
         """New entries, or a second passing (the loop then sees whether the remote went away)."""
@@ -228,49 +227,61 @@ class Replicator:
         except asyncio.TimeoutError:
             pass
 
-    def _send(self, producer: RemoteProducer, entry: Any) -> bool:
-        """Send one stored entry, or return False when it is not for this remote (it counts as done)."""
-        metadata, payload = stored_metadata(entry.data)
-        if metadata.replicated_from or metadata.HasField("marker_type"):
-            return False
-        replicate_to = metadata.replicate_to
-        if replicate_to and self.remote_cluster not in replicate_to:
-            return False
-        sequence_id = metadata.sequence_id
-        highest = metadata.highest_sequence_id if metadata.HasField("highest_sequence_id") else None
-        messages = metadata.num_messages_in_batch
-        section = replicated_section_of(metadata, payload, self.local_cluster)
-        try:
-            future = producer.send(section, sequence_id, highest, messages)
-        except ValueError as error:
-            # Larger than the remote accepts: it can never go there, and holding it would stop the rest.
-            log.error("[%s] Entry %s not replicated to %s: %s", self.topic_name, entry.position, self.remote_cluster, error)
-            return False
-        position = entry.position
-        size = len(section)
+    def _forward_entries(self, producer: RemoteProducer, entries: list[Any]) -> None:
+        """Send what of `entries` is for this remote; the rest counts as done: not those that came from
+        another cluster, nor markers, nor those whose `replicate_to` leaves this remote out."""
+        remote = self.remote_cluster
+        in_flight = self._in_flight
+        skipped = None
+        for entry in entries:
+            data = entry.data
+            metadata = stored_metadata(data)
+            replicate_to = metadata.replicate_to
+            if (
+                metadata.replicated_from
+                or metadata.HasField("marker_type")
+                or (replicate_to and remote not in replicate_to)
+            ):
+                skipped = entry.position
+                if in_flight:
+                    in_flight.append((skipped, 0, -1))
+                continue
+            section = replicated_section(data, self.local_cluster)
+            highest = metadata.highest_sequence_id if metadata.HasField("highest_sequence_id") else None
+            messages = metadata.num_messages_in_batch
+            try:
+                producer.send(section, metadata.sequence_id, highest, messages)
+            except ValueError as error:
+                # Larger than the remote accepts: it can never go there, and holding it would stop the rest.
+                log.error("[%s] Entry %s not replicated to %s: %s", self.topic_name, entry.position, remote, error)
+                skipped = entry.position
+                if in_flight:
+                    in_flight.append((skipped, 0, -1))
+                continue
+            in_flight.append((entry.position, messages, len(section)))
+        if skipped is not None and not in_flight:
+            self.cursor.mark_delete(skipped)
 
-        def confirmed(done: asyncio.Future[Any]) -> None:
-            if done.cancelled() or done.exception() is not None:
-                return  # the loop sees the dropped connection and sends it again after the reconnect
-            self.msg_out_counter += messages
-            self.bytes_out_counter += size
-            self._confirm(position)
-
-        future.add_done_callback(confirmed)
-        return True
-
-    def _confirm(self, position: Any) -> None:
-        """The cursor moves past what the remote confirmed, once per turn of the event loop: a socket
-        read brings many receipts, and each delete of the cursor persists it."""
-        confirmed = self._confirmed
-        confirmed.append(position)
-        if len(confirmed) == 1:
-            asyncio.get_running_loop().call_soon(self._delete_confirmed)
-
-    def _delete_confirmed(self) -> None:
-        positions, self._confirmed = self._confirmed, []
-        if positions and not self.cursor.closed:
-            self.cursor.delete(positions)
+    def _on_receipts(self, message_ids: list[tuple[int, int]]) -> None:
+        """The remote stored the oldest `len(message_ids)` entries in flight (or dropped them as
+        duplicates): the cursor moves past them, and past the skipped entries right behind them, once
+        per socket read of receipts."""
+        in_flight = self._in_flight
+        answered = len(message_ids)
+        messages = size = 0
+        done = None
+        while answered:
+            done, count, length = in_flight.popleft()
+            if length >= 0:
+                answered -= 1
+                messages += count
+                size += length
+        while in_flight and in_flight[0][2] < 0:
+            done = in_flight.popleft()[0]
+        self.msg_out_counter += messages
+        self.bytes_out_counter += size
+        if done is not None and not self.cursor.closed:
+            self.cursor.mark_delete(done)
 
     # ------------------------------------------------------------------------------- stats
 

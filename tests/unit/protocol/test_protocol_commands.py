@@ -299,3 +299,22 @@ def test_message_frames_join_single_frames(consumer_id: int, entries: list, part
     assert commands.message_frames(consumer_id, positions, payloads, partition=partition, epoch=epoch) == b"".join(
         commands.message_frame(consumer_id, *entry, partition=partition, epoch=epoch) for entry in first_time
     )
+
+
+@given(
+    producer_id=st.integers(0, U64_MAX),
+    sequence_id=st.integers(0, U64_MAX),
+    highest_sequence_id=st.none() | st.integers(0, U64_MAX),
+    num_messages=st.integers(-(2**31), 2**31 - 1),
+    section=st.binary(max_size=20),
+)
+def test_send_equals_protobuf_encoding(
+    producer_id: int, sequence_id: int, highest_sequence_id: int | None, num_messages: int, section: bytes
+) -> None:
+    fields: dict[str, int] = {"producer_id": producer_id, "sequence_id": sequence_id}
+    if num_messages != 1:
+        fields["num_messages"] = num_messages
+    if highest_sequence_id is not None:
+        fields["highest_sequence_id"] = highest_sequence_id
+    expected = encode_frame(BaseCommand(type=BaseCommand.SEND, send=fields), section)
+    assert commands.send(producer_id, sequence_id, highest_sequence_id, num_messages, section) == expected

@@ -124,6 +124,9 @@ def test_oversized_frame_is_refused_from_its_size_alone() -> None:
         (_header(8, 4) + b"\x08\x0b\x5a\x00", "lacks required fields"),  # FLOW {} without consumer_id
         (_header(4 + len(PING[8:]) + 2, len(PING[8:])) + PING[8:] + b"\x00\x00", "PING frame carries 2 bytes"),
         (encode_frame(BaseCommand(type=BaseCommand.SEND, send={"producer_id": 0, "sequence_id": 0})), "no payload"),
+        # SEND_RECEIPT {producer_id: 0}, then {producer_id: 0, sequence_id: 1, message_id: {}}.
+        (_header(10, 6) + b"\x08\x07\x3a\x02\x08\x00", "lacks required fields"),
+        (_header(14, 10) + b"\x08\x07\x3a\x06\x08\x00\x10\x01\x1a\x00", "lacks required fields"),
     ],
 )
 def test_malformed_frames_raise_protocol_error(data: bytes, message: str) -> None:

@@ -142,7 +142,7 @@ def test_random_sections_parse_or_raise_known_errors(body: bytes, checksummed: b
         pass
 
 
-def _index_from_parse(section: bytes) -> tuple[bytes, int, int, int, int, bool] | type[Exception]:
+def _index_from_parse(section: bytes) -> tuple[bytes, int, int, int, int, bool, str] | type[Exception]:
     try:
         parsed = parse_entry(section)
     except (ProtocolError, ChecksumError) as error:
@@ -154,10 +154,11 @@ def _index_from_parse(section: bytes) -> tuple[bytes, int, int, int, int, bool] 
         parsed.publish_time,
         parsed.deliver_at_time or 0,
         parsed.marker_type is not None,
+        parsed.producer_name,
     )
 
 
-def _index(section: bytes) -> tuple[bytes, int, int, int, int, bool] | type[Exception]:
+def _index(section: bytes) -> tuple[bytes, int, int, int, int, bool, str] | type[Exception]:
     try:
         return index_send(section)
     except (ProtocolError, ChecksumError) as error:
