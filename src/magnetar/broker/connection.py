@@ -271,7 +271,7 @@ class ServerConnection:
         elif kind == BaseCommand.SEEK:
             self._spawn(self._on_seek(command.seek))
         elif kind == BaseCommand.GET_LAST_MESSAGE_ID:
-            self._on_get_last_message_id(command.getLastMessageId)
+            self._spawn(self._on_get_last_message_id(command.getLastMessageId))
         elif kind == BaseCommand.GET_TOPICS_OF_NAMESPACE:
             request = command.getTopicsOfNamespace
             topics = self.service.topics_of_namespace(request.namespace) if request.mode != 1 else []
@@ -573,14 +573,19 @@ class ServerConnection:
         # Pulsar closes the subscription's consumers after a seek; each re-subscribes from the new position.
         subscription.disconnect_consumers()
 
-    def _on_get_last_message_id(self, request: Any) -> None:
+    async def _on_get_last_message_id(self, request: Any) -> None:
         consumer = self.consumers.get(request.consumer_id)
         if consumer is None:
             log.info("[%s] Request %d failed: ConsumerNotFound: unknown consumer", self.remote_address, request.request_id)
             self.write(commands.error(request.request_id, "ConsumerNotFound", "unknown consumer"))
             return
         topic = consumer.subscription.topic
-        last = topic.last_message_id()
+        try:
+            # Not a trailing marker: consumers never receive those (Pulsar #22571).
+            last = await topic.last_dispatchable_position()
+        except Exception as error:  # a read that failed, answered with its ServerError code
+            self._error(request.request_id, error)
+            return
         mark_delete = consumer.subscription.cursor.mark_delete_position
         self.write(
             commands.get_last_message_id_response(

@@ -46,19 +46,31 @@ from magnetar.core.events import (
 )
 from magnetar.core.positions import Position
 from magnetar.protocol import messages
+from magnetar.protocol.framing import ProtocolError
+from magnetar.protocol.markers import MARKER_PRODUCER_NAME, is_marker
 from magnetar.storage import ManagedCursor
 
 if TYPE_CHECKING:
     from magnetar.broker.consumer import ServerConsumer
     from magnetar.broker.topic import PersistentTopic
 
-__all__ = ["PersistentSubscription", "MARKER_PRODUCER_NAME", "entry_after"]
-
-# Pulsar writes internal markers (replicated-subscription snapshots, transaction markers) with this
-# producer name; clients never publish under it (connections refuse SENDs that carry a marker type).
-MARKER_PRODUCER_NAME = "pulsar.marker"
+__all__ = ["PersistentSubscription", "MARKER_PRODUCER_NAME", "entry_after", "is_marker_entry"]
 
 log = logging.getLogger(__name__)
+
+
+def is_marker_entry(stored: Any) -> bool:
+    """A stored entry is a marker (its metadata carries `marker_type`, Pulsar's isServerOnlyMarker): the
+    broker's, never dispatched. Every marker is stored under `pulsar.marker` (protocol/markers.py), so
+    only entries of that producer name are parsed, and a client's data under that name stays data.
+    Clients cannot store markers: connections refuse SENDs with a marker type from anyone but another
+    cluster's replicator. One whose metadata no longer parses is the broker's too, as in Pulsar."""
+    if stored.producer_name != MARKER_PRODUCER_NAME:
+        return False
+    try:
+        return is_marker(stored.data)
+    except (ProtocolError, messages.ChecksumError):
+        return True
 
 
 # Entry(...) without the Python-level __new__ NamedTuple generates: one per entry read.
@@ -347,13 +359,17 @@ class PersistentSubscription:
             return
         if self.dispatcher is not dispatcher:
             return
-        markers = [e.position for e in stored if e.producer_name == MARKER_PRODUCER_NAME]
-        if markers:
-            # Internal markers (replication) are stored but never sent: the subscription acks them.
-            before = self.cursor.mark_delete_position
-            self.cursor.delete(markers)
-            stored = [e for e in stored if e.producer_name != MARKER_PRODUCER_NAME]
-            self._mark_delete_moved(before)
+        if any(e.producer_name == MARKER_PRODUCER_NAME for e in stored):
+            # Markers are stored but never sent, to consumers or readers: the subscription acks each
+            # one individually as it reads it (Pulsar's filterEntriesForConsumer), and the dispatcher
+            # never sees them (it orders what consumers receive, and they receive none of these).
+            found = [e.position for e in stored if is_marker_entry(e)]
+            if found:
+                before = self.cursor.mark_delete_position
+                self.cursor.delete(found)
+                skipped = set(found)
+                stored = [e for e in stored if e.position not in skipped]
+                self._mark_delete_moved(before)
         if type(request) is ReadEntries and self.subscription_type in _REPLAYING_TYPES:
             self._hold(stored)
         delays = self._honours_delays

@@ -14,9 +14,10 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
-from magnetar.broker.subscription import PersistentSubscription, entry_after
+from magnetar.broker.subscription import MARKER_PRODUCER_NAME, PersistentSubscription, entry_after, is_marker_entry
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.positions import EARLIEST, LATEST, Position
+from magnetar.protocol.messages import parse_entry
 from magnetar.protocol.pulsar_api_pb2 import Schema
 from magnetar.replication.replicator import REPLICATOR_PREFIX, Replicator, cursor_name
 from magnetar.storage import ManagedLedger
@@ -116,6 +117,8 @@ class PersistentTopic:
         self._exclusive_waiters: deque[asyncio.Future[None]] = deque()
         # remote cluster -> its replicator; their cursors are not subscriptions (`check_replication`).
         self.replicators: dict[str, Replicator] = {}
+        # (last confirmed entry, the last entry a consumer can receive at or before it), as last found.
+        self._last_dispatchable: tuple[Position, Position] | None = None
         for name_ in ledger.cursors:
             cursor = ledger.cursors[name_]
             if cursor.durable and not is_reserved_subscription(name_):
@@ -292,6 +295,47 @@ class PersistentTopic:
 
     def last_message_id(self) -> Position:
         return self.ledger.last_confirmed_entry
+
+    async def last_dispatchable_position(self) -> Position:
+        """GET_LAST_MESSAGE_ID's answer: the newest entry a consumer can receive, skipping the markers
+        after it, or the position before the first entry when none is left. With the last confirmed entry
+        instead, a marker at the end would make a reader's has_message_available() true for good
+        (Pulsar #22571, fixed by getLastDispatchablePosition). Only the entries stored since the last
+        call are read, newest first, until one is data."""
+        ledger = self.ledger
+        last = ledger.last_confirmed_entry
+        known = self._last_dispatchable
+        if known is not None and known[0] == last:
+            found = known[1]
+        else:
+            found = None
+            first = ledger.first_position()
+            position = last
+            while position >= first:
+                if known is not None and position <= known[0]:
+                    found = known[1]  # what was stored after it are markers
+                    break
+                stored = await ledger.read_positions([position])
+                if stored and not is_marker_entry(stored[0]):
+                    found = position
+                    break
+                position = ledger.previous_position(position)
+            self._last_dispatchable = (last, found) if found is not None else None
+        first = ledger.first_position()
+        if found is None or found < first:
+            # Nothing a consumer can receive is stored (any more): before the first entry.
+            return ledger.previous_position(first)
+        return found
+
+    def append_marker(self, entry: bytes) -> asyncio.Future[Position]:
+        """Store a marker entry the broker wrote (`protocol.markers`); the future resolves to its position
+        once it is durable. Markers are not data: no producer, no deduplication, no msgIn counts."""
+        parsed = parse_entry(entry)
+        if parsed.marker_type is None or parsed.producer_name != MARKER_PRODUCER_NAME:
+            raise ValueError("not a marker entry")
+        return self.ledger.append(
+            parsed.entry, parsed.key_hash, 1, parsed.publish_time, MARKER_PRODUCER_NAME, parsed.sequence_id
+        )
 
     # ----------------------------------------------------------------------------- replication
 

@@ -228,6 +228,10 @@ class SimClient:
             consumer = self.consumers.get(command.close_consumer.consumer_id)
             if consumer is not None:
                 consumer.end("closed by the broker")
+        elif kind == BaseCommand.GET_LAST_MESSAGE_ID_RESPONSE:
+            future = self._requests.pop(command.getLastMessageIdResponse.request_id, None)
+            if future is not None and not future.done():
+                future.set_result(command)
         elif kind in (BaseCommand.SUCCESS, BaseCommand.ERROR, BaseCommand.PRODUCER_SUCCESS):
             body = {BaseCommand.SUCCESS: command.success, BaseCommand.ERROR: command.error}.get(kind)
             if body is None:
@@ -276,6 +280,8 @@ class SimConsumer:
     # PIP-84: a redelivery of everything on Failover and Exclusive moves to the next epoch, and
     # MESSAGEs of an earlier epoch (sent before the broker heard of it) are dropped.
     epoch: int = 0
+    # False for a reader: its subscription is non-durable and goes with it.
+    durable: bool = True
 
     async def subscribe(self, initial_earliest: bool = True) -> None:
         """Raises ClientClosed, or RuntimeError with the broker's error."""
@@ -288,7 +294,7 @@ class SimConsumer:
         body.subType = _SUB_TYPES[self.subscription_type]
         body.consumer_id = self.consumer_id
         body.consumer_name = self.name
-        body.durable = True
+        body.durable = self.durable
         body.initialPosition = CommandSubscribe.Earliest if initial_earliest else CommandSubscribe.Latest
         body.consumer_epoch = self.epoch
         if self.subscription_type == "Key_Shared":
