@@ -11,7 +11,7 @@ from pathlib import Path
 from magnetar.broker.config import load_config
 from magnetar.broker.service import BrokerService
 from magnetar.core.positions import Position
-from magnetar.protocol.pulsar_api_pb2 import BaseCommand, Schema
+from magnetar.protocol.pulsar_api_pb2 import BaseCommand, Schema, ServerError
 from magnetar.sim.shell.client import Delivery, Network, SimClient, SimConsumer, SimProducer
 from magnetar.sim.shell.engine import SimEngine
 from magnetar.sim.shell.loop import VirtualClockLoop
@@ -172,5 +172,55 @@ def test_producer_success_always_names_a_schema_version(tmp_path: Path) -> None:
         assert [a.HasField("schema_version") for a in answers] == [True, True]
         assert answers[0].schema_version == b""
         assert answers[1].schema_version == (0).to_bytes(8, "big")
+
+    run(tmp_path, scenario)
+
+
+def test_get_or_create_schema_and_get_schema_by_version(tmp_path: Path) -> None:
+    """The Go client registers a schema with GET_OR_CREATE_SCHEMA on its first send; AUTO_CONSUME and
+    the Python client's Avro reader fetch a message's writer schema with GET_SCHEMA by version."""
+
+    def get_or_create(topic: str, schema: dict) -> BaseCommand:
+        command = BaseCommand(type=BaseCommand.GET_OR_CREATE_SCHEMA)
+        command.getOrCreateSchema.topic = topic
+        command.getOrCreateSchema.schema.CopyFrom(Schema(**schema))
+        return command
+
+    def get(version: int | None) -> BaseCommand:
+        command = BaseCommand(type=BaseCommand.GET_SCHEMA)
+        command.getSchema.topic = TOPIC
+        if version is not None:
+            command.getSchema.schema_version = version.to_bytes(8, "big")
+        return command
+
+    strings = {"name": "s", "type": 2, "schema_data": b'{"type":"string"}'}
+    ints = {"name": "s", "type": 2, "schema_data": b'{"type":"int"}'}
+    longs = {"name": "s", "type": 2, "schema_data": b'{"type":"long"}'}
+
+    async def scenario(harness: Harness) -> None:
+        client = await harness.client("client")
+
+        async def ask(command: BaseCommand) -> object:
+            body = getattr(command, "getOrCreateSchema" if command.HasField("getOrCreateSchema") else "getSchema")
+            answer = await client.request(command, body)
+            return answer.getOrCreateSchemaResponse if command.HasField("getOrCreateSchema") else answer.getSchemaResponse
+
+        missing = await ask(get_or_create("persistent://public/default/nowhere", strings))
+        assert (ServerError.Name(missing.error_code), missing.error_message) == ("TopicNotFound", "Topic not found")
+        await harness.publish([(0, "k")])  # the topic exists now, without a schema
+        assert (await ask(get_or_create(TOPIC, ints))).schema_version == (0).to_bytes(8, "big")
+        assert (await ask(get_or_create(TOPIC, ints))).schema_version == (0).to_bytes(8, "big")
+        # An int reader cannot read strings: not FULL-compatible with version 0.
+        refused = await ask(get_or_create(TOPIC, strings))
+        assert ServerError.Name(refused.error_code) == "IncompatibleSchema"
+        assert "Unable to read schema" in refused.error_message
+        # long widens int, not the other way round: FULL needs both.
+        assert ServerError.Name((await ask(get_or_create(TOPIC, longs))).error_code) == "IncompatibleSchema"
+        assert (await ask(get_or_create(TOPIC, {"name": "n", "type": 0, "schema_data": b""}))).schema_version == b""
+        first = await ask(get(0))
+        assert (first.schema.schema_data, first.schema_version) == (b'{"type":"int"}', (0).to_bytes(8, "big"))
+        assert first.schema.name == "public/default/scripted"
+        assert (await ask(get(None))).schema_version == (0).to_bytes(8, "big")
+        assert (await ask(get(5))).error_message == "Topic not found or no-schema"
 
     run(tmp_path, scenario)

@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
 
-from magnetar.admin import clusters, explain, metrics, stats, topics
+from magnetar.admin import clusters, explain, metrics, schemas, stats, topics
 from magnetar.admin.errors import RestError
 
 if TYPE_CHECKING:
@@ -62,6 +62,8 @@ def create_app(service: BrokerService, is_ready: object = lambda: True) -> FastA
 
     for module in (clusters, topics, stats, explain, metrics):
         app.include_router(module.router)
+    app.include_router(schemas.router)
+    app.include_router(schemas.namespace_router)
     return app
 
 

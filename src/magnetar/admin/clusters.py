@@ -118,6 +118,7 @@ class NamespacePolicies(BaseModel):
     schema_compatibility_strategy: str
     schema_auto_update_compatibility_strategy: str
     schema_validation_enforced: bool
+    is_allow_auto_update_schema: bool | None = None
     subscription_types_enabled: list[str]
     properties: dict[str, str]
 
@@ -419,9 +420,10 @@ async def get_policies(request: Request, tenant: str, namespace: str) -> Namespa
         deleted=False,
         encryption_required=False,
         subscription_auth_mode="None",
-        schema_compatibility_strategy="UNDEFINED",
+        schema_compatibility_strategy=stored.get("schema_compatibility_strategy", "UNDEFINED"),
         schema_auto_update_compatibility_strategy="Full",
-        schema_validation_enforced=False,
+        schema_validation_enforced=bool(stored.get("schema_validation_enforced", False)),
+        is_allow_auto_update_schema=stored.get("is_allow_auto_update_schema"),
         subscription_types_enabled=stored.get("subscription_types_enabled", []),
         properties=stored.get("properties", {}),
     )

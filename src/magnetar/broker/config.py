@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from magnetar.broker.logs import parse_log_level
+from magnetar.broker.schema_compatibility import STRATEGIES
 from magnetar.core.settings import PULSAR_KEYS, DispatcherSettings
 from magnetar.storage import StorageConfig
 
@@ -72,6 +73,23 @@ BROKER_KEYS: tuple[Setting, ...] = (
         "Exclusive,Shared,Failover,Key_Shared",
         "Subscription types clients may use.",
         True,
+    ),
+    Setting(
+        "schemaCompatibilityStrategy",
+        "FULL",
+        "How a new schema version must relate to a topic's versions, unless its namespace sets one: "
+        "ALWAYS_INCOMPATIBLE, ALWAYS_COMPATIBLE, BACKWARD, FORWARD, FULL or their _TRANSITIVE forms.",
+    ),
+    Setting(
+        "isAllowAutoUpdateSchemaEnabled",
+        True,
+        "Producers and consumers may register new schema versions (else only existing ones match).",
+        True,
+    ),
+    Setting(
+        "isSchemaValidationEnforced",
+        False,
+        "Refuse producers without a schema on topics that have one.",
     ),
     Setting("brokerShutdownTimeoutMs", 60000, "How long a clean shutdown waits for in-flight work."),
     Setting(
@@ -197,4 +215,8 @@ def load_config(path: str | Path | None = None, overrides: Iterable[tuple[str, s
         config.storage_config()
     except (TypeError, ValueError) as error:
         raise ConfigError(str(error)) from error
+    if values["schemaCompatibilityStrategy"] not in STRATEGIES[1:]:
+        raise ConfigError(
+            f"schemaCompatibilityStrategy: {values['schemaCompatibilityStrategy']!r} is not one of {', '.join(STRATEGIES[1:])}"
+        )
     return config

@@ -19,6 +19,8 @@ from typing import Any
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.logs import consumer_changed, remote_address
 from magnetar.broker.producer import ServerProducer
+from magnetar.broker.schema_compatibility import SchemaData
+from magnetar.broker.schemas import from_wire, schema_id, to_wire, version_bytes, version_from_bytes
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.core.errors import CoreError
@@ -277,7 +279,9 @@ class ServerConnection:
             topics = self.service.topics_of_namespace(request.namespace) if request.mode != 1 else []
             self.write(commands.get_topics_of_namespace_response(request.request_id, topics))
         elif kind == BaseCommand.GET_SCHEMA:
-            self._spawn(self._on_get_schema(command.getSchema))
+            self._on_get_schema(command.getSchema)
+        elif kind == BaseCommand.GET_OR_CREATE_SCHEMA:
+            self._spawn(self._on_get_or_create_schema(command.getOrCreateSchema))
         else:
             self._not_allowed(command)
 
@@ -334,6 +338,9 @@ class ServerConnection:
         try:
             name = TopicName.parse(request.topic)
             topic = await self.service.get_topic(name)
+            # Registered or matched before the producer joins, as Pulsar's tryAddSchema; a retried
+            # create matches the version it registered.
+            schema_version = await self.service.schemas.producer_schema_version(name, _declared_schema(request))
             existing = self.producers.get(request.producer_id)
             if existing is not None:
                 # The client retried a create that already succeeded: answer the same way again.
@@ -342,7 +349,7 @@ class ServerConnection:
                         request.request_id,
                         existing.name,
                         topic.last_sequence_id(existing.name),
-                        schema_version=topic.schema_version(request.HasField("schema")),
+                        schema_version=schema_version,
                     )
                 )
                 return
@@ -357,14 +364,12 @@ class ServerConnection:
                         request.request_id,
                         producer_name,
                         topic.last_sequence_id(producer_name),
-                        schema_version=topic.schema_version(request.HasField("schema")),
+                        schema_version=schema_version,
                         producer_ready=False,
                     )
                 )
                 await topic.wait_until_free()
             topic.add_producer(producer, access_mode)
-            if request.HasField("schema"):
-                await topic.set_schema(request.schema)
         except Exception as error:  # answered to the client with its ServerError code
             self._error(request.request_id, error)
             return
@@ -385,7 +390,7 @@ class ServerConnection:
                 request.request_id,
                 producer_name,
                 topic.last_sequence_id(producer_name),
-                schema_version=topic.schema_version(request.HasField("schema")),
+                schema_version=schema_version,
             )
         )
 
@@ -429,6 +434,9 @@ class ServerConnection:
                 self.write(commands.success(request.request_id))
                 return
             topic = await self.service.get_topic(name, create=request.force_topic_creation)
+            schema = from_wire(request.schema) if request.HasField("schema") else None
+            if schema is not None and schema.type != "AUTO_CONSUME":
+                await self.service.schemas.add_schema_if_idle_or_check_compatible(topic, schema)
             start = _position(request.start_message_id) if request.HasField("start_message_id") else None
             initial = "earliest" if request.initialPosition == 1 else "latest"
             known = topic.subscriptions.get(request.subscription)
@@ -458,6 +466,8 @@ class ServerConnection:
             )
             if request.HasField("consumer_epoch"):
                 consumer.epoch = request.consumer_epoch
+            if schema is not None:
+                consumer.schema_type = schema.type
             consumer.consumer_id = subscription.add_consumer(consumer, subscription_type, request.priority_level, meta)
         except Exception as error:  # answered to the client with its ServerError code
             self._error(request.request_id, error)
@@ -593,16 +603,70 @@ class ServerConnection:
             )
         )
 
-    async def _on_get_schema(self, request: Any) -> None:
+    def _on_get_schema(self, request: Any) -> None:
+        """A version of the topic's schema, the newest without one: the registry answers for a topic that
+        is not loaded, or no longer exists, as Pulsar's does (AUTO_CONSUME asks by message version)."""
         try:
-            topic = await self.service.get_topic(TopicName.parse(request.topic), create=False)
-        except Exception as error:  # no topic, no schema
-            self.write(commands.get_schema_response(request.request_id, error_code="TopicNotFound", message=str(error)))
+            name = TopicName.parse(request.topic)
+        except InvalidTopicName as error:
+            self.write(commands.get_schema_response(request.request_id, error_code="InvalidTopicName", message=str(error)))
             return
-        if topic.schema is None:
-            self.write(commands.get_schema_response(request.request_id, error_code="TopicNotFound", message="Topic has no schema"))
-        else:
-            self.write(commands.get_schema_response(request.request_id, topic.schema))
+        version = version_from_bytes(request.schema_version) if request.schema_version else None
+        stored = self.service.schemas.get(name, version)
+        if stored is None:
+            log.info(
+                "[%s] Request %d failed: TopicNotFound: no schema version %s for %s",
+                self.remote_address,
+                request.request_id,
+                "latest" if version is None else version,
+                name,
+            )
+            self.write(
+                commands.get_schema_response(
+                    request.request_id, error_code="TopicNotFound", message="Topic not found or no-schema"
+                )
+            )
+            return
+        self.write(
+            commands.get_schema_response(
+                request.request_id, to_wire(schema_id(name), stored), version_bytes(stored.version)
+            )
+        )
+
+    async def _on_get_or_create_schema(self, request: Any) -> None:
+        """The Go client's first send with a schema: the version of that schema on an existing topic,
+        registered as a producer's would be (Pulsar's handleGetOrCreateSchema)."""
+        try:
+            name = TopicName.parse(request.topic)
+            if not self.service.topic_exists(name):
+                self.write(
+                    commands.get_or_create_schema_response(
+                        request.request_id, error_code="TopicNotFound", message="Topic not found"
+                    )
+                )
+                return
+            schema = from_wire(request.schema)
+            version = await self.service.schemas.producer_schema_version(
+                name, None if schema.type == "NONE" else schema
+            )
+        except Exception as error:  # answered with its ServerError code
+            code = "InvalidTopicName" if isinstance(error, InvalidTopicName) else getattr(error, "server_error", None)
+            if code is None:
+                log.error("[%s] Request %d failed: UnknownError: %r", self.remote_address, request.request_id, error, exc_info=error)
+                code = "UnknownError"
+            else:
+                log.info("[%s] Request %d failed: %s: %s", self.remote_address, request.request_id, code, error)
+            self.write(commands.get_or_create_schema_response(request.request_id, error_code=code, message=str(error)))
+            return
+        self.write(commands.get_or_create_schema_response(request.request_id, version))
+
+
+def _declared_schema(request: Any) -> SchemaData | None:
+    """The schema a PRODUCER declares; none for no schema or type None (the clients send BYTES so)."""
+    if not request.HasField("schema"):
+        return None
+    schema = from_wire(request.schema)
+    return None if schema.type == "NONE" else schema
 
 
 class _NotAllowed(CoreError):

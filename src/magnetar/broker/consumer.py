@@ -67,6 +67,9 @@ class ServerConsumer:
         # PIP-84: the consumer epoch of a client that keeps one (it sent consumer_epoch); every MESSAGE
         # carries it, so that the client drops those sent before a redelivery it asked for.
         self.epoch: int | None = None
+        # The SchemaType it subscribed with, if any: AUTO_CONSUME consumers leave a topic "idle", so the
+        # first consumer with a schema may still register it (PersistentTopic.addSchemaIfIdleOrCheckCompatible).
+        self.schema_type: str | None = None
         self.connected_since_ms = _now_ms()
         self.msg_out_counter = 0
         self.bytes_out_counter = 0

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.topic import PersistentTopic, delayed_delivery_path, schema_path
+from magnetar.broker.schemas import SchemaRegistry
+from magnetar.broker.topic import PersistentTopic, delayed_delivery_path
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.settings import DispatcherSettings
 from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
@@ -73,6 +74,7 @@ class BrokerService:
         # topics meanwhile, as clients closed by the deletion reconnect at once.
         self._deleting: set[str] = set()
         self._deleting_namespaces: set[str] = set()
+        self.schemas = SchemaRegistry(self, self.now_ms)
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +82,7 @@ class BrokerService:
             str(self.data_dir), self.config.storage_config(), self._storage_engine
         )
         await self.storage.metadata.ensure_defaults(self.config["clusterName"])
+        await self.schemas.import_legacy_records()
         self._expiry = asyncio.get_running_loop().create_task(self._expire_periodically())
         await self._load_replicated_topics()
         self._replication_check = asyncio.get_running_loop().create_task(self._check_replication_periodically())
@@ -401,9 +404,12 @@ class BrokerService:
                 topic.close_clients()
                 del self.topics[key]
                 await topic.stop_replicators()
-            for path in (schema_path(name), delayed_delivery_path(name), _topic_policies_path(name)):
+            for path in (delayed_delivery_path(name), _topic_policies_path(name)):
                 if self.metadata.get(path) is not None:
                     await self.metadata.delete(path)
+            if name.partition_index < 0:
+                # A partition's schema is its partitioned topic's, deleted with that.
+                await self.schemas.delete_storage(name)
             if key in self.storage.topics():
                 await self.storage.delete_ledger(key)
             log.info("[%s] Deleted topic%s", key, " (force)" if force else "")
@@ -450,6 +456,7 @@ class BrokerService:
         await self.metadata.delete_partitioned_topic(str(name))
         if self.metadata.get(_topic_policies_path(name)) is not None:
             await self.metadata.delete(_topic_policies_path(name))
+        await self.schemas.delete_storage(name)
         for partition in partitions:
             if self.topic_exists(partition):
                 await self.delete_topic(partition, force=True)

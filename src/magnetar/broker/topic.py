@@ -9,7 +9,6 @@ Must not touch: the wire (producers and consumers write frames) or ordering (sub
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 from collections import deque
 from typing import TYPE_CHECKING
@@ -18,7 +17,6 @@ from magnetar.broker.subscription import MARKER_PRODUCER_NAME, PersistentSubscri
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.positions import EARLIEST, LATEST, Position
 from magnetar.protocol.messages import parse_entry
-from magnetar.protocol.pulsar_api_pb2 import Schema
 from magnetar.replication.replicator import REPLICATOR_PREFIX, Replicator, cursor_name
 from magnetar.storage import ManagedLedger
 
@@ -34,13 +32,11 @@ __all__ = [
     "SubscriptionBusyError",
     "SubscriptionExistsError",
     "delayed_delivery_path",
-    "schema_path",
 ]
 
 log = logging.getLogger(__name__)
 
 _EXCLUSIVE_MODES = ("Exclusive", "ExclusiveWithFencing", "WaitForExclusive")
-FIRST_SCHEMA_VERSION = (0).to_bytes(8, "big")
 # Pulsar's deduplication cursor name, reserved like the replicators' (magnetar keeps no such cursor).
 DEDUPLICATION_CURSOR = "pulsar.dedup"
 # A restart rebuilds deduplication state from at most this many of the newest entries: producers
@@ -54,11 +50,6 @@ class ProducerBusyError(Exception):
 
 class ProducerFencedError(Exception):
     server_error = "ProducerFenced"
-
-
-def schema_path(name: TopicName) -> str:
-    """The metadata record of a topic's schema."""
-    return f"/schemas/{name.tenant}/{name.namespace}/{name.domain}/{name.local}"
 
 
 def delayed_delivery_path(name: TopicName) -> str:
@@ -97,10 +88,6 @@ class PersistentTopic:
         self.ledger = ledger
         self.producers: dict[str, ServerProducer] = {}
         self.subscriptions: dict[str, PersistentSubscription] = {}
-        self.schema: Schema | None = None  # the Schema a producer declared, returned by GET_SCHEMA
-        record = service.metadata.get(self._schema_path)
-        if record is not None:
-            self.schema = Schema.FromString(base64.b64decode(record[0]["schema"]))
         # Set once a message with deliver_at_time is stored: from then on reads look for it (stored
         # entries do not index it, and parsing every entry's metadata for it would cost every topic).
         self.uses_delayed_delivery = service.metadata.get(self._delayed_path) is not None
@@ -219,25 +206,6 @@ class PersistentTopic:
             return None
         self.uses_delayed_delivery = True
         return asyncio.ensure_future(self.service.metadata.put(self._delayed_path, {"used": True}))
-
-    @property
-    def _schema_path(self) -> str:
-        return schema_path(self.name)
-
-    def schema_version(self, declared: bool) -> bytes:
-        """What PRODUCER_SUCCESS says of a producer's schema version, which Pulsar always sends (the Java
-        client refuses an answer without it): none (empty) for a producer that declared no schema,
-        else the topic's one version so far, Pulsar's first LongSchemaVersion (0, 8 bytes big-endian)."""
-        return FIRST_SCHEMA_VERSION if declared and self.schema is not None else b""
-
-    async def set_schema(self, schema: Schema) -> None:
-        """Keep the schema a producer declares (the first one; later ones are not checked for
-        compatibility yet) so that GET_SCHEMA answers it, across restarts too."""
-        if self.schema is not None:
-            return
-        self.schema = Schema()
-        self.schema.CopyFrom(schema)
-        await self.service.metadata.put(self._schema_path, {"schema": base64.b64encode(schema.SerializeToString()).decode()})
 
     # ------------------------------------------------------------------------- subscriptions
 

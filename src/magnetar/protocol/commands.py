@@ -36,6 +36,7 @@ __all__ = [
     "consumer_stats_response",
     "error",
     "get_last_message_id_response",
+    "get_or_create_schema_response",
     "get_schema_response",
     "get_topics_of_namespace_response",
     "lookup_response",
@@ -232,6 +233,20 @@ def get_schema_response(
     if schema_version is not None:
         fields["schema_version"] = schema_version
     return _frame(BaseCommand.GET_SCHEMA_RESPONSE, "getSchemaResponse", **fields)
+
+
+def get_or_create_schema_response(
+    request_id: int, schema_version: bytes | None = None, *, error_code: int | str | None = None, message: str = ""
+) -> bytes:
+    """GET_OR_CREATE_SCHEMA_RESPONSE with the schema's version, or with `error_code` (IncompatibleSchema,
+    TopicNotFound)."""
+    fields: dict[str, object] = {"request_id": wire_id(request_id)}
+    if error_code is not None:
+        fields["error_code"] = _error_code(error_code)
+        fields["error_message"] = message
+    if schema_version is not None:
+        fields["schema_version"] = schema_version
+    return _frame(BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE, "getOrCreateSchemaResponse", **fields)
 
 
 # ---------------------------------------------------------------------------------------------------

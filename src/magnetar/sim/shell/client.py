@@ -228,8 +228,8 @@ class SimClient:
             consumer = self.consumers.get(command.close_consumer.consumer_id)
             if consumer is not None:
                 consumer.end("closed by the broker")
-        elif kind == BaseCommand.GET_LAST_MESSAGE_ID_RESPONSE:
-            future = self._requests.pop(command.getLastMessageIdResponse.request_id, None)
+        elif kind in _RESPONSES:
+            future = self._requests.pop(getattr(command, _RESPONSES[kind]).request_id, None)
             if future is not None and not future.done():
                 future.set_result(command)
         elif kind in (BaseCommand.SUCCESS, BaseCommand.ERROR, BaseCommand.PRODUCER_SUCCESS):
@@ -241,6 +241,14 @@ class SimClient:
             future = self._requests.pop(body.request_id, None)
             if future is not None and not future.done():
                 future.set_result(command)
+
+
+# Answers a request's future takes whole, by the field that holds them.
+_RESPONSES = {
+    BaseCommand.GET_LAST_MESSAGE_ID_RESPONSE: "getLastMessageIdResponse",
+    BaseCommand.GET_SCHEMA_RESPONSE: "getSchemaResponse",
+    BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE: "getOrCreateSchemaResponse",
+}
 
 
 @dataclass
