@@ -99,6 +99,27 @@ BROKER_KEYS: tuple[Setting, ...] = (
         True,
     ),
     Setting(
+        "enableReplicatedSubscriptions",
+        True,
+        "Replicated subscriptions (PIP-33): snapshots taken, markers answered, a consumer's "
+        "replicate_subscription_state honoured; false ignores all three.",
+    ),
+    Setting(
+        "replicatedSubscriptionsSnapshotFrequencyMillis",
+        1000,
+        "How often a topic with replicated subscriptions tries to take a snapshot across its clusters.",
+    ),
+    Setting(
+        "replicatedSubscriptionsSnapshotTimeoutSeconds",
+        30,
+        "How long a snapshot may wait for the other clusters' answers before it is given up.",
+    ),
+    Setting(
+        "replicatedSubscriptionsSnapshotMaxCachedPerSubscription",
+        10,
+        "Snapshots a replicated subscription keeps until its mark-delete position passes them.",
+    ),
+    Setting(
         "replicationPolicyCheckDurationSeconds",
         600,
         "How often loaded topics' replicators are checked against the replication policies (they are also "

@@ -412,7 +412,7 @@ class ServerConnection:
         sends = self._sends.get(producer)
         if sends is None:
             sends = self._sends[producer] = []
-        sends.append((send.sequence_id, send.highest_sequence_id, entry, key_hash, count, publish_time, name))
+        sends.append((send.sequence_id, send.highest_sequence_id, entry, key_hash, count, publish_time, name, marker))
 
     def _publish_pending(self) -> None:
         """Hand each producer the SENDs gathered from this read in one storage call."""
@@ -451,6 +451,18 @@ class ServerConnection:
                     "durable" if request.durable else "non-durable",
                     initial,
                 )
+            if request.replicate_subscription_state and subscription.durable:
+                # PIP-33: true makes the subscription replicated (for good: false never unmakes it).
+                if self.service.config["enableReplicatedSubscriptions"]:
+                    await topic.set_subscription_replicated(subscription, True)
+                else:
+                    log.warning(
+                        "[%s] Replicated subscription requested on %s / %s while enableReplicatedSubscriptions "
+                        "is false: not replicated",
+                        self.remote_address,
+                        name,
+                        request.subscription,
+                    )
             meta = None
             # An Exclusive consumer may declare STICKY ranges too: a reader with key hash ranges.
             declares_ranges = subscription_type == "Exclusive" and request.HasField("keySharedMeta")

@@ -31,8 +31,9 @@ _DUPLICATE = (-1, -1)
 
 
 # A SEND as the connection hands it over: (sequence id, highest sequence id, entry bytes, key hash, message
-# count, publish time, producer name in the entry's metadata).
-_Send = tuple[int, int, bytes, int, int, int, str]
+# count, publish time, producer name in the entry's metadata, whether the entry is a marker: only another
+# cluster's replicator forwards those).
+_Send = tuple[int, int, bytes, int, int, int, str, bool]
 
 
 class ServerProducer:
@@ -72,13 +73,19 @@ class ServerProducer:
             pushed = topic.sequence_pushed
             replicated = self.remote_cluster is not None
             for send in sends:
-                sequence_id, highest = send[0], send[1]
-                last = max(sequence_id, highest)
-                name = send[6] if replicated else self.name
-                duplicate = last <= pushed.get(name, -1)
-                if not duplicate:
-                    pushed[name] = last
+                if send[7]:
+                    # A marker (sequence id 0, every one of them) is the remote broker's, never a resend
+                    # to drop: Pulsar publishes a marker SEND without deduplication.
+                    duplicate = False
                     accepted.append(send)
+                else:
+                    sequence_id, highest = send[0], send[1]
+                    last = max(sequence_id, highest)
+                    name = send[6] if replicated else self.name
+                    duplicate = last <= pushed.get(name, -1)
+                    if not duplicate:
+                        pushed[name] = last
+                        accepted.append(send)
                 if not runs or runs[-1][0] != duplicate:
                     runs.append((duplicate, []))
                 runs[-1][1].append(send)
@@ -98,7 +105,7 @@ class ServerProducer:
 
     def _append(self, sends: list[_Send]) -> asyncio.Future:
         # Tuples: append_many keeps them as its columns without a copy.
-        sequence_ids, highest_ids, datas, hashes, counts, times, names = zip(*sends)
+        sequence_ids, highest_ids, datas, hashes, counts, times, names, markers = zip(*sends)
         # An entry keeps its highest sequence id (a batch's last message's): a restart rebuilds
         # deduplication from the stored ones, and a resent batch must stay a duplicate across it.
         stored_ids = tuple(map(max, sequence_ids, highest_ids))
@@ -107,6 +114,13 @@ class ServerProducer:
         producer_names = names if self.remote_cluster is not None else (self.name,) * len(datas)
         future = topic.ledger.append_many(datas, hashes, counts, times, producer_names, stored_ids)
         messages, size = sum(counts), sum(map(len, datas))
+        if True in markers:
+            # Markers are not data: neither in the counts nor in when data last arrived.
+            marker_entries = [data for data, marker in zip(datas, markers) if marker]
+            messages -= len(marker_entries)
+            size -= sum(map(len, marker_entries))
+        if messages:
+            topic.last_data_ms = topic.service.now_ms()
         self.msg_in_counter += messages
         self.bytes_in_counter += size
         topic.msg_in_counter += messages

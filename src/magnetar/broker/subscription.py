@@ -47,14 +47,18 @@ from magnetar.core.events import (
 from magnetar.core.positions import Position
 from magnetar.protocol import messages
 from magnetar.protocol.framing import ProtocolError
-from magnetar.protocol.markers import MARKER_PRODUCER_NAME, is_marker
+from magnetar.protocol.markers import MARKER_PRODUCER_NAME, SNAPSHOT, is_marker, parse_marker
+from magnetar.replication.snapshots import ReplicatedSubscriptionSnapshotCache, cached_snapshot
 from magnetar.storage import ManagedCursor
 
 if TYPE_CHECKING:
     from magnetar.broker.consumer import ServerConsumer
     from magnetar.broker.topic import PersistentTopic
 
-__all__ = ["PersistentSubscription", "MARKER_PRODUCER_NAME", "entry_after", "is_marker_entry"]
+__all__ = ["PersistentSubscription", "MARKER_PRODUCER_NAME", "REPLICATED_PROPERTY", "entry_after", "is_marker_entry"]
+
+# The cursor property that makes a subscription replicated (PIP-33), kept across restarts as Pulsar keeps it.
+REPLICATED_PROPERTY = "pulsar.replicated.subscription"
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +134,38 @@ class PersistentSubscription:
         self.bytes_out_from_removed_consumers = 0
         self.last_consumed_flow_ms = 0
         self.last_mark_delete_advanced_ms = 0
+        # PIP-33: the SNAPSHOT markers read and not yet passed, while the subscription is replicated; and
+        # the last snapshot an UPDATE went out for (Pulsar #16651: never the same one twice).
+        self.snapshot_cache: ReplicatedSubscriptionSnapshotCache | None = None
+        if cursor.durable and cursor.properties.get(REPLICATED_PROPERTY):
+            self.snapshot_cache = self._new_snapshot_cache()
+        self._last_update_snapshot_id: str | None = None
 
     @property
     def durable(self) -> bool:
         return self.cursor.durable
+
+    @property
+    def replicated(self) -> bool:
+        return self.snapshot_cache is not None
+
+    def _new_snapshot_cache(self) -> ReplicatedSubscriptionSnapshotCache:
+        return ReplicatedSubscriptionSnapshotCache(
+            self.topic.service.config["replicatedSubscriptionsSnapshotMaxCachedPerSubscription"]
+        )
+
+    async def set_replicated(self, replicated: bool) -> None:
+        """Mark (or unmark) the subscription replicated in its cursor's properties, durably (the topic's
+        `set_subscription_replicated` is the entry point)."""
+        if not self.durable:
+            raise ValueError(f"a non-durable subscription ({self.name}) is never replicated")
+        if replicated:
+            self.cursor.properties[REPLICATED_PROPERTY] = 1
+            self.snapshot_cache = self._new_snapshot_cache()
+        else:
+            self.cursor.properties.pop(REPLICATED_PROPERTY, None)
+            self.snapshot_cache = None
+        await self.cursor.flush()
 
     # --------------------------------------------------------------------------- consumers
 
@@ -247,11 +279,32 @@ class PersistentSubscription:
             self._handle(CumulativeAcked(consumer_id, position))
         self._mark_delete_moved(before)
 
+    def _cache_snapshots(self, marker_entries: list[Any]) -> None:
+        """SNAPSHOT markers this subscription read go into its cache (Pulsar's filterEntriesForConsumer)."""
+        for stored in marker_entries:
+            try:
+                marker = parse_marker(stored.data)
+            except (ProtocolError, messages.ChecksumError):
+                continue
+            if marker is not None and marker.marker_type == SNAPSHOT:
+                self.snapshot_cache.add_new_snapshot(cached_snapshot(marker.body))  # type: ignore[union-attr, arg-type]
+
     def _mark_delete_moved(self, before: Position) -> None:
         after = self.cursor.mark_delete_position
         if after > before:
             # Trimming consumed ledgers is the cursor's business (ManagedLedger.cursor_moved).
             self._handle(MarkDeleteAdvanced(after))
+            if self.snapshot_cache is not None:
+                self._passed_snapshots(after)
+
+    def _passed_snapshots(self, mark_delete: Position) -> None:
+        """The newest snapshot the mark-delete position passed goes to the other clusters (UPDATE)."""
+        snapshot = self.snapshot_cache.advanced_mark_delete_position(mark_delete)  # type: ignore[union-attr]
+        controller = self.topic.replicated_subscriptions
+        if snapshot is None or controller is None or snapshot.snapshot_id == self._last_update_snapshot_id:
+            return
+        self._last_update_snapshot_id = snapshot.snapshot_id
+        controller.subscription_passed_snapshot(self.name, snapshot)
 
     def redeliver(self, consumer_id: int, positions: list[Position] | None) -> None:
         self._handle(RedeliverRequested(consumer_id, None if positions is None else tuple(positions)))
@@ -364,6 +417,8 @@ class PersistentSubscription:
             # one individually as it reads it (Pulsar's filterEntriesForConsumer), and the dispatcher
             # never sees them (it orders what consumers receive, and they receive none of these).
             found = [e.position for e in stored if is_marker_entry(e)]
+            if found and self.snapshot_cache is not None:
+                self._cache_snapshots([e for e in stored if e.position in set(found)])
             if found:
                 before = self.cursor.mark_delete_position
                 self.cursor.delete(found)

@@ -17,6 +17,8 @@ from magnetar.broker.subscription import MARKER_PRODUCER_NAME, PersistentSubscri
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.positions import EARLIEST, LATEST, Position
 from magnetar.protocol.messages import parse_entry
+from magnetar.protocol.markers import Marker
+from magnetar.replication.controller import ReplicatedSubscriptionsController
 from magnetar.replication.replicator import REPLICATOR_PREFIX, Replicator, cursor_name
 from magnetar.storage import ManagedLedger
 
@@ -104,6 +106,13 @@ class PersistentTopic:
         self._exclusive_waiters: deque[asyncio.Future[None]] = deque()
         # remote cluster -> its replicator; their cursors are not subscriptions (`check_replication`).
         self.replicators: dict[str, Replicator] = {}
+        # PIP-33: runs while some subscription is replicated, the feature is on and the topic replicates to
+        # another cluster, or once a marker came from one (`check_replicated_subscriptions`).
+        self.replicated_subscriptions: ReplicatedSubscriptionsController | None = None
+        self._marker_received = False
+        # When the last data entry (not a marker), local or replicated, was stored (epoch ms; None since
+        # the topic loaded): a snapshot is taken only if data arrived since the last one started.
+        self.last_data_ms: int | None = None
         # (last confirmed entry, the last entry a consumer can receive at or before it), as last found.
         self._last_dispatchable: tuple[Position, Position] | None = None
         for name_ in ledger.cursors:
@@ -341,16 +350,84 @@ class PersistentTopic:
                 service.config["replicationProducerQueueSize"],
                 service.partitions(self.name.partitioned_base) if self.name.partition_index >= 0 else 0,
                 service.admin_service_url,
+                self._on_replicated_marker,
             )
             self.replicators[cluster] = replicator
             replicator.start()
             log.info("[%s] Started replicator to %s, backlog %d entries", self.name, cluster, replicator.backlog())
+        await self.check_replicated_subscriptions()
 
     async def stop_replicators(self) -> None:
-        """The topic is unloaded or deleted: replicators stop, their cursors stay with the ledger."""
+        """The topic is unloaded or deleted: replicators and the replicated-subscription controller stop,
+        the replicators' cursors stay with the ledger."""
         replicators, self.replicators = self.replicators, {}
         for replicator in replicators.values():
             await replicator.stop()
+        await self.check_replicated_subscriptions()
+
+    # ------------------------------------------------------------------ replicated subscriptions (PIP-33)
+
+    async def check_replicated_subscriptions(self) -> None:
+        """Start or stop the controller as Pulsar's checkReplicatedSubscriptionControllerState: it runs
+        while `enableReplicatedSubscriptions` is on, the topic replicates to another cluster, and some
+        subscription is replicated or a marker came from another cluster (a cluster without replicated
+        subscriptions still answers snapshot requests and applies updates)."""
+        wanted = self._marker_received or any(s.replicated for s in self.subscriptions.values())
+        if wanted:
+            self._start_replicated_subscriptions()
+        controller = self.replicated_subscriptions
+        if controller is not None and not (wanted and self._controller_allowed()):
+            self.replicated_subscriptions = None
+            await controller.stop()
+            log.info("[%s] Replicated subscriptions controller stopped", self.name)
+
+    def _controller_allowed(self) -> bool:
+        return bool(self.service.config["enableReplicatedSubscriptions"] and self.replicators)
+
+    def _start_replicated_subscriptions(self) -> None:
+        if self.replicated_subscriptions is not None or not self._controller_allowed():
+            return
+        config = self.service.config
+        controller = self.replicated_subscriptions = ReplicatedSubscriptionsController(
+            str(self.name),
+            config["clusterName"],
+            config["replicatedSubscriptionsSnapshotFrequencyMillis"],
+            config["replicatedSubscriptionsSnapshotTimeoutSeconds"] * 1000,
+            self.service.now_ms,
+            self.append_marker,
+            lambda: {cluster: replicator.connected for cluster, replicator in self.replicators.items()},
+            lambda: self.last_data_ms,
+            self._apply_replicated_update,
+        )
+        controller.start()
+
+    async def set_subscription_replicated(self, subscription: PersistentSubscription, replicated: bool) -> None:
+        """Pulsar's setReplicated: the cursor property `pulsar.replicated.subscription` marks it (kept across
+        restarts), the subscription keeps a snapshot cache while it is set."""
+        if subscription.replicated == replicated:
+            return
+        await subscription.set_replicated(replicated)
+        log.info("[%s][%s] Subscription %s replicated", self.name, subscription.name, "now" if replicated else "no longer")
+        await self.check_replicated_subscriptions()
+
+    def _on_replicated_marker(self, position: Position, marker: Marker) -> None:
+        """A marker another cluster wrote, read here by the replicator pointing back at it."""
+        # Pulsar's receivedReplicatedSubscriptionMarker starts the controller, and this marker is its first.
+        self._marker_received = True
+        self._start_replicated_subscriptions()
+        controller = self.replicated_subscriptions
+        if controller is not None:
+            controller.marker_received(position, marker)
+
+    async def _apply_replicated_update(self, name: str, position: Position) -> None:
+        """Another cluster's replicated subscription `name` moved: this one moves to `position`
+        (cumulatively, never back), created first at the earliest position if it does not exist here
+        (Pulsar #20767)."""
+        subscription = self.subscriptions.get(name)
+        if subscription is None:
+            subscription = await self.subscribe(name, True, "earliest", None)
+            await self.set_subscription_replicated(subscription, True)
+        subscription.skip_to(min(Position(*position), self.ledger.last_confirmed_entry))
 
     def clear_replication_backlog(self, cluster: str) -> bool:
         """skip_all on `pulsar.repl.<cluster>`: the replicator forgets what it had not sent yet."""

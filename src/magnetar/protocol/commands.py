@@ -295,10 +295,16 @@ def send_receipt(
 
 
 def send(
-    producer_id: int, sequence_id: int, highest_sequence_id: int | None, num_messages: int, section: bytes
+    producer_id: int,
+    sequence_id: int,
+    highest_sequence_id: int | None,
+    num_messages: int,
+    section: bytes,
+    marker: bool = False,
 ) -> bytes:
     """A SEND frame carrying one entry's payload section: `num_messages` is its batch size (omitted when
-    1, protobuf's default), `highest_sequence_id` its last message's sequence id if given.
+    1, protobuf's default), `highest_sequence_id` its last message's sequence id if given, `marker` set
+    for a marker entry (as Pulsar's clients set it whenever the metadata has a marker type).
 
     One per entry a replicator forwards, so encoded by hand: the bytes protobuf would write (tests
     compare the two).
@@ -308,6 +314,8 @@ def send(
         body += b"\x18" + varint(num_messages & _U64)
     if highest_sequence_id is not None:
         body += b"\x30" + varint(highest_sequence_id & _U64)
+    if marker:
+        body += b"\x40\x01"
     command = _SEND_PREFIX + varint(len(body)) + body
     return _HEADER.pack(4 + len(command) + len(section), len(command)) + command + section
 

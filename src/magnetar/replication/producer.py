@@ -255,10 +255,12 @@ class RemoteProducer:
             raise RemoteUnavailable(f"connection to {self.address} lost: {error}") from error
         self._check_connected()
 
-    def send(self, section: bytes, sequence_id: int, highest_sequence_id: int | None, num_messages: int) -> None:
+    def send(
+        self, section: bytes, sequence_id: int, highest_sequence_id: int | None, num_messages: int, marker: bool = False
+    ) -> None:
         """SEND one entry: `section` is its payload section (`replicated_section`), `sequence_id` and
         `highest_sequence_id` its original producer's, `num_messages` its batch size (1 for a single
-        message). Its receipt comes through `on_receipts`.
+        message), `marker` whether it is a marker entry. Its receipt comes through `on_receipts`.
 
         Raises RemoteUnavailable when the connection is gone, RuntimeError when `max_pending` sends are
         unanswered (await `wait_for_room()` first) and ValueError when the entry is larger than the
@@ -269,7 +271,7 @@ class RemoteProducer:
         pending = self._pending
         if len(pending) >= self.max_pending:
             raise RuntimeError(f"{self.max_pending} sends are unanswered: await wait_for_room() first")
-        frame = commands.send(_PRODUCER_ID, sequence_id, highest_sequence_id, num_messages, section)
+        frame = commands.send(_PRODUCER_ID, sequence_id, highest_sequence_id, num_messages, section, marker)
         # The remote's frame limit (Pulsar's and magnetar's decoders alike).
         if len(frame) > self._max_message_size + MESSAGE_SIZE_FRAME_PADDING:
             raise ValueError(

@@ -21,7 +21,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from magnetar.protocol.messages import replicated_section, stored_metadata
+from magnetar.protocol.framing import ProtocolError
+from magnetar.protocol.markers import Marker, parse_marker
+from magnetar.protocol.messages import ChecksumError, replicated_section, stored_metadata
 from magnetar.replication.producer import RemoteError, RemoteProducer, RemoteUnavailable
 from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
 
@@ -37,7 +39,6 @@ log = logging.getLogger(__name__)
 REPLICATOR_PREFIX = "pulsar.repl"
 BACKOFF_INITIAL_S = 0.1
 BACKOFF_MAX_S = 60.0
-READ_BATCH_MAX = 100  # Pulsar's dispatcherMaxReadBatchSize bounds a replicator's reads too
 IDLE_CHECK_S = 1.0  # an idle replicator looks at its remote connection this often
 PARTITION_SUFFIX = "-partition-"
 
@@ -76,11 +77,14 @@ class Replicator:
         queue_size: int,
         partitions: int = 0,
         resolve_admin_url: Callable[[str], str | None] | None = None,
+        on_marker: Callable[[Any, Marker], None] | None = None,
     ) -> None:
         """`partitions`: how many partitions the topic this one is a partition of has (0 for a topic
         that is not partitioned); the remote gets a partitioned topic with at least as many before
         the first send (Pulsar 4.0's createTopicToRemoteClusterForReplication), through its admin API
-        at `resolve_admin_url(cluster)`."""
+        at `resolve_admin_url(cluster)`. `on_marker(position, marker)`: a marker the remote cluster wrote
+        reached this topic (PIP-33: the replicator pointing back at a cluster hands its markers to the
+        topic's controller)."""
         self.topic_name = topic_name
         self.local_cluster = local_cluster
         self.remote_cluster = remote_cluster
@@ -90,6 +94,7 @@ class Replicator:
         self.queue_size = queue_size
         self.partitions = partitions
         self._resolve_admin_url = resolve_admin_url
+        self._on_marker = on_marker
         self.producer: RemoteProducer | None = None
         # (position, messages, bytes) of each entry sent, in send order; bytes -1 for an entry skipped
         # behind them (it is done once they are).
@@ -217,7 +222,10 @@ class Replicator:
                 await self._wait_for_entries()
                 continue
             await producer.wait_for_room()
-            room = max(1, min(self.queue_size - producer.pending, READ_BATCH_MAX))
+            # As much as the queue has room for: the event loop is shared with the topic's producers, whose
+            # every socket read stores hundreds of entries in one turn, and a replicator that forwarded
+            # fewer per turn (Pulsar's 100) would fall behind them however idle the machine.
+            room = max(1, self.queue_size - producer.pending)
             self._forward_entries(producer, cursor.undeleted_entries(await cursor.read_entries(room)))
 
     async def _wait_for_entries(self) -> None:
@@ -229,19 +237,19 @@ class Replicator:
 
     def _forward_entries(self, producer: RemoteProducer, entries: list[Any]) -> None:
         """Send what of `entries` is for this remote; the rest counts as done: not those that came from
-        another cluster, nor markers, nor those whose `replicate_to` leaves this remote out."""
+        another cluster (the remote's own markers go to `on_marker` on the way), nor those whose
+        `replicate_to` leaves this remote out (a SNAPSHOT marker names only its own cluster)."""
         remote = self.remote_cluster
         in_flight = self._in_flight
         skipped = None
         for entry in entries:
             data = entry.data
             metadata = stored_metadata(data)
+            replicated_from = metadata.replicated_from
             replicate_to = metadata.replicate_to
-            if (
-                metadata.replicated_from
-                or metadata.HasField("marker_type")
-                or (replicate_to and remote not in replicate_to)
-            ):
+            if replicated_from or (replicate_to and remote not in replicate_to):
+                if replicated_from == remote and metadata.HasField("marker_type"):
+                    self._marker_from_remote(entry)
                 skipped = entry.position
                 if in_flight:
                     in_flight.append((skipped, 0, -1))
@@ -250,7 +258,7 @@ class Replicator:
             highest = metadata.highest_sequence_id if metadata.HasField("highest_sequence_id") else None
             messages = metadata.num_messages_in_batch
             try:
-                producer.send(section, metadata.sequence_id, highest, messages)
+                producer.send(section, metadata.sequence_id, highest, messages, metadata.HasField("marker_type"))
             except ValueError as error:
                 # Larger than the remote accepts: it can never go there, and holding it would stop the rest.
                 log.error("[%s] Entry %s not replicated to %s: %s", self.topic_name, entry.position, remote, error)
@@ -261,6 +269,17 @@ class Replicator:
             in_flight.append((entry.position, messages, len(section)))
         if skipped is not None and not in_flight:
             self.cursor.mark_delete(skipped)
+
+    def _marker_from_remote(self, entry: Any) -> None:
+        if self._on_marker is None:
+            return
+        try:
+            marker = parse_marker(entry.data)
+        except (ProtocolError, ChecksumError) as error:
+            log.warning("[%s] Marker from %s at %s unreadable: %s", self.topic_name, self.remote_cluster, entry.position, error)
+            return
+        if marker is not None:
+            self._on_marker(entry.position, marker)
 
     def _on_receipts(self, message_ids: list[tuple[int, int]]) -> None:
         """The remote stored the oldest `len(message_ids)` entries in flight (or dropped them as

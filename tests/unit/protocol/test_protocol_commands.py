@@ -307,14 +307,17 @@ def test_message_frames_join_single_frames(consumer_id: int, entries: list, part
     highest_sequence_id=st.none() | st.integers(0, U64_MAX),
     num_messages=st.integers(-(2**31), 2**31 - 1),
     section=st.binary(max_size=20),
+    marker=st.booleans(),
 )
 def test_send_equals_protobuf_encoding(
-    producer_id: int, sequence_id: int, highest_sequence_id: int | None, num_messages: int, section: bytes
+    producer_id: int, sequence_id: int, highest_sequence_id: int | None, num_messages: int, section: bytes, marker: bool
 ) -> None:
     fields: dict[str, int] = {"producer_id": producer_id, "sequence_id": sequence_id}
     if num_messages != 1:
         fields["num_messages"] = num_messages
     if highest_sequence_id is not None:
         fields["highest_sequence_id"] = highest_sequence_id
+    if marker:
+        fields["marker"] = True
     expected = encode_frame(BaseCommand(type=BaseCommand.SEND, send=fields), section)
-    assert commands.send(producer_id, sequence_id, highest_sequence_id, num_messages, section) == expected
+    assert commands.send(producer_id, sequence_id, highest_sequence_id, num_messages, section, marker) == expected

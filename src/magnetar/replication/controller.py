@@ -1,0 +1,171 @@
+"""A topic's replicated-subscription controller (PIP-33): the asyncio half of `snapshots.SnapshotController`.
+
+Owns: the timer that starts a snapshot every `replicatedSubscriptionsSnapshotFrequencyMillis`, writing the
+markers the pure code returns (REQUEST, RESPONSE, SNAPSHOT, UPDATE) into the topic in the order they were
+decided, answering the markers another cluster's replicator brought in (handed over by the replicator
+pointing back at that cluster), and the counts its metrics report.
+Must not touch: the topic's objects (it reaches the topic through the callables it is given), storage, or
+what a snapshot means (`snapshots.py`).
+
+Pulsar's ReplicatedSubscriptionsController; replication reference §2.2 and §2.4.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from magnetar.core.positions import Position
+from magnetar.protocol import markers
+from magnetar.protocol.markers import Marker
+from magnetar.replication.snapshots import CachedSnapshot, SnapshotController, respond_to_request, update_target
+
+__all__ = ["ReplicatedSubscriptionsController"]
+
+log = logging.getLogger(__name__)
+
+
+class ReplicatedSubscriptionsController:
+    """Invariants: markers are appended one at a time, in the order they were decided; a SNAPSHOT counts
+    as complete only once it is stored (Pulsar #26119)."""
+
+    def __init__(
+        self,
+        topic_name: str,
+        local_cluster: str,
+        frequency_ms: int,
+        timeout_ms: int,
+        now_ms: Callable[[], int],
+        append_marker: Callable[[bytes], Awaitable[Position]],
+        replicators: Callable[[], dict[str, bool]],
+        last_data_ms: Callable[[], int | None],
+        apply_update: Callable[[str, Position], Awaitable[None]],
+        new_snapshot_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        """`replicators`: each remote cluster the topic replicates to, and whether its replicator is
+        connected; `last_data_ms`: when the last data entry (not a marker) was stored, None if never;
+        `apply_update(subscription, position)`: move (or create, then move) a local subscription."""
+        self.topic_name = topic_name
+        self.local_cluster = local_cluster
+        self.frequency_ms = frequency_ms
+        self._now_ms = now_ms
+        self._append_marker = append_marker
+        self._replicators = replicators
+        self._last_data_ms = last_data_ms
+        self._apply_update = apply_update
+        self.snapshots = SnapshotController(local_cluster, timeout_ms, new_snapshot_id)
+        # How long each completed snapshot took (ms), for pulsar_replicated_subscriptions_snapshot_ms.
+        self.snapshot_ms_count = 0
+        self.snapshot_ms_sum = 0
+        self.updates_written = 0
+        self._queue: asyncio.Queue[tuple[bytes, Callable[[Position | None], Any] | None]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def running(self) -> bool:
+        return bool(self._tasks)
+
+    def start(self) -> None:
+        if self._tasks:
+            return
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._tick_loop(), name=f"snapshots {self.topic_name}"),
+            loop.create_task(self._write_loop(), name=f"markers {self.topic_name}"),
+        ]
+        log.info("[%s] Replicated subscriptions controller started", self.topic_name)
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    # ------------------------------------------------------------------------------ the timer
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.frequency_ms / 1000)
+            now = self._now_ms()
+            builder = self.snapshots.tick(now, self._last_data_ms(), self._replicators())
+            if builder is not None:
+                log.debug("[%s] Starting snapshot %s", self.topic_name, builder.snapshot_id)
+                self._write(builder.request(), builder.request_written)
+
+    # ------------------------------------------------------------------------- what arrives
+
+    def marker_received(self, position: Position, marker: Marker) -> None:
+        """A marker another cluster wrote, stored here at `position`, read by the replicator pointing
+        back at that cluster."""
+        now = self._now_ms()
+        body = marker.body
+        if marker.marker_type == markers.SNAPSHOT_REQUEST:
+            response = respond_to_request(body, position, self.local_cluster, now)  # type: ignore[arg-type]
+            if response is not None:
+                self._write(response, None)
+        elif marker.marker_type == markers.SNAPSHOT_RESPONSE:
+            snapshot_id = body.snapshot_id  # type: ignore[union-attr]
+            builder = self.snapshots.pending.get(snapshot_id)
+            following = self.snapshots.response_received(position, body, now)  # type: ignore[arg-type]
+            if following is None or builder is None:
+                return
+            if builder.snapshot_pending:  # the SNAPSHOT, not the second round's REQUEST
+                self._write(following, lambda stored: self._snapshot_stored(snapshot_id, stored))
+            else:
+                self._write(following, None)
+        elif marker.marker_type == markers.UPDATE:
+            target = update_target(body, self.local_cluster)  # type: ignore[arg-type]
+            if target is not None:
+                name = body.subscription_name  # type: ignore[union-attr]
+                task = asyncio.get_running_loop().create_task(self._apply(name, target))
+                self._tasks.append(task)
+                task.add_done_callback(self._tasks.remove)
+
+    async def _apply(self, subscription: str, position: Position) -> None:
+        try:
+            await self._apply_update(subscription, position)
+        except Exception:
+            log.exception("[%s] Replicated subscription %s not moved to %s", self.topic_name, subscription, position)
+        else:
+            log.debug("[%s] Replicated subscription %s moved to %s", self.topic_name, subscription, position)
+
+    def _snapshot_stored(self, snapshot_id: str, position: Position | None) -> None:
+        if position is None:
+            self.snapshots.snapshot_write_failed(snapshot_id)
+            return
+        took = self.snapshots.snapshot_written(snapshot_id, self._now_ms())
+        if took is not None:
+            self.snapshot_ms_count += 1
+            self.snapshot_ms_sum += took
+            log.debug("[%s] Snapshot %s complete at %s in %d ms", self.topic_name, snapshot_id, position, took)
+
+    # ------------------------------------------------------------------------ subscriptions
+
+    def subscription_passed_snapshot(self, subscription: str, snapshot: CachedSnapshot) -> None:
+        """A replicated subscription's mark-delete position passed `snapshot`: the other clusters move
+        theirs to its positions (UPDATE)."""
+        self._write(markers.subscription_update(subscription, dict(snapshot.clusters), self._now_ms()), None)
+        self.updates_written += 1
+
+    # ------------------------------------------------------------------------------ writing
+
+    def _write(self, entry: bytes, done: Callable[[Position | None], Any] | None) -> None:
+        self._queue.put_nowait((entry, done))
+
+    async def _write_loop(self) -> None:
+        while True:
+            entry, done = await self._queue.get()
+            try:
+                position: Position | None = await self._append_marker(entry)
+            except Exception as error:
+                log.warning("[%s] Marker not stored: %s", self.topic_name, error)
+                position = None
+            if done is not None:
+                done(position)
