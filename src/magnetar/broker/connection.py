@@ -21,7 +21,7 @@ from magnetar.broker.logs import consumer_changed, remote_address
 from magnetar.broker.producer import ServerProducer
 from magnetar.broker.schema_compatibility import SchemaData
 from magnetar.broker.schemas import from_wire, schema_id, to_wire, version_bytes, version_from_bytes
-from magnetar.broker.service import BrokerService
+from magnetar.broker.service import TOPIC_DOMAINS, BrokerService
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.core.errors import CoreError
 from magnetar.core.events import KeySharedMeta
@@ -43,6 +43,8 @@ _SUB_TYPES = {
     CommandSubscribe.Key_Shared: "Key_Shared",
 }
 _ACCESS_MODES = {0: "Shared", 1: "Exclusive", 2: "WaitForExclusive", 3: "ExclusiveWithFencing"}
+# GET_TOPICS_OF_NAMESPACE modes: PERSISTENT (the default), NON_PERSISTENT, ALL.
+_NAMESPACE_MODE_DOMAINS = {0: ("persistent",), 1: ("non-persistent",), 2: TOPIC_DOMAINS}
 _producer_names = itertools.count()
 # Read size per socket read: large enough that a burst of SENDs is parsed in one go.
 _READ_SIZE = 256 * 1024
@@ -276,7 +278,7 @@ class ServerConnection:
             self._spawn(self._on_get_last_message_id(command.getLastMessageId))
         elif kind == BaseCommand.GET_TOPICS_OF_NAMESPACE:
             request = command.getTopicsOfNamespace
-            topics = self.service.topics_of_namespace(request.namespace) if request.mode != 1 else []
+            topics = self.service.topics_of_namespace(request.namespace, _NAMESPACE_MODE_DOMAINS[request.mode])
             self.write(commands.get_topics_of_namespace_response(request.request_id, topics))
         elif kind == BaseCommand.GET_SCHEMA:
             self._on_get_schema(command.getSchema)

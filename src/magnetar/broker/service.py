@@ -26,9 +26,13 @@ from magnetar.storage import ManagedLedgerFactory
 from magnetar.storage.sqlite_engine import SqliteEngine
 from magnetar.storage.metadata import BadVersionError, NotFoundError
 
-__all__ = ["BrokerService", "NamespaceNotEmptyError", "TopicBusyError", "TopicNotFoundError"]
+__all__ = ["TOPIC_DOMAINS", "BrokerService", "NamespaceNotEmptyError", "TopicBusyError", "TopicNotFoundError"]
 
 log = logging.getLogger(__name__)
+
+# Both of Pulsar's topic domains. magnetar keeps a non-persistent topic's messages as it keeps a
+# persistent topic's; the domain still names the topic, and listings separate the two as Pulsar does.
+TOPIC_DOMAINS = ("persistent", "non-persistent")
 
 
 def _wall_clock_ms() -> int:
@@ -259,13 +263,15 @@ class BrokerService:
         finally:
             del self._loading[key]
 
-    def topics_of_namespace(self, namespace: str) -> list[str]:
-        """Every persistent topic of the namespace (partitions by their own names), as clients expect."""
-        prefix = f"persistent://{namespace}/"
-        names = {t for t in self.storage.topics() if t.startswith(prefix)}
+    def topics_of_namespace(self, namespace: str, domains: tuple[str, ...] = ("persistent",)) -> list[str]:
+        """The namespace's topics in the given domains (partitions by their own names), as clients expect;
+        persistent ones only unless asked, as GET_TOPICS_OF_NAMESPACE's default mode in Pulsar."""
+        prefixes = tuple(f"{domain}://{namespace}/" for domain in domains)
+        names = {t for t in self.storage.topics() if t.startswith(prefixes)}
         for base in self.metadata.partitioned_topics(namespace):
-            count = self.metadata.partitioned_topic_metadata(base)
-            names.update(f"{base}-partition-{i}" for i in range(count))
+            if base.startswith(prefixes):
+                count = self.metadata.partitioned_topic_metadata(base)
+                names.update(f"{base}-partition-{i}" for i in range(count))
         return sorted(names)
 
     # ------------------------------------------------------------------------------ policies
@@ -374,14 +380,14 @@ class BrokerService:
 
     async def delete_namespace(self, namespace: str, force: bool) -> None:
         partitioned = self.metadata.partitioned_topics(namespace)
-        topics = self.topics_of_namespace(namespace)
+        topics = self.topics_of_namespace(namespace, TOPIC_DOMAINS)
         if (partitioned or topics) and not force:
             raise NamespaceNotEmptyError("Cannot delete non empty namespace")
         self._deleting_namespaces.add(namespace)
         try:
             for base in partitioned:
                 await self.delete_partitioned_topic(TopicName.parse(base), force=True)
-            for topic in self.topics_of_namespace(namespace):
+            for topic in self.topics_of_namespace(namespace, TOPIC_DOMAINS):
                 await self.delete_topic(TopicName.parse(topic), force=True)
             await self.metadata.delete_namespace(namespace)
         finally:
