@@ -1,22 +1,23 @@
 """The FastAPI application and its uvicorn server, run as tasks of the broker's event loop.
 
 The routers live one module per area (clusters, tenants and namespaces; topics; stats; explain;
-metrics). Handlers find the broker service as `request.app.state.service`.
+brokers; lookup; metrics). Handlers find the broker service as `request.app.state.service`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import html
 import socket
 from typing import TYPE_CHECKING
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
 
-from magnetar.admin import clusters, explain, metrics, schemas, stats, topics
+from magnetar.admin import brokers, clusters, explain, lookup, metrics, schemas, stats, topics
 from magnetar.admin.errors import RestError
 
 if TYPE_CHECKING:
@@ -39,7 +40,13 @@ def create_app(service: BrokerService, is_ready: object = lambda: True) -> FastA
         return JSONResponse({"reason": error.reason}, status_code=error.status)
 
     @app.exception_handler(HTTPException)
-    async def _http_error(_request: Request, error: HTTPException) -> JSONResponse:
+    async def _http_error(request: Request, error: HTTPException) -> HTMLResponse | JSONResponse:
+        # 404 and 405 come from routing alone (handlers raise RestError): a path no route has, or a
+        # method it lacks. Pulsar's web server answers those with its HTML error page, not the JSON
+        # {"reason"} of a missing resource, so a client tells "no such endpoint" from "no such topic".
+        if error.status_code in (404, 405):
+            page = _error_page(error.status_code, str(error.detail), request.url.path)
+            return HTMLResponse(page, status_code=error.status_code, headers=error.headers)
         return JSONResponse({"reason": str(error.detail)}, status_code=error.status_code, headers=error.headers)
 
     @app.exception_handler(RequestValidationError)
@@ -50,21 +57,39 @@ def create_app(service: BrokerService, is_ready: object = lambda: True) -> FastA
         )
         return JSONResponse({"reason": f"Invalid request: {problems}"}, status_code=400)
 
-    @app.get("/admin/v2/brokers/health", response_class=PlainTextResponse, tags=["brokers"])
-    async def health() -> PlainTextResponse:
-        if not app.state.is_ready():
-            return PlainTextResponse("starting", status_code=503)
-        return PlainTextResponse("ok")
-
     @app.get("/ready", response_class=PlainTextResponse, include_in_schema=False)
-    async def ready() -> PlainTextResponse:
-        return await health()
+    async def ready(request: Request) -> PlainTextResponse:
+        return await brokers.health(request)
 
-    for module in (clusters, topics, stats, explain, metrics):
+    app.include_router(clusters.router)
+    app.include_router(topics.router, prefix=topics.PERSISTENT_PREFIX)
+    app.include_router(stats.router, prefix=topics.PERSISTENT_PREFIX)
+    # The same routes for non-persistent topics. Left out of the OpenAPI document, which would describe
+    # every operation twice (and the fuzzing of it take twice as long) for no difference but the domain.
+    for router in (topics.router, stats.router):
+        app.include_router(
+            router, prefix=topics.NON_PERSISTENT_PREFIX, tags=["non-persistent topic"], include_in_schema=False
+        )
+    for module in (explain, brokers, lookup, metrics):
         app.include_router(module.router)
     app.include_router(schemas.router)
     app.include_router(schemas.namespace_router)
     return app
+
+
+def _error_page(status: int, message: str, path: str) -> str:
+    """The shape of the error page Pulsar's web server (Jetty) writes for a path it does not serve."""
+    title = f"{status} {html.escape(message)}"
+    return (
+        "<html>\n<head>\n"
+        '<meta http-equiv="Content-Type" content="text/html;charset=utf-8"/>\n'
+        f"<title>Error {title}</title>\n</head>\n"
+        f"<body><h2>HTTP ERROR {title}</h2>\n<table>\n"
+        f"<tr><th>URI:</th><td>{html.escape(path)}</td></tr>\n"
+        f"<tr><th>STATUS:</th><td>{status}</td></tr>\n"
+        f"<tr><th>MESSAGE:</th><td>{html.escape(message)}</td></tr>\n"
+        "</table>\n</body>\n</html>\n"
+    )
 
 
 class _InLoopServer(uvicorn.Server):

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from magnetar.admin.errors import RestError, conflict, error_responses, not_found, precondition_failed
-from magnetar.broker.service import BrokerService, NamespaceNotEmptyError
+from magnetar.broker.service import TOPIC_DOMAINS, BrokerService, NamespaceNotEmptyError
 from magnetar.storage.metadata import AlreadyExistsError, NotFoundError
 
 __all__ = [
@@ -71,10 +71,16 @@ class ClusterData(BaseModel):
 
 
 class TenantInfo(BaseModel):
+    """Pulsar's TenantInfo. Jackson reads a null list as no list: the Go admin client sends
+    `"adminRoles": null` for a tenant without roles, and a null is kept as an empty list."""
+
     model_config = ConfigDict(extra="ignore")
 
-    adminRoles: list[str] = []
-    allowedClusters: list[str] = []
+    adminRoles: list[str] | None = []
+    allowedClusters: list[str] | None = []
+
+    def stored(self) -> dict[str, list[str]]:
+        return {"adminRoles": self.adminRoles or [], "allowedClusters": self.allowedClusters or []}
 
 
 class RetentionPolicies(BaseModel):
@@ -190,8 +196,9 @@ def _check_cluster_data(data: ClusterData) -> None:
 
 
 def _check_allowed_clusters(service: BrokerService, info: TenantInfo) -> None:
-    clusters = [c for c in info.allowedClusters if c.strip()]
-    if not clusters or len(clusters) != len(info.allowedClusters):
+    allowed = info.allowedClusters or []
+    clusters = [c for c in allowed if c.strip()]
+    if not clusters or len(clusters) != len(allowed):
         raise precondition_failed("Clusters can not be empty")
     known = set(service.metadata.clusters())
     if any(c not in known and c != "global" for c in clusters):
@@ -301,7 +308,7 @@ async def create_tenant(request: Request, tenant: str, info: Annotated[TenantInf
     _check_allowed_clusters(service, info or TenantInfo())
     _check_name(tenant, "Tenant")
     try:
-        await service.create_tenant(tenant, (info or TenantInfo()).model_dump())
+        await service.create_tenant(tenant, (info or TenantInfo()).stored())
     except AlreadyExistsError as error:
         raise conflict("Tenant already exists") from error
     return Response(status_code=204)
@@ -315,12 +322,12 @@ async def update_tenant(request: Request, tenant: str, info: TenantInfo) -> Resp
     _check_name(tenant, "Tenant")
     if tenant not in service.metadata.tenants():
         raise not_found(f"Tenant {tenant} not found")
-    removed = set(service.metadata.tenant_info(tenant).get("allowedClusters", [])) - set(info.allowedClusters)
+    removed = set(service.metadata.tenant_info(tenant).get("allowedClusters", [])) - set(info.allowedClusters or [])
     for namespace in service.metadata.namespaces(tenant):
         used = removed & set(service.metadata.namespace_policies(namespace).get("replication_clusters", []))
         if used:
             raise conflict(f"Cluster {sorted(used)[0]} is used by namespace {namespace}")
-    await service.update_tenant(tenant, info.model_dump())
+    await service.update_tenant(tenant, info.stored())
     return Response(status_code=204)
 
 
@@ -431,9 +438,13 @@ async def get_policies(request: Request, tenant: str, namespace: str) -> Namespa
 
 @router.get("/namespaces/{tenant}/{namespace}/topics", tags=["namespaces"], response_model=list[str],
             responses=error_responses(404, 412))
-async def get_topics(request: Request, tenant: str, namespace: str) -> list[str]:
+async def get_topics(
+    request: Request, tenant: str, namespace: str, mode: Literal["PERSISTENT", "NON_PERSISTENT", "ALL"] = "PERSISTENT"
+) -> list[str]:
+    """The namespace's topics of one domain or both, persistent ones unless asked (Pulsar's default)."""
     service = _service(request)
-    return service.topics_of_namespace(check_namespace(service, tenant, namespace))
+    domains = {"PERSISTENT": ("persistent",), "NON_PERSISTENT": ("non-persistent",), "ALL": TOPIC_DOMAINS}[mode]
+    return service.topics_of_namespace(check_namespace(service, tenant, namespace), domains)
 
 
 # ------------------------------------------------------------------------- namespace policies

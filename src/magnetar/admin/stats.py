@@ -27,6 +27,7 @@ from fastapi import APIRouter, Request
 
 from magnetar.admin.clusters import check_namespace
 from magnetar.admin.errors import error_responses, not_found, precondition_failed
+from magnetar.admin.topics import topic_domain
 from magnetar.broker.service import TopicNotFoundError
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.storage.cursor import encode_ranges
@@ -52,7 +53,8 @@ __all__ = [
     "iso_time",
 ]
 
-router = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}")
+# Mounted by app.py under topics.py's two prefixes, persistent and non-persistent, as topics.py's router.
+router = APIRouter(prefix="/{tenant}/{namespace}/{topic}")
 
 # Shorter windows make rates jumpy (a dispatch of 100 messages in a 10 ms window reads as 10,000/s);
 # one second is the shortest window Pulsar can be configured with (statsUpdateFrequencyInSecs).
@@ -540,10 +542,10 @@ def _service(request: Request) -> BrokerService:
 
 
 def topic_name(request: Request, tenant: str, namespace: str, topic: str) -> TopicName:
-    """The persistent topic a path names, in a namespace that exists: 412 for a name Pulsar would not
-    parse, 404 for an unknown tenant or namespace (the checks and reasons of topics.py)."""
+    """The topic a path names, in a namespace that exists: 412 for a name Pulsar would not parse, 404
+    for an unknown tenant or namespace (the checks and reasons of topics.py)."""
     try:
-        name = TopicName.parse(f"persistent://{tenant}/{namespace}/{topic}")
+        name = TopicName.parse(f"{topic_domain(request)}://{tenant}/{namespace}/{topic}")
     except InvalidTopicName as error:
         raise precondition_failed("Topic name is not valid") from error
     check_namespace(_service(request), tenant, namespace)

@@ -1,4 +1,5 @@
-"""Admin routes: persistent topics at Pulsar's `/admin/v2/persistent/{tenant}/{namespace}` paths.
+"""Admin routes: topics at Pulsar's `/admin/v2/persistent/{tenant}/{namespace}` and
+`/admin/v2/non-persistent/{tenant}/{namespace}` paths (one set of routes; the path names the domain).
 
 Owns: topics (list, create, delete, unload, last message id), partitioned topics (create, update, delete,
 metadata, list), subscriptions (list, create, delete, skip, skip all, expire, reset by time or message
@@ -35,7 +36,11 @@ from magnetar.storage.metadata import AlreadyExistsError
 
 __all__ = ["MessageIdData", "PartitionedTopicMetadata", "ResetCursorData", "router"]
 
-router = APIRouter(prefix="/admin/v2/persistent", tags=["persistent topic"])
+# Mounted by app.py at /admin/v2/persistent and at NON_PERSISTENT_PREFIX: the handlers name topics of
+# the domain of the path they were reached by (topic_domain).
+router = APIRouter(tags=["persistent topic"])
+PERSISTENT_PREFIX = "/admin/v2/persistent"
+NON_PERSISTENT_PREFIX = "/admin/v2/non-persistent"
 
 _NO_CONTENT = {204: {"description": "Done"}}
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
@@ -93,20 +98,38 @@ class PartitionedTopicMetadata(BaseModel):
     deleted: bool = False
 
 
+class PartitionedTopicCreation(BaseModel):
+    """The body of a partitioned topic's creation sent as `application/vnd.partitioned-topic-metadata+json`
+    (Pulsar's PartitionedTopicMetadata, which the Go and Java admin clients send) rather than a bare
+    number of partitions."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    partitions: Int32
+    properties: dict[str, str] | None = None
+
+
 # ----------------------------------------------------------------------------------- checks
 
 
-def _name(tenant: str, namespace: str, topic: str) -> TopicName:
+def topic_domain(request: Request) -> str:
+    """The domain of the topics a request's path names: the routes of this module and of stats.py serve
+    both /admin/v2/persistent and /admin/v2/non-persistent (app.py mounts them at both)."""
+    # The path routing matched: FastAPI's scope["route"] is the route as declared, without the prefix.
+    return "non-persistent" if request.scope["path"].startswith(f"{NON_PERSISTENT_PREFIX}/") else "persistent"
+
+
+def _name(request: Request, tenant: str, namespace: str, topic: str) -> TopicName:
     try:
-        return TopicName.parse(f"persistent://{tenant}/{namespace}/{topic}")
+        return TopicName.parse(f"{topic_domain(request)}://{tenant}/{namespace}/{topic}")
     except InvalidTopicName as error:
         raise precondition_failed("Topic name is not valid") from error
 
 
-def _existing_namespace_topic(service: BrokerService, tenant: str, namespace: str, topic: str) -> TopicName:
+def _existing_namespace_topic(request: Request, tenant: str, namespace: str, topic: str) -> TopicName:
     """The topic's name, in a namespace that exists (412 for a bad name, 404 for a missing namespace)."""
-    name = _name(tenant, namespace, topic)
-    check_namespace(service, tenant, namespace)
+    name = _name(request, tenant, namespace, topic)
+    check_namespace(_service(request), tenant, namespace)
     return name
 
 
@@ -162,19 +185,21 @@ def _check_partitions(service: BrokerService, partitions: int) -> None:
 @router.get("/{tenant}/{namespace}", response_model=list[str], responses=error_responses(404, 412))
 async def get_list(request: Request, tenant: str, namespace: str) -> list[str]:
     service = _service(request)
-    return service.topics_of_namespace(check_namespace(service, tenant, namespace))
+    return service.topics_of_namespace(check_namespace(service, tenant, namespace), (topic_domain(request),))
 
 
 @router.get("/{tenant}/{namespace}/partitioned", response_model=list[str], responses=error_responses(404, 412))
 async def get_partitioned_topic_list(request: Request, tenant: str, namespace: str) -> list[str]:
     service = _service(request)
-    return sorted(service.metadata.partitioned_topics(check_namespace(service, tenant, namespace)))
+    prefix = f"{topic_domain(request)}://"
+    topics = service.metadata.partitioned_topics(check_namespace(service, tenant, namespace))
+    return sorted(topic for topic in topics if topic.startswith(prefix))
 
 
 @router.put("/{tenant}/{namespace}/{topic}", status_code=204, responses=_NO_CONTENT | error_responses(404, 409, 412))
 async def create_non_partitioned_topic(request: Request, tenant: str, namespace: str, topic: str) -> Response:
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     if service.partitions(name) > 0 or service.topic_exists(name):
         raise conflict("This topic already exists")
     if name.partition_index >= 0 and service.partitions(name.partitioned_base) == 0:
@@ -186,7 +211,7 @@ async def create_non_partitioned_topic(request: Request, tenant: str, namespace:
 @router.delete("/{tenant}/{namespace}/{topic}", status_code=204, responses=_NO_CONTENT | error_responses(404, 412))
 async def delete_topic(request: Request, tenant: str, namespace: str, topic: str, force: bool = False) -> Response:
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     if not service.topic_exists(name):
         raise not_found(f"Topic {name} not found")
     try:
@@ -199,7 +224,7 @@ async def delete_topic(request: Request, tenant: str, namespace: str, topic: str
 @router.put("/{tenant}/{namespace}/{topic}/unload", status_code=204, responses=_NO_CONTENT | error_responses(404, 412))
 async def unload_topic(request: Request, tenant: str, namespace: str, topic: str) -> Response:
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     for loaded in await _topics(service, name):
         await service.unload_topic(loaded.name)
     return Response(status_code=204)
@@ -209,7 +234,7 @@ async def unload_topic(request: Request, tenant: str, namespace: str, topic: str
             responses=error_responses(404, 412))
 async def get_last_message_id(request: Request, tenant: str, namespace: str, topic: str) -> MessageIdData:
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     last = (await _topic(service, name)).last_message_id()
     return MessageIdData(ledgerId=last[0], entryId=last[1], partitionIndex=name.partition_index)
 
@@ -220,12 +245,20 @@ async def get_last_message_id(request: Request, tenant: str, namespace: str, top
 @router.put("/{tenant}/{namespace}/{topic}/partitions", status_code=204,
             responses=_NO_CONTENT | error_responses(404, 406, 409, 412))
 async def create_partitioned_topic(
-    request: Request, tenant: str, namespace: str, topic: str, partitions: Annotated[Int32, Body()]
+    request: Request,
+    tenant: str,
+    namespace: str,
+    topic: str,
+    metadata: Annotated[Int32 | PartitionedTopicCreation, Body()],
 ) -> Response:
+    """The body is the number of partitions, or Pulsar's PartitionedTopicMetadata."""
     service = _service(request)
-    name = _name(tenant, namespace, topic)
+    name = _name(request, tenant, namespace, topic)
     if PARTITION_SUFFIX in topic:
         raise precondition_failed("Partitioned Topic Name should not contain '-partition-'")
+    partitions = metadata if isinstance(metadata, int) else metadata.partitions
+    if isinstance(metadata, PartitionedTopicCreation) and metadata.properties:
+        raise precondition_failed("Topic properties are not supported by magnetar")
     _check_partitions(service, partitions)
     check_namespace(service, tenant, namespace)
     if service.partitions(name) > 0:
@@ -245,7 +278,7 @@ async def update_partitioned_topic(
     request: Request, tenant: str, namespace: str, topic: str, partitions: Annotated[Int32, Body()]
 ) -> Response:
     service = _service(request)
-    name = _name(tenant, namespace, topic)
+    name = _name(request, tenant, namespace, topic)
     _check_partitions(service, partitions)
     check_namespace(service, tenant, namespace)
     current = service.partitions(name)
@@ -263,7 +296,7 @@ async def delete_partitioned_topic(
     request: Request, tenant: str, namespace: str, topic: str, force: bool = False
 ) -> Response:
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     if service.partitions(name) == 0:
         raise not_found(f"Partitioned Topic {name} not found")
     try:
@@ -276,10 +309,15 @@ async def delete_partitioned_topic(
 @router.get("/{tenant}/{namespace}/{topic}/partitions", response_model=PartitionedTopicMetadata,
             responses=error_responses(404, 412))
 async def get_partitioned_metadata(
-    request: Request, tenant: str, namespace: str, topic: str
+    request: Request, tenant: str, namespace: str, topic: str, checkAllowAutoCreation: bool = False
 ) -> PartitionedTopicMetadata:
+    """With `checkAllowAutoCreation` (the HTTP lookup of the Go and Java clients asks it), a topic that
+    does not exist yet is answered as the binary protocol's PARTITIONED_METADATA answers it when
+    auto-creation is on: 0 partitions, or a partitioned topic created now if that is the type created."""
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
+    if checkAllowAutoCreation and service.config["allowAutoTopicCreation"]:
+        return PartitionedTopicMetadata(partitions=await service.partitions_for_lookup(name))
     partitions = service.partitions(name)
     if partitions == 0 and not service.topic_exists(name):
         raise not_found(f"Topic {name} not found")
@@ -293,7 +331,7 @@ async def get_partitioned_metadata(
             responses=error_responses(404, 412))
 async def get_subscriptions(request: Request, tenant: str, namespace: str, topic: str) -> list[str]:
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     return sorted({s for t in await _topics(service, name) for s in t.subscriptions})
 
 
@@ -310,7 +348,7 @@ async def create_subscription(
     """A subscription at the given message id (latest when none), on every partition of a partitioned
     topic; 409 only when it exists everywhere already."""
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     start = LATEST if message_id is None else Position(message_id.ledgerId, message_id.entryId)
     partitions = service.partitions(name)
     targets = [name.partition(i) for i in range(partitions)] if partitions else [name]
@@ -335,7 +373,7 @@ async def delete_subscription(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, force: bool = False
 ) -> Response:
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     subscriptions = await _subscriptions(service, name, subName)
     if not force and any(s.consumers for s in subscriptions):
         raise precondition_failed("Subscription has active connected consumers")
@@ -351,7 +389,7 @@ async def delete_subscription(
              responses=_NO_CONTENT | error_responses(404, 412))
 async def skip_all_messages(request: Request, tenant: str, namespace: str, topic: str, subName: str) -> Response:
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     if subName.startswith(REPLICATOR_PREFIX + "."):
         # A replicator's cursor: clearing it drops what was not replicated yet (Pulsar's clearBacklog).
         cluster = subName[len(REPLICATOR_PREFIX) + 1 :]
@@ -369,7 +407,7 @@ async def skip_messages(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, numMessages: PathCount
 ) -> Response:
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     _not_partitioned(service, name, "Skip messages on a partitioned topic is not allowed")
     _subscription(await _topic(service, name), subName).skip_messages(numMessages)
     return Response(status_code=204)
@@ -381,7 +419,7 @@ async def expire_messages(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, expireTimeInSeconds: PathInt32
 ) -> Response:
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     now_ms = int(time.time() * 1000)
     for subscription in await _subscriptions(service, name, subName):
         await subscription.topic.expire_messages_of(subscription, expireTimeInSeconds, now_ms)
@@ -394,7 +432,7 @@ async def expire_messages_for_all_subscriptions(
     request: Request, tenant: str, namespace: str, topic: str, expireTimeInSeconds: PathInt32
 ) -> Response:
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     now_ms = int(time.time() * 1000)
     for loaded in await _topics(service, name):
         for subscription in list(loaded.subscriptions.values()):
@@ -409,7 +447,7 @@ async def reset_cursor_to_time(
 ) -> Response:
     """Reset to the first message published at or after `timestamp` (epoch ms), closing the consumers."""
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     for subscription in await _subscriptions(service, name, subName):
         position = await subscription.topic.ledger.find_first_published_at_or_after(timestamp)
         await subscription.reset_cursor(position)
@@ -424,7 +462,7 @@ async def reset_cursor_to_message_id(
     """Reset to the message id (after it with isExcluded). Batch indexes are not kept: the cursor
     moves to the whole entry."""
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     _not_partitioned(service, name, "Reset-cursor at position is not allowed for partitioned-topic")
     loaded = await _topic(service, name)
     subscription = _subscription(loaded, subName)
@@ -445,7 +483,7 @@ async def peek_nth_message(
 ) -> Response:
     """The n-th unacknowledged message (from 1) after the subscription's mark-delete position."""
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     _not_partitioned(service, name, "Peek messages on a partitioned topic is not allowed")
     loaded = await _topic(service, name)
     subscription = _subscription(loaded, subName)
@@ -466,7 +504,7 @@ async def examine_message(
 ) -> Response:
     """The n-th stored message counted from the first (earliest) or back from the last (latest)."""
     service = _service(request)
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     _not_partitioned(
         service,
         name,
@@ -577,7 +615,7 @@ async def get_deduplication(
     """The topic's own policy; with `applied`, the one in force (topic, else namespace, else broker), as
     Pulsar's `topicPolicies().getDeduplicationStatus(topic, true)` asks."""
     service = _service(request)
-    name = _policy_topic(service, tenant, namespace, topic)
+    name = _policy_topic(request, tenant, namespace, topic)
     if applied:
         return service.deduplication_enabled(name)
     enabled = service.topic_policies(name).get("deduplicationEnabled")
@@ -590,7 +628,7 @@ async def set_deduplication(
     request: Request, tenant: str, namespace: str, topic: str, enabled: Annotated[bool, Body(strict=True)]
 ) -> Response:
     service = _service(request)
-    name = _policy_topic(service, tenant, namespace, topic)
+    name = _policy_topic(request, tenant, namespace, topic)
     await service.set_topic_policies(name, {"deduplicationEnabled": enabled})
     return Response(status_code=204)
 
@@ -599,7 +637,7 @@ async def set_deduplication(
                responses=_NO_CONTENT | error_responses(404, 412))
 async def remove_deduplication(request: Request, tenant: str, namespace: str, topic: str) -> Response:
     service = _service(request)
-    await service.set_topic_policies(_policy_topic(service, tenant, namespace, topic), {"deduplicationEnabled": None})
+    await service.set_topic_policies(_policy_topic(request, tenant, namespace, topic), {"deduplicationEnabled": None})
     return Response(status_code=204)
 
 
@@ -610,7 +648,7 @@ async def get_replication_clusters(
 ) -> Any:
     """The topic's own replication clusters; with `applied`, the ones in force (topic, else namespace)."""
     service = _service(request)
-    name = _policy_topic(service, tenant, namespace, topic)
+    name = _policy_topic(request, tenant, namespace, topic)
     if applied:
         return service.replication_clusters(name)
     clusters = service.topic_policies(name).get("replicationClusters")
@@ -623,7 +661,7 @@ async def set_replication_clusters(
     request: Request, tenant: str, namespace: str, topic: str, clusters: Annotated[list[str], Body()]
 ) -> Response:
     service = _service(request)
-    name = _policy_topic(service, tenant, namespace, topic)
+    name = _policy_topic(request, tenant, namespace, topic)
     check_replication_clusters(service, tenant, clusters)
     await service.set_topic_policies(name, {"replicationClusters": sorted(set(clusters))})
     return Response(status_code=204)
@@ -633,14 +671,15 @@ async def set_replication_clusters(
                responses=_NO_CONTENT | error_responses(404, 412))
 async def remove_replication_clusters(request: Request, tenant: str, namespace: str, topic: str) -> Response:
     service = _service(request)
-    await service.set_topic_policies(_policy_topic(service, tenant, namespace, topic), {"replicationClusters": None})
+    await service.set_topic_policies(_policy_topic(request, tenant, namespace, topic), {"replicationClusters": None})
     return Response(status_code=204)
 
 
-def _policy_topic(service: BrokerService, tenant: str, namespace: str, topic: str) -> TopicName:
+def _policy_topic(request: Request, tenant: str, namespace: str, topic: str) -> TopicName:
     """The topic whose policies these are: a stored topic or a partitioned topic. A partition's policies
     are its partitioned topic's, as in Pulsar."""
-    name = _existing_namespace_topic(service, tenant, namespace, topic)
+    service = _service(request)
+    name = _existing_namespace_topic(request, tenant, namespace, topic)
     if not (service.partitions(name) or service.topic_exists(name)):
         raise not_found(f"Topic {name} not found")
     return name.partitioned_base

@@ -1,0 +1,129 @@
+"""Admin routes: the broker itself at Pulsar's `/admin/v2/brokers` paths.
+
+Owns: health and readiness, the active brokers of the cluster and its leader (this broker: a standalone
+is a cluster of one), the namespaces it owns, and the listings of its configuration (the dynamic keys,
+their overridden values, the whole runtime configuration) with Pulsar's JSON shapes.
+Must not touch: state; the configuration is read, never changed (magnetar has no dynamic updates).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse
+from pydantic import BaseModel
+
+from magnetar.admin.errors import error_responses, not_found
+from magnetar.broker.config import BROKER_KEYS
+from magnetar.core.settings import PULSAR_KEYS
+
+if TYPE_CHECKING:
+    from magnetar.broker.service import BrokerService
+
+__all__ = ["BrokerInfo", "NamespaceOwnershipStatus", "router"]
+
+router = APIRouter(prefix="/admin/v2/brokers", tags=["brokers"])
+
+# A standalone broker owns each namespace whole: Pulsar's single bundle covering the hash range.
+_FULL_BUNDLE = "0x00000000_0xffffffff"
+
+
+class BrokerInfo(BaseModel):
+    serviceUrl: str
+    brokerId: str
+
+
+class NamespaceOwnershipStatus(BaseModel):
+    broker_assignment: str
+    is_controlled: bool
+    is_active: bool
+
+
+def _service(request: Request) -> BrokerService:
+    return request.app.state.service
+
+
+def broker_id(service: BrokerService) -> str:
+    """Pulsar's broker id: the host and port of the broker's web service."""
+    return urlsplit(service.config.advertised_web_url).netloc
+
+
+def _java_string(value: Any) -> str:
+    """A setting's value as Pulsar's String.valueOf prints it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@router.get("/health", response_class=PlainTextResponse, responses={503: {"description": "Starting"}})
+async def health(request: Request, topicVersion: str | None = None) -> PlainTextResponse:
+    """`ok` once the broker serves clients. `topicVersion` is accepted as Pulsar accepts it; magnetar
+    has one way to serve a topic, so both versions answer alike."""
+    if not request.app.state.is_ready():
+        return PlainTextResponse("starting", status_code=503)
+    return PlainTextResponse("ok")
+
+
+@router.get("/ready", response_class=PlainTextResponse, responses={500: {"description": "Not ready"}})
+async def ready(request: Request) -> PlainTextResponse:
+    """Pulsar answers a broker that has not started with a bare 500."""
+    if not request.app.state.is_ready():
+        return PlainTextResponse("", status_code=500)
+    return PlainTextResponse("ok")
+
+
+@router.get("", response_model=list[str])
+async def get_active_brokers_of_this_cluster(request: Request) -> list[str]:
+    return [broker_id(_service(request))]
+
+
+@router.get("/leaderBroker", response_model=BrokerInfo)
+async def get_leader_broker(request: Request) -> BrokerInfo:
+    service = _service(request)
+    return BrokerInfo(serviceUrl=service.config.advertised_web_url, brokerId=broker_id(service))
+
+
+@router.get("/configuration", response_model=list[str])
+async def get_dynamic_configuration_names() -> list[str]:
+    """The keys Pulsar lets an operator change at run time (those magnetar knows, flagged dynamic)."""
+    names = {s.key for s in BROKER_KEYS if s.dynamic}
+    names.update(key for key, _doc, dynamic in PULSAR_KEYS.values() if dynamic)
+    return sorted(names)
+
+
+@router.get("/configuration/values", response_model=dict[str, str])
+async def get_all_dynamic_configurations() -> dict[str, str]:
+    """The dynamic keys overridden at run time: none, since magnetar reads its settings at start."""
+    return {}
+
+
+@router.get("/configuration/runtime", response_model=dict[str, str])
+async def get_runtime_configuration(request: Request) -> dict[str, str]:
+    """Every setting in force, as strings, as Pulsar's getRuntimeConfiguration answers."""
+    return {key: _java_string(value) for key, value in sorted(_service(request).config.values.items())}
+
+
+@router.get("/{cluster}", response_model=list[str])
+async def get_active_brokers(request: Request, cluster: str) -> list[str]:
+    """Pulsar without authorization accepts any cluster name here and lists its own cluster's brokers."""
+    return [broker_id(_service(request))]
+
+
+@router.get("/{cluster}/{broker}/ownedNamespaces", response_model=dict[str, NamespaceOwnershipStatus],
+            responses=error_responses(404))
+async def get_owned_namespaces(request: Request, cluster: str, broker: str) -> dict[str, NamespaceOwnershipStatus]:
+    """Every namespace, whole. Pulsar redirects a request naming another broker to that broker; in a
+    cluster of one there is no other broker to go to, so magnetar answers 404 instead of sending the
+    client to an address that serves nothing."""
+    service = _service(request)
+    if broker != broker_id(service):
+        raise not_found(f"Broker {broker} is not a broker of this cluster: {broker_id(service)} is")
+    owned = {}
+    for tenant in service.metadata.tenants():
+        for namespace in service.metadata.namespaces(tenant):
+            owned[f"{namespace}/{_FULL_BUNDLE}"] = NamespaceOwnershipStatus(
+                broker_assignment="shared", is_controlled=False, is_active=True
+            )
+    return owned

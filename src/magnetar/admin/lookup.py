@@ -1,0 +1,63 @@
+"""HTTP lookup: Pulsar's `/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}`.
+
+A client whose service URL is `http://host:8080` asks here which broker serves a topic (and reads
+partition metadata from the admin API), then talks the binary protocol to the broker it was given.
+Owns: the lookup answer (this broker: a standalone owns every topic) and when Pulsar refuses one.
+Must not touch: state; a lookup creates nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel
+
+from magnetar.admin.clusters import check_namespace
+from magnetar.admin.errors import error_responses, not_found, precondition_failed
+from magnetar.broker.topic_name import InvalidTopicName, TopicName
+
+if TYPE_CHECKING:
+    from magnetar.broker.service import BrokerService
+
+__all__ = ["LookupData", "router"]
+
+router = APIRouter(prefix="/lookup/v2/topic", tags=["lookup"])
+
+
+class LookupData(BaseModel):
+    """Pulsar's LookupData. The TLS URLs are null (magnetar serves no TLS) but present: the C++ client
+    (and so the Python one) refuses a lookup answer without `brokerUrlTls`."""
+
+    brokerUrl: str
+    brokerUrlTls: str | None
+    httpUrl: str
+    httpUrlTls: str | None
+    nativeUrl: str
+
+
+@router.get("/{domain}/{tenant}/{namespace}/{topic}", response_model=LookupData,
+            responses=error_responses(404, 412))
+async def lookup_topic(
+    request: Request, domain: str, tenant: str, namespace: str, topic: str, authoritative: bool = False
+) -> LookupData:
+    """As TopicLookupBase: a topic that does not exist is found only when it would be auto-created,
+    or when it is non-persistent and not partitioned (Pulsar has no metadata to check those against)."""
+    service: BrokerService = request.app.state.service
+    try:
+        name = TopicName.parse(f"{domain}://{tenant}/{namespace}/{topic}")
+    except InvalidTopicName as error:
+        raise precondition_failed("Topic name is not valid") from error
+    check_namespace(service, tenant, namespace)
+    found = (
+        service.config["allowAutoTopicCreation"]
+        or (name.domain == "non-persistent" and name.partition_index < 0)
+        or service.topic_exists(name)
+        or service.partitions(name) > 0
+        or 0 <= name.partition_index < service.partitions(name.partitioned_base)
+    )
+    if not found:
+        raise not_found("Topic not found.")
+    url = service.config.advertised_url
+    web_url = service.config.advertised_web_url
+    return LookupData(brokerUrl=url, brokerUrlTls=None, httpUrl=web_url, httpUrlTls=None, nativeUrl=url)
