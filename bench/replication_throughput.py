@@ -13,6 +13,12 @@ created on r1 through the admin API (replicated: once r1's replicator to r2 is c
   stamped by the producer's client in r1 (whole ms, one machine, one clock).
 - local (the baseline): the same consumers and producer on r1 alone, namespace `bench/local`.
 
+And without consumers ("stored", the replication alone): the producer publishes N messages on r1 and the
+run polls the brokers' topic stats (`msgInCounter`) every 20 ms; the rate is N over the time from the first
+message stored in r1 to the last one stored where the workload ends: in r2 (replicated, r2's counter
+counts what r1's replicator sent) or in r1 (local). Both are timed the same way, from the midpoints
+between polls (±20 ms each end: use enough messages for runs of several seconds).
+
 Clients as in e2e_throughput: the producer on magnetar's wire client (`--client`), the consumers on the
 official client with `batch_receive` of up to 100 (`--consumer-client`, `--batch-receive`). Reported per
 run: r1's publish rate (the producer's receipts), the receive rate, end-to-end latency, each broker's
@@ -25,7 +31,7 @@ kept, flagged INCOMPLETE, with the brokers' log lines about replication.
 Prints a table and writes bench/results/replication_throughput.json.
 
     python bench/replication_throughput.py [--messages 200000] [--cases batching,no-batching] [--quick]
-        [--client pulsar] [--consumer-client magnetar] [--batch-receive 0] [--keep]
+        [--measures received,stored] [--client pulsar] [--consumer-client magnetar] [--batch-receive 0] [--keep]
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -62,6 +69,7 @@ from replication_common import (  # noqa: E402
 
 NAMESPACES = {"geo": ["r1", "r2"], "local": ["r1"]}
 IDLE_TIMEOUT_S = 30  # the consumers give up after this long without a message
+POLL_S = 0.02  # stored runs: how often the brokers' counters are read
 
 
 def run(brokers: dict[str, ClusterBroker], directory: Path, batching: bool, replicated: bool, messages: int,
@@ -118,36 +126,107 @@ def run(brokers: dict[str, ClusterBroker], directory: Path, batching: bool, repl
     return result
 
 
+def run_stored(brokers: dict[str, ClusterBroker], directory: Path, batching: bool, replicated: bool, messages: int,
+               args: argparse.Namespace) -> dict[str, Any]:
+    """No consumers: N messages published on r1, timed from the first stored in r1 to the last stored in r2
+    (replicated) or r1 (local), by polling both brokers' msgInCounter."""
+    case = "batching" if batching else "no-batching"
+    mode = "replicated" if replicated else "local"
+    run_id = f"{case}-{mode}-stored-{uuid.uuid4().hex[:8]}"
+    topic = f"persistent://{TENANT}/{'geo' if replicated else 'local'}/tp-{run_id}"
+    source, target = brokers["r1"], brokers["r2" if replicated else "r1"]
+    produce_json = directory / f"produce-{run_id}.json"
+    print(f"--- {case}, {mode}, stored: {messages:,} messages, produce on r1, stored in {target.cluster}", flush=True)
+    create_topic(brokers, topic, replicated)
+
+    def counter(broker: ClusterBroker) -> int:
+        return (topic_stats(broker, topic) or {}).get("msgInCounter") or 0
+
+    first = last = None
+    cpu_start = {name: cpu_seconds(broker.pid) for name, broker in brokers.items()}
+    produce = subprocess.Popen(produce_command(source, topic, messages, batching, produce_json, args),
+                               stdout=subprocess.DEVNULL if args.quiet else None)
+    try:
+        deadline = time.monotonic() + args.timeout
+        previous = time.monotonic()
+        while last is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{target.cluster} stored {counter(target):,} of {messages:,} messages in "
+                                   f"{args.timeout:.0f} s\n{log_excerpts(brokers)}")
+            now = time.monotonic()
+            if first is None and counter(source) > 0:
+                first = (previous + now) / 2
+            if first is not None and counter(target) >= messages:
+                last = (previous + now) / 2
+            previous = now
+            time.sleep(POLL_S)
+        cpu = {name: cpu_seconds(broker.pid) - cpu_start[name] for name, broker in brokers.items()}
+        wait_process(produce, "perf produce", args.timeout)
+    finally:
+        if produce.poll() is None:
+            produce.kill()
+            produce.wait()
+    produced = read_json(produce_json)
+    if produced is None:
+        raise RuntimeError(f"perf produce failed with {produce.returncode}\n{log_excerpts(brokers)}")
+    result: dict[str, Any] = {
+        "case": case,
+        "mode": mode,
+        "measure": "stored",
+        "topic": topic,
+        "produce": produced,
+        "seconds": last - first,
+        "stored_msg_per_s": messages / (last - first),
+        "broker_cpu_us_per_msg": {name: seconds / messages * 1e6 for name, seconds in cpu.items()},
+        "target_msg_in_counter": counter(target),
+    }
+    if replicated:
+        result["r1_replicator_failures"] = replicator_failures(brokers["r1"], topic)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds a run may take before it is killed (default 60 + 1 s per 2,000 messages)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 5,000 messages")
+    parser.add_argument("--measures", default="received,stored",
+                        help="received: consumers on the target cluster; stored: no consumers, messages stored there")
     add_client_arguments(parser, batch_receive_default=100)
     args = parser.parse_args()
     if args.quick:
         args.messages = 5_000
     args.timeout = args.timeout or 60 + args.messages / 2_000
     load_before = machine()
+    measures = args.measures.split(",")
     with running_pair(NAMESPACES, args.dir, args.keep) as (brokers, directory):
         runs = [
             run(brokers, directory, case == "batching", replicated, args.messages, args)
-            for case in args.cases.split(",")
+            for case in args.cases.split(",") if "received" in measures
+            for replicated in (False, True)
+        ]
+        stored_runs = [
+            run_stored(brokers, directory, case == "batching", replicated, args.messages, args)
+            for case in args.cases.split(",") if "stored" in measures
             for replicated in (False, True)
         ]
     load_after = machine()
 
     summaries = []
     for case in args.cases.split(","):
-        local = next(r for r in runs if r["case"] == case and r["mode"] == "local")
-        replicated = next(r for r in runs if r["case"] == case and r["mode"] == "replicated")
-        received = replicated["consume"]["msg_per_s"]
-        summaries.append({
-            "case": case,
-            "replicated_receive_over_local_publish": received / local["produce"]["msg_per_s"],
-            "replicated_receive_over_local_receive": received / local["consume"]["msg_per_s"],
-        })
+        summary: dict[str, Any] = {"case": case}
+        if "received" in measures:
+            local = next(r for r in runs if r["case"] == case and r["mode"] == "local")
+            replicated = next(r for r in runs if r["case"] == case and r["mode"] == "replicated")
+            received = replicated["consume"]["msg_per_s"]
+            summary["replicated_receive_over_local_publish"] = received / local["produce"]["msg_per_s"]
+            summary["replicated_receive_over_local_receive"] = received / local["consume"]["msg_per_s"]
+        if "stored" in measures:
+            local = next(r for r in stored_runs if r["case"] == case and r["mode"] == "local")
+            replicated = next(r for r in stored_runs if r["case"] == case and r["mode"] == "replicated")
+            summary["replicated_stored_over_local_stored"] = replicated["stored_msg_per_s"] / local["stored_msg_per_s"]
+        summaries.append(summary)
     result = {
         "bench": "replication_throughput",
         "quick": args.quick,
@@ -162,6 +241,7 @@ def main() -> None:
         "machine_before": load_before,
         "machine_after": load_after,
         "runs": runs,
+        "stored_runs": stored_runs,
         "summary": summaries,
     }
     print()
@@ -177,11 +257,22 @@ def main() -> None:
             f"{r['consume']['msg_per_s']:,.0f} | {latency['p50']:.1f} | {latency['p99']:.1f} | {latency['p99_9']:.1f} | "
             f"{r['broker_cpu_us_per_msg']['r1']:.1f} | {r['broker_cpu_us_per_msg']['r2']:.1f}"
         )
+    if stored_runs:
+        print("stored (no consumers): case | mode | stored msg/s | s | r1 µs/msg | r2 µs/msg | stored in target")
+        for r in stored_runs:
+            print(f"{r['case']} | {r['mode']} | {r['stored_msg_per_s']:,.0f} | {r['seconds']:.2f} | "
+                  f"{r['broker_cpu_us_per_msg']['r1']:.1f} | {r['broker_cpu_us_per_msg']['r2']:.1f} | "
+                  f"{r['target_msg_in_counter']:,}")
     for s in summaries:
-        ratio = s["replicated_receive_over_local_publish"]
-        print(f"{s['case']}: replicated receive rate = {ratio:.0%} of the local publish rate "
-              f"({'meets' if ratio >= 0.9 else 'below'} the 90% goal), "
-              f"{s['replicated_receive_over_local_receive']:.0%} of the local receive rate")
+        if "replicated_receive_over_local_publish" in s:
+            ratio = s["replicated_receive_over_local_publish"]
+            print(f"{s['case']}: replicated receive rate = {ratio:.0%} of the local publish rate "
+                  f"({'meets' if ratio >= 0.9 else 'below'} the 90% goal), "
+                  f"{s['replicated_receive_over_local_receive']:.0%} of the local receive rate")
+        if "replicated_stored_over_local_stored" in s:
+            ratio = s["replicated_stored_over_local_stored"]
+            print(f"{s['case']}: replicated to r2 at {ratio:.0%} of the local store rate "
+                  f"({'meets' if ratio >= 0.9 else 'below'} the 90% goal)")
     for r in runs:
         if r["mode"] == "replicated":
             rep = r.get("r1_replicator") or {}
