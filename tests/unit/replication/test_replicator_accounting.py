@@ -1,0 +1,116 @@
+"""The replicator's choice of what to forward and its cursor accounting, on a real managed ledger: what goes
+to the remote and what is skipped, which markers go to the topic's controller, and how far the cursor's
+mark-delete position moves as receipts come back (skipped entries move with the sent ones before them)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from magnetar.core.positions import Position
+from magnetar.protocol import markers
+from magnetar.protocol.messages import encode_entry, parse_entry
+from magnetar.protocol.pulsar_api_pb2 import MessageMetadata
+from magnetar.replication.replicator import Replicator, cursor_name
+from magnetar.storage import ManagedLedgerFactory, StorageConfig
+
+CONFIG = StorageConfig(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=-1)
+
+
+class RecordingProducer:
+    """Stands in for the RemoteProducer: records each SEND; receipts are handed over by the test."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[MessageMetadata, int, bool]] = []
+
+    def send(self, section: bytes, sequence_id: int, highest: int | None, messages: int, marker: bool = False) -> None:
+        self.sent.append((parse_entry(section).metadata, sequence_id, marker))
+
+
+def _data(sequence_id: int, **fields: Any) -> bytes:
+    metadata = MessageMetadata(producer_name="p", sequence_id=sequence_id, publish_time=1, partition_key="k", **fields)
+    return encode_entry(metadata, b"payload")
+
+
+def _run(tmp_path: Path, entries: list[bytes], receipts: list[int]) -> dict[str, Any]:
+    """Append `entries`, let a replicator of cluster r1 to r2 read them all, then hand it receipts in
+    groups of the given sizes; returns what was sent, the markers handed over and the mark-delete
+    position after each step."""
+
+    async def scenario() -> dict[str, Any]:
+        factory = await ManagedLedgerFactory.open(str(tmp_path / "data"), CONFIG)
+        try:
+            ledger = await factory.open_ledger("persistent://t/ns/topic")
+            cursor = await ledger.open_cursor(cursor_name("r2"), "latest")
+            positions = []
+            for data in entries:
+                parsed = parse_entry(data)
+                positions.append(
+                    await ledger.append(data, parsed.key_hash, 1, parsed.publish_time, parsed.producer_name, parsed.sequence_id)
+                )
+            handed: list[tuple[Position, int]] = []
+            replicator = Replicator(
+                "persistent://t/ns/topic", "r1", "r2", ledger, cursor, lambda _cluster: None, 1000,
+                on_marker=lambda position, marker: handed.append((position, marker.marker_type)),
+            )
+            producer = RecordingProducer()
+            replicator._forward_entries(producer, cursor.undeleted_entries(await cursor.read_entries(100)))  # type: ignore[arg-type]
+            mark_deletes = [cursor.mark_delete_position]
+            for count in receipts:
+                replicator._on_receipts([(9, i) for i in range(count)])
+                mark_deletes.append(cursor.mark_delete_position)
+            return {
+                "positions": positions,
+                "sent": producer.sent,
+                "handed": handed,
+                "mark_deletes": mark_deletes,
+                "msg_out": replicator.msg_out_counter,
+            }
+        finally:
+            await factory.close()
+
+    return asyncio.run(scenario())
+
+
+def test_what_goes_what_is_skipped_and_how_far_the_cursor_moves(tmp_path: Path) -> None:
+    request_from_r2 = parse_entry(markers.snapshot_request("s-1", "r2", 5))
+    request_from_r2.metadata.replicated_from = "r2"
+    local_snapshot = markers.snapshot("s-0", "r1", Position(1, 0), {"r2": Position(7, 7)}, 5, None)
+    local_update = markers.subscription_update("sub", {"r1": Position(1, 0), "r2": Position(7, 7)}, 5)
+    entries = [
+        _data(0),  # local data: sent
+        encode_entry(request_from_r2.metadata, request_from_r2.payload),  # r2's marker: to the controller
+        _data(1),  # sent
+        _data(2, replicated_from="r3"),  # came from another cluster: never forwarded again
+        _data(3, replicate_to=["r3"]),  # the client left r2 out
+        local_snapshot,  # replicate_to names only r1: stays
+        local_update,  # a local UPDATE: sent, as a marker
+    ]
+    result = _run(tmp_path, entries, receipts=[1, 1, 1])
+    p = result["positions"]
+    assert [(m.sequence_id, m.replicated_from, marker) for m, _, marker in result["sent"]] == [
+        (0, "r1", False), (1, "r1", False), (0, "r1", True),
+    ]
+    assert result["sent"][2][0].marker_type == markers.UPDATE
+    assert result["handed"] == [(p[1], markers.SNAPSHOT_REQUEST)]
+    before_first = result["mark_deletes"][0]
+    assert before_first < p[0]
+    # First receipt: entry 0, and the marker skipped right behind it. Second: entry 2 and the three
+    # skipped behind it. Third: the UPDATE, the last entry.
+    assert result["mark_deletes"][1:] == [p[1], p[5], p[6]]
+    assert result["msg_out"] == 3
+
+
+def test_entries_all_skipped_move_the_cursor_at_once(tmp_path: Path) -> None:
+    entries = [_data(0, replicated_from="r2"), _data(1, replicated_from="r3"), _data(2, replicate_to=["r1"])]
+    result = _run(tmp_path, entries, receipts=[])
+    assert result["sent"] == [] and result["handed"] == []
+    assert result["mark_deletes"] == [result["positions"][-1]]
+
+
+def test_receipts_in_one_group_move_the_cursor_once_to_the_last(tmp_path: Path) -> None:
+    result = _run(tmp_path, [_data(i) for i in range(5)], receipts=[3, 2])
+    p = result["positions"]
+    assert result["mark_deletes"][1:] == [p[2], p[4]]
+    assert result["msg_out"] == 5
