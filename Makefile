@@ -35,6 +35,17 @@ $(JAVA_COMPAT_CLASSPATH): compat/java/pom.xml $(wildcard compat/java/src/main/ja
 		-Dmdep.outputFile=$(CURDIR)/$@.tmp
 	mv $@.tmp $@
 
+# Go: compat/go, built with the official Go client into one program. Its module and build caches are in
+# build/go (make clean removes them), so a clean clone downloads the modules once.
+GO_COMPAT := build/go/bin/compat-go
+GO_ENV := GOMODCACHE=$(CURDIR)/build/go/mod GOCACHE=$(CURDIR)/build/go/cache GOFLAGS=-modcacherw GOTOOLCHAIN=local
+.PHONY: compat-go
+compat: compat-go
+compat-go: $(GO_COMPAT)
+$(GO_COMPAT): compat/go/go.mod compat/go/go.sum $(wildcard compat/go/*.go)
+	@command -v go >/dev/null || { echo "go not found: the Go compatibility suite needs Go 1.26" >&2; exit 1; }
+	cd compat/go && $(GO_ENV) go build -o $(CURDIR)/$@ .
+
 sim: setup
 	$(BIN)/magnetar sim $(if $(SEED),--seed $(SEED),) $(if $(MODE),--mode $(MODE),)
 
