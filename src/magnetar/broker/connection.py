@@ -351,6 +351,7 @@ class ServerConnection:
                         request.request_id,
                         existing.name,
                         topic.last_sequence_id(existing.name),
+                        topic_epoch=topic.topic_epoch,
                         schema_version=schema_version,
                     )
                 )
@@ -371,7 +372,7 @@ class ServerConnection:
                     )
                 )
                 await topic.wait_until_free()
-            topic.add_producer(producer, access_mode)
+            epoch = topic.add_producer(producer, access_mode, request.topic_epoch if request.HasField("topic_epoch") else None)
         except Exception as error:  # answered to the client with its ServerError code
             self._error(request.request_id, error)
             return
@@ -392,6 +393,7 @@ class ServerConnection:
                 request.request_id,
                 producer_name,
                 topic.last_sequence_id(producer_name),
+                topic_epoch=epoch,
                 schema_version=schema_version,
             )
         )
@@ -593,9 +595,11 @@ class ServerConnection:
             cursor.mark_delete_position,
             len(subscription.consumers),
         )
-        self.write(commands.success(request.request_id))
-        # Pulsar closes the subscription's consumers after a seek; each re-subscribes from the new position.
+        # Pulsar closes the subscription's consumers before it answers: each re-subscribes from the new
+        # position. Answered first, the Java client completes the seek while still connected, keeps its
+        # old start (a seek by time's is earliest) and drops what the new subscription sends.
         subscription.disconnect_consumers()
+        self.write(commands.success(request.request_id))
 
     async def _on_get_last_message_id(self, request: Any) -> None:
         consumer = self.consumers.get(request.consumer_id)
@@ -607,13 +611,19 @@ class ServerConnection:
         try:
             # Not a trailing marker: consumers never receive those (Pulsar #22571).
             last = await topic.last_dispatchable_position()
+            batch_index = await topic.largest_batch_index(last)
         except Exception as error:  # a read that failed, answered with its ServerError code
             self._error(request.request_id, error)
             return
         mark_delete = consumer.subscription.cursor.mark_delete_position
         self.write(
             commands.get_last_message_id_response(
-                request.request_id, last[0], last[1], partition=consumer.partition_index, mark_delete_position=mark_delete
+                request.request_id,
+                last[0],
+                last[1],
+                batch_index=batch_index,
+                partition=consumer.partition_index,
+                mark_delete_position=mark_delete,
             )
         )
 

@@ -189,13 +189,16 @@ class PersistentSubscription:
             self.subscription_type = subscription_type
         consumer_id = self._next_consumer_id
         self._next_consumer_id += 1
+        # Known before the core hears of it: a Failover newcomer must get the ACTIVE_CONSUMER_CHANGE that
+        # its arrival decides (Pulsar tells it whether it is active; the Java client's listener waits for it).
+        self.consumers[consumer_id] = consumer
         try:
             self._handle(ConsumerAdded(consumer_id, consumer.name, priority_level, meta))
         except Exception:
+            del self.consumers[consumer_id]
             if not self.consumers:
                 self._drop_dispatcher()
             raise
-        self.consumers[consumer_id] = consumer
         return consumer_id
 
     def remove_consumer(self, consumer_id: int) -> None:

@@ -104,6 +104,11 @@ class PersistentTopic:
         # brokerDeduplicationEnabled, unless the namespace's or the topic's policy says otherwise.
         self.deduplication_enabled = service.deduplication_enabled(name)
         self._exclusive_waiters: deque[asyncio.Future[None]] = deque()
+        # PIP-68's topic epoch: each producer that gains exclusive access moves it on, and a producer that
+        # comes back with an older one was fenced in between. None until the first exclusive producer.
+        # Kept in memory (Pulsar keeps it in the ledger's properties): after a restart the first exclusive
+        # producer back sets it from the epoch it carries.
+        self.topic_epoch: int | None = None
         # remote cluster -> its replicator; their cursors are not subscriptions (`check_replication`).
         self.replicators: dict[str, Replicator] = {}
         # PIP-33: runs while some subscription is replicated, the feature is on and the topic replicates to
@@ -122,18 +127,45 @@ class PersistentTopic:
 
     # ----------------------------------------------------------------------------- producers
 
-    def add_producer(self, producer: ServerProducer, access_mode: str) -> None:
+    def add_producer(self, producer: ServerProducer, access_mode: str, epoch: int | None = None) -> int | None:
+        """Admit a producer as its access mode allows (PIP-68); `epoch` is the topic epoch it carries when
+        it reconnects. Returns the topic epoch its PRODUCER_SUCCESS carries."""
         existing = self.producers.get(producer.name)
         if existing is not None and existing is not producer:
             if existing.connection.is_alive():
                 raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
             existing.close_silently()
         others = [p for p in self.producers.values() if p.name != producer.name]
-        if access_mode in _EXCLUSIVE_MODES and others:
+        exclusive = access_mode in _EXCLUSIVE_MODES
+        if exclusive and epoch is not None and self.topic_epoch is not None and epoch < self.topic_epoch:
+            # Checked before fencing (Pulsar checks after): a fenced producer that reconnects must not
+            # fence in turn the producer that replaced it.
+            raise ProducerFencedError(
+                f"Topic epoch has already moved. Current epoch: {self.topic_epoch}, Producer epoch: {epoch}"
+            )
+        if access_mode == "ExclusiveWithFencing" and others:
+            self._fence_out(others)
+            others = []
+        if exclusive and others:
             raise ProducerFencedError(f"Topic has {len(others)} other producers; Exclusive access refused")
         if any(p.access_mode in _EXCLUSIVE_MODES for p in others):
             raise ProducerBusyError(f"Topic {self.name} has an exclusive producer")
+        if exclusive:
+            self.topic_epoch = epoch if epoch is not None else (-1 if self.topic_epoch is None else self.topic_epoch) + 1
         self.producers[producer.name] = producer
+        return self.topic_epoch
+
+    def _fence_out(self, others: list[ServerProducer]) -> None:
+        """ExclusiveWithFencing takes the topic: parked WaitForExclusive producers fail, the connected ones
+        are closed, and when they reconnect their older epoch (or the new exclusive producer) keeps them
+        out. The waiters go first: closing the last producer would otherwise promote one of them."""
+        waiters, self._exclusive_waiters = self._exclusive_waiters, deque()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(ProducerFencedError("Fenced out"))
+        for other in others:
+            log.info("[%s] Fencing out producer %s", self.name, other.name)
+            other.close_by_broker()
 
     async def wait_until_free(self) -> None:
         """WaitForExclusive: return once no other producer is connected (first come, first served)."""
@@ -303,6 +335,16 @@ class PersistentTopic:
             # Nothing a consumer can receive is stored (any more): before the first entry.
             return ledger.previous_position(first)
         return found
+
+    async def largest_batch_index(self, position: Position) -> int:
+        """The batch index of the last message of the entry at `position`, -1 unless it is a batch of more
+        than one (Pulsar's getLargestBatchIndexWhenPossible). GET_LAST_MESSAGE_ID carries it: without it a
+        reader started inside the last batch, or inclusive of the latest message, finds nothing to read."""
+        if position[1] < 0:
+            return -1
+        stored = await self.ledger.read_positions([position])
+        count = stored[0].message_count if stored else 1
+        return count - 1 if count > 1 else -1
 
     def append_marker(self, entry: bytes) -> asyncio.Future[Position]:
         """Store a marker entry the broker wrote (`protocol.markers`); the future resolves to its position
