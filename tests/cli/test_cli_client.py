@@ -117,3 +117,15 @@ def test_broker_error_is_a_message_not_a_traceback(url) -> None:
     assert result.returncode == 1
     assert result.stderr.startswith("magnetar: ") or "\nmagnetar: " in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_failed_send_is_reported_and_exits_1(url, topic, tmp_path) -> None:
+    """A message larger than the broker accepts fails in the client (MessageTooBig): the command says how
+    many failed and why, and exits 1 (it crashed with UnboundLocalError before: `error` was shadowed)."""
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * (6 * 1024 * 1024))
+    small = tmp_path / "small.txt"
+    small.write_bytes(b"fine")
+    stderr = fails("produce", topic, "-f", str(small), "-f", str(big), "--disable-batching", "--service-url", url)
+    assert "1 messages failed: MessageTooBig" in stderr, stderr
+    assert "Traceback" not in stderr

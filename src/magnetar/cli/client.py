@@ -220,8 +220,8 @@ def produce(
     for path in files or []:
         try:
             payloads.append(path.read_bytes())
-        except OSError as error:
-            raise typer.BadParameter(f"cannot read {path}: {error.strerror}", param_hint="--files") from None
+        except OSError as failure:
+            raise typer.BadParameter(f"cannot read {path}: {failure.strerror}", param_hint="--files") from None
     if not payloads:
         raise typer.BadParameter("give messages with -m or files with -f")
     if num_produce < 1:
@@ -240,7 +240,7 @@ def produce(
             # One io thread runs every callback, so the counters need no lock.
             receipts[0] += 1
             if result != pulsar.Result.Ok:
-                failures.append(str(result))
+                failures.append(result.name)
 
         with RunProgress("produce", total) as progress:
             started = time.monotonic()
