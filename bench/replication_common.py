@@ -178,14 +178,14 @@ def stop_all(brokers: dict[str, ClusterBroker]) -> None:
 
 @contextmanager
 def running_pair(
-    namespaces: dict[str, list[str]], directory_root: str | None, keep: bool
+    namespaces: dict[str, list[str]], directory_root: str | None, keep: bool, settings: dict[str, str] | None = None
 ) -> Iterator[tuple[dict[str, ClusterBroker], Path]]:
-    """r1 and r2 started in a fresh directory and wired with `namespaces`; stopped afterwards, and the
-    directory removed unless `keep`."""
+    """r1 and r2 started in a fresh directory (with broker `settings`, passed as `-c key=value`) and wired
+    with `namespaces`; stopped afterwards, and the directory removed unless `keep`."""
     directory = Path(tempfile.mkdtemp(prefix="magnetar-bench-repl-", dir=directory_root))
     brokers: dict[str, ClusterBroker] = {}
     try:
-        brokers = start_pair(directory)
+        brokers = start_pair(directory, settings)
         wire(brokers, namespaces)
         yield brokers, directory
     finally:
