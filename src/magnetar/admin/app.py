@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
 
-from magnetar.admin import brokers, clusters, explain, lookup, metrics, schemas, stats, topics
+from magnetar.admin import brokers, clusters, compaction, explain, lookup, metrics, schemas, stats, topics
 from magnetar.admin.errors import RestError
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def create_app(service: BrokerService, is_ready: object = lambda: True) -> FastA
         app.include_router(
             router, prefix=topics.NON_PERSISTENT_PREFIX, tags=["non-persistent topic"], include_in_schema=False
         )
-    for module in (explain, brokers, lookup, metrics):
+    for module in (explain, brokers, lookup, metrics, compaction):
         app.include_router(module.router)
     app.include_router(schemas.router)
     app.include_router(schemas.namespace_router)

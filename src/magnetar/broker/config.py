@@ -69,6 +69,22 @@ BROKER_KEYS: tuple[Setting, ...] = (
     ),
     Setting("delayedDeliveryEnabled", True, "Honour deliver_at_time for Shared and Key_Shared.", True),
     Setting(
+        "brokerServiceCompactionMonitorIntervalInSeconds",
+        60,
+        "How often loaded topics are checked against their compaction threshold.",
+    ),
+    Setting(
+        "brokerServiceCompactionThresholdInBytes",
+        0,
+        "Compact a topic once the bytes its compaction has not read pass this (0: never); a namespace's or "
+        "topic's compactionThreshold policy overrides it.",
+    ),
+    Setting(
+        "topicCompactionRetainNullKey",
+        False,
+        "Keep messages without a key in the compacted view (Pulsar drops them since 3.2).",
+    ),
+    Setting(
         "subscriptionTypesEnabled",
         "Exclusive,Shared,Failover,Key_Shared",
         "Subscription types clients may use.",

@@ -437,6 +437,8 @@ class ServerConnection:
             if request.consumer_id in self.consumers:
                 self.write(commands.success(request.request_id))
                 return
+            if request.read_compacted and subscription_type not in ("Exclusive", "Failover"):
+                raise _NotAllowed("readCompacted only allowed on failover or exclusive subscriptions")
             topic = await self.service.get_topic(name, create=request.force_topic_creation)
             schema = from_wire(request.schema) if request.HasField("schema") else None
             if schema is not None and schema.type != "AUTO_CONSUME":
@@ -484,6 +486,7 @@ class ServerConnection:
                 consumer.epoch = request.consumer_epoch
             if schema is not None:
                 consumer.schema_type = schema.type
+            subscription.read_compacted = request.read_compacted
             consumer.consumer_id = subscription.add_consumer(consumer, subscription_type, request.priority_level, meta)
         except Exception as error:  # answered to the client with its ServerError code
             self._error(request.request_id, error)
@@ -611,7 +614,11 @@ class ServerConnection:
         try:
             # Not a trailing marker: consumers never receive those (Pulsar #22571).
             last = await topic.last_dispatchable_position()
-            batch_index = await topic.largest_batch_index(last)
+            compacted = await topic.compaction.last_message_id(last) if consumer.subscription.read_compacted else None
+            if compacted is not None:
+                last, batch_index = compacted
+            else:
+                batch_index = await topic.largest_batch_index(last)
         except Exception as error:  # a read that failed, answered with its ServerError code
             self._error(request.request_id, error)
             return

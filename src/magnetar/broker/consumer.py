@@ -89,6 +89,10 @@ class ServerConsumer:
                 if entry.message_count > 1:
                     self.batch_sizes[entry.position] = entry.message_count
                     partial = cursor.acked_batch_indexes(entry.position)
+                    if self.subscription.read_compacted:
+                        partial = self.subscription.topic.compaction.hidden_batch_indexes(
+                            entry.data, partial, entry.message_count
+                        )
                     if partial is not None:
                         ack_sets[index] = unacked_words(*partial)
         self.msg_out_counter += sum(entry.message_count for entry in entries)

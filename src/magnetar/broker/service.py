@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from magnetar.broker.compactor import CompactionMonitor
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.topic import PersistentTopic, delayed_delivery_path
@@ -79,6 +80,7 @@ class BrokerService:
         self._deleting: set[str] = set()
         self._deleting_namespaces: set[str] = set()
         self.schemas = SchemaRegistry(self, self.now_ms)
+        self.compaction_monitor = CompactionMonitor(self)
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -90,6 +92,7 @@ class BrokerService:
         self._expiry = asyncio.get_running_loop().create_task(self._expire_periodically())
         await self._load_replicated_topics()
         self._replication_check = asyncio.get_running_loop().create_task(self._check_replication_periodically())
+        self.compaction_monitor.start()
 
     # ------------------------------------------------------------------------------- replication
 
@@ -162,6 +165,9 @@ class BrokerService:
             self._expiry.cancel()
         if self._replication_check is not None:
             self._replication_check.cancel()
+        self.compaction_monitor.stop()
+        for topic in list(self.topics.values()):
+            topic.compaction.cancel()
         for task in list(self._background):
             task.cancel()
         for topic in list(self.topics.values()):

@@ -140,6 +140,9 @@ class PersistentSubscription:
         if cursor.durable and cursor.properties.get(REPLICATED_PROPERTY):
             self.snapshot_cache = self._new_snapshot_cache()
         self._last_update_snapshot_id: str | None = None
+        # Reads see the topic's compacted view up to its horizon (a consumer or reader that subscribed
+        # with read_compacted; Exclusive and Failover only).
+        self.read_compacted = False
 
     @property
     def durable(self) -> bool:
@@ -484,6 +487,13 @@ class PersistentSubscription:
         cursor, ledger = self.cursor, self.topic.ledger
         while True:
             if cursor.has_more_entries():
+                if self.read_compacted:
+                    # The topic's compacted view up to its horizon, then the ledger (broker/compactor.py).
+                    compacted = await self.topic.compaction.read_entries(cursor, max_entries)
+                    if compacted:
+                        return compacted
+                    if compacted is not None:
+                        continue
                 stored = await cursor.read_entries(max_entries)
                 if stored:
                     fresh = cursor.undeleted_entries(stored)

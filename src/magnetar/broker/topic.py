@@ -13,6 +13,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
+from magnetar.broker.compactor import TopicCompaction
 from magnetar.broker.subscription import MARKER_PRODUCER_NAME, PersistentSubscription, entry_after, is_marker_entry
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.positions import EARLIEST, LATEST, Position
@@ -120,6 +121,8 @@ class PersistentTopic:
         self.last_data_ms: int | None = None
         # (last confirmed entry, the last entry a consumer can receive at or before it), as last found.
         self._last_dispatchable: tuple[Position, Position] | None = None
+        # Its compacted view, the compaction in progress and its status (broker/compactor.py).
+        self.compaction = TopicCompaction(self)
         for name_ in ledger.cursors:
             cursor = ledger.cursors[name_]
             if cursor.durable and not is_reserved_subscription(name_):

@@ -445,6 +445,21 @@ def topics_remove_replication_clusters(ctx: typer.Context, topic: Topic) -> None
     s.out.done(f"removed replication clusters of {topic}")
 
 
+@topics.command("compact")
+def topics_compact(ctx: typer.Context, topic: Topic) -> None:
+    """Start compacting a topic: the latest value of each key (docs/compaction.md)."""
+    s = _session(ctx)
+    s.client.put(f"{topic_path(topic)}/compaction")
+    s.out.done(f"compaction of {topic} started")
+
+
+@topics.command("compaction-status")
+def topics_compaction_status(ctx: typer.Context, topic: Topic) -> None:
+    """Show the status of a topic's last compaction: NOT_RUN, RUNNING, SUCCESS or ERROR."""
+    s = _session(ctx)
+    s.out.show(s.client.get(f"{topic_path(topic)}/compaction"), topic)
+
+
 @topics.command("stats")
 def topics_stats(ctx: typer.Context, topic: Topic) -> None:
     """Rates, backlog, publishers, subscriptions and consumers of a topic (Pulsar's TopicStats)."""

@@ -30,6 +30,7 @@ from itertools import accumulate, chain, repeat
 from typing import Any, Union, overload
 
 from magnetar.core.positions import EARLIEST, LATEST, Position
+from magnetar.storage.compaction import delete_compacted
 from magnetar.storage.config import StorageConfig
 from magnetar.storage.cursor import CursorRecord, ManagedCursor, decode_ranges
 from magnetar.storage.entry_cache import EntryCache
@@ -1006,6 +1007,7 @@ class ManagedLedgerFactory:
             connection.execute("DELETE FROM cursors WHERE topic_id=?", (topic_id,))
             connection.execute("DELETE FROM topics WHERE id=?", (topic_id,))
             connection.execute("DELETE FROM meta WHERE key=?", (_entries_trimmed_key(topic_id),))
+            delete_compacted(connection, topic_id)
 
         await self.write(apply)
 

@@ -150,6 +150,14 @@ CREATE TABLE IF NOT EXISTS cursors(
     batch_deleted TEXT NOT NULL, properties TEXT NOT NULL, PRIMARY KEY(topic_id, name)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS metadata(
     path TEXT PRIMARY KEY, value TEXT NOT NULL, version INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS compacted_entries(
+    topic_id INTEGER NOT NULL, ledger_id INTEGER NOT NULL, entry_id INTEGER NOT NULL, data BLOB NOT NULL,
+    sticky_key_hash INTEGER NOT NULL, message_count INTEGER NOT NULL, publish_time INTEGER NOT NULL,
+    producer_name TEXT NOT NULL, sequence_id INTEGER NOT NULL,
+    PRIMARY KEY(topic_id, ledger_id, entry_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS compaction_horizons(
+    topic_id INTEGER PRIMARY KEY, ledger_id INTEGER NOT NULL, entry_id INTEGER NOT NULL,
+    compacted_at_ms INTEGER NOT NULL);
 """
 
 
