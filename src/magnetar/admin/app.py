@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import html
 import socket
+import ssl
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -19,6 +20,8 @@ from starlette.exceptions import HTTPException
 
 from magnetar.admin import brokers, clusters, compaction, explain, lookup, metrics, schemas, stats, topics
 from magnetar.admin.errors import RestError
+from magnetar.admin.permissions import router as permissions_router
+from magnetar.admin.security import SecurityMiddleware
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -61,7 +64,10 @@ def create_app(service: BrokerService, is_ready: object = lambda: True) -> FastA
     async def ready(request: Request) -> PlainTextResponse:
         return await brokers.health(request)
 
+    # Who calls, and may they (authenticationEnabled, authorizationEnabled): before every route.
+    app.add_middleware(SecurityMiddleware, service=service)
     app.include_router(clusters.router)
+    app.include_router(permissions_router)
     app.include_router(topics.router, prefix=topics.PERSISTENT_PREFIX)
     app.include_router(stats.router, prefix=topics.PERSISTENT_PREFIX)
     # The same routes for non-persistent topics. Left out of the OpenAPI document, which would describe
@@ -110,7 +116,7 @@ class _NoSignals:
 class AdminServer:
     """The HTTP listener on webServicePort, sharing the broker's loop."""
 
-    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+    def __init__(self, app: FastAPI, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> None:
         self._socket = socket.create_server((host, port), reuse_port=False)
         # Accepted connections inherit it. Without it a keep-alive request waits ~40 ms: h11 writes the
         # headers and the body separately, and Nagle holds the body until the client's delayed ACK.
@@ -126,10 +132,13 @@ class AdminServer:
             server_header=False,
         )
         self._server = _InLoopServer(config)
+        self._ssl_context = ssl_context  # webServicePortTls: the broker's context (broker/tls.py)
         self._ticks: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self._server.config.load()
+        if self._ssl_context is not None:
+            self._server.config.ssl = self._ssl_context
         self._server.lifespan = self._server.config.lifespan_class(self._server.config)
         await self._server.startup(sockets=[self._socket])
         self._ticks = asyncio.get_running_loop().create_task(self._server.main_loop())

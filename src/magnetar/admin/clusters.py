@@ -140,6 +140,7 @@ class NamespaceCreation(BaseModel):
     deduplicationEnabled: bool | None = Field(default=None, strict=True)
     subscription_types_enabled: list[SubscriptionType] | None = None
     properties: dict[str, str] | None = None
+    auth_policies: AuthPolicies | None = None
 
 
 # ----------------------------------------------------------------------------------- checks
@@ -383,6 +384,8 @@ async def create_namespace(
         stored["subscription_types_enabled"] = sorted(set(policies.subscription_types_enabled))
     if policies.properties:
         stored["properties"] = policies.properties
+    if policies.auth_policies is not None:
+        stored["auth_policies"] = policies.auth_policies.model_dump()
     try:
         await service.create_namespace(f"{tenant}/{namespace}", stored)
     except AlreadyExistsError as error:
@@ -410,7 +413,7 @@ async def get_policies(request: Request, tenant: str, namespace: str) -> Namespa
     service = _service(request)
     stored = service.metadata.namespace_policies(check_namespace(service, tenant, namespace))
     return NamespacePolicies(
-        auth_policies=AuthPolicies(),
+        auth_policies=AuthPolicies(**stored.get("auth_policies", {})),
         replication_clusters=stored.get("replication_clusters", []),
         bundles=BundlesData(boundaries=["0x00000000", "0xffffffff"], numBundles=1),
         backlog_quota_map={},

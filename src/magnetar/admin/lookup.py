@@ -26,8 +26,8 @@ router = APIRouter(prefix="/lookup/v2/topic", tags=["lookup"])
 
 
 class LookupData(BaseModel):
-    """Pulsar's LookupData. The TLS URLs are null (magnetar serves no TLS) but present: the C++ client
-    (and so the Python one) refuses a lookup answer without `brokerUrlTls`."""
+    """Pulsar's LookupData. The TLS URLs are null without TLS ports but present: the C++ client (and
+    so the Python one) refuses a lookup answer without `brokerUrlTls`."""
 
     brokerUrl: str
     brokerUrlTls: str | None
@@ -60,4 +60,10 @@ async def lookup_topic(
         raise not_found("Topic not found.")
     url = service.config.advertised_url
     web_url = service.config.advertised_web_url
-    return LookupData(brokerUrl=url, brokerUrlTls=None, httpUrl=web_url, httpUrlTls=None, nativeUrl=url)
+    return LookupData(
+        brokerUrl=url,
+        brokerUrlTls=service.config.advertised_url_tls,
+        httpUrl=web_url,
+        httpUrlTls=service.config.advertised_web_url_tls,
+        nativeUrl=url,
+    )

@@ -153,6 +153,34 @@ BROKER_KEYS: tuple[Setting, ...] = (
         "true selects keySharedOrderingMode=classic (Pulsar 3.x Key_Shared).",
         True,
     ),
+    # Security (docs/security.md): everything off unless set, as in Pulsar's standalone.
+    Setting("brokerServicePortTls", "", "TLS binary port (Pulsar's usual 6651); empty: no TLS port; 0 picks a free port."),
+    Setting("webServicePortTls", "", "HTTPS port (Pulsar's usual 8443); empty: no HTTPS port; 0 picks a free port."),
+    Setting("tlsCertificateFilePath", "", "The broker's certificate (PEM) on its TLS ports."),
+    Setting("tlsKeyFilePath", "", "The private key (PEM) of tlsCertificateFilePath."),
+    Setting("tlsTrustCertsFilePath", "", "CA certificates (PEM) that client certificates must chain to."),
+    Setting("tlsRequireTrustedClientCertOnConnect", False, "Refuse TLS clients without a trusted certificate."),
+    Setting("tlsProtocols", "", "TLS versions accepted, e.g. TLSv1.3,TLSv1.2; empty: the ssl module's defaults."),
+    Setting("tlsCiphers", "", "TLS 1.2 cipher suites accepted (OpenSSL names, comma-separated); empty: defaults."),
+    Setting("authenticationEnabled", False, "Authenticate clients on CONNECT and on HTTP."),
+    Setting(
+        "authenticationProviders",
+        "",
+        "Comma-separated providers: org.apache.pulsar.broker.authentication.AuthenticationProviderToken, "
+        "...AuthenticationProviderBasic, ...AuthenticationProviderTls.",
+    ),
+    Setting(
+        "authenticationRefreshCheckSeconds",
+        60,
+        "How often live connections are checked for expired credentials (then challenged to refresh them).",
+    ),
+    Setting("anonymousUserRole", "", "Role of clients that present no credentials; empty: they are refused."),
+    Setting("tokenSecretKey", "", "HS256 key of tokens: data:;base64,... or file:///path (raw bytes)."),
+    Setting("tokenPublicKey", "", "Public key of RS256/ES256 tokens: data:;base64,... or file:///path (DER or PEM)."),
+    Setting("tokenAuthClaim", "sub", "The token claim that holds the role."),
+    Setting("basicAuthConf", "", "htpasswd file of the basic provider: a path, file:///path or data:;base64,..."),
+    Setting("authorizationEnabled", False, "Check roles' permissions on produce, consume, lookup and admin calls."),
+    Setting("superUserRoles", "", "Comma-separated roles allowed everything."),
 )
 
 
@@ -217,6 +245,19 @@ class BrokerConfig:
     def advertised_web_url(self) -> str:
         host = self.values["advertisedAddress"] or self.values["bindAddress"]
         return f"http://{host}:{self.values['webServicePort']}"
+
+    @property
+    def advertised_url_tls(self) -> str | None:
+        """pulsar+ssl:// URL of the TLS binary port, None when it is off."""
+        port = str(self.values["brokerServicePortTls"]).strip()
+        host = self.values["advertisedAddress"] or self.values["bindAddress"]
+        return f"pulsar+ssl://{host}:{port}" if port else None
+
+    @property
+    def advertised_web_url_tls(self) -> str | None:
+        port = str(self.values["webServicePortTls"]).strip()
+        host = self.values["advertisedAddress"] or self.values["bindAddress"]
+        return f"https://{host}:{port}" if port else None
 
 
 _DISPATCHER_KEYS = {key for key, _doc, _dynamic in PULSAR_KEYS.values()}

@@ -16,6 +16,7 @@ import logging
 from functools import partial
 from typing import Any
 
+from magnetar.broker.connection_auth import ConnectionAuthentication
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.logs import consumer_changed, remote_address
 from magnetar.broker.producer import ServerProducer
@@ -80,6 +81,8 @@ class ServerConnection:
         self.close_reason: str | None = None  # for the log; None when the client closed it
         self.client_version = ""  # from CONNECT, for the admin stats
         self.closed = False
+        self.ssl_object = writer.get_extra_info("ssl_object")  # on the TLS port (brokerServicePortTls)
+        self.auth = ConnectionAuthentication(self)  # the client's role (docs/security.md)
         self._loop = asyncio.get_running_loop()
         # Keep-alive counts on the loop's clock (monotonic), which the shell simulator drives.
         self.last_received = self._loop.time()
@@ -125,6 +128,8 @@ class ServerConnection:
                     log.warning("[%s] closing connection: protocol error: %s", self.remote_address, error)
                     self.close_reason = f"protocol error: {error}"
                     break
+                if self.auth.pending:
+                    frames = await self.auth.handshake(frames)
                 try:
                     for command, payload in frames:
                         if command.type == _SEND:
@@ -233,6 +238,8 @@ class ServerConnection:
             )
         elif kind == BaseCommand.PING:
             self.write(commands.pong())
+        elif kind == BaseCommand.AUTH_RESPONSE:
+            self._spawn(self.auth.on_auth_response(command.authResponse))
         elif kind == BaseCommand.PONG:
             pass
         elif kind == BaseCommand.PARTITIONED_METADATA:
@@ -316,6 +323,16 @@ class ServerConnection:
     async def _on_partitioned_metadata(self, request: Any) -> None:
         try:
             name = TopicName.parse(request.topic)
+            if self.service.authorization.enabled and not self.service.authorization.can_lookup(name, self.auth.role):
+                log.info("[%s] Role %s may not get partition metadata of %s", self.remote_address, self.auth.role, name)
+                self.write(
+                    commands.partitioned_metadata_response(
+                        request.request_id,
+                        error_code="AuthorizationError",
+                        message="Client is not authorized to Get Partition Metadata",
+                    )
+                )
+                return
             partitions = await self.service.partitions_for_lookup(name)
         except InvalidTopicName as error:
             log.info("[%s] Request %d failed: InvalidTopicName: %s", self.remote_address, request.request_id, error)
@@ -327,18 +344,33 @@ class ServerConnection:
 
     def _on_lookup(self, request: Any) -> None:
         try:
-            TopicName.parse(request.topic)
+            name = TopicName.parse(request.topic)
         except InvalidTopicName as error:
             log.info("[%s] Request %d failed: InvalidTopicName: %s", self.remote_address, request.request_id, error)
             self.write(commands.lookup_response(request.request_id, error_code="InvalidTopicName", message=str(error)))
             return
-        self.write(commands.lookup_response(request.request_id, self.service.config.advertised_url))
+        if self.service.authorization.enabled and not self.service.authorization.can_lookup(name, self.auth.role):
+            log.info("[%s] Role %s is not authorized to Lookup %s", self.remote_address, self.auth.role, name)
+            self.write(
+                commands.lookup_response(
+                    request.request_id, error_code="AuthorizationError", message="Client is not authorized to Lookup"
+                )
+            )
+            return
+        config = self.service.config
+        # TLS clients read brokerServiceUrlTls (reference §7); both are answered, as Pulsar does.
+        self.write(
+            commands.lookup_response(
+                request.request_id, config.advertised_url, broker_service_url_tls=config.advertised_url_tls
+            )
+        )
 
     # ---------------------------------------------------------------------------- producers
 
     async def _on_producer(self, request: Any) -> None:
         try:
             name = TopicName.parse(request.topic)
+            self.service.authorization.check_produce(name, self.auth.role)
             topic = await self.service.get_topic(name)
             # Registered or matched before the producer joins, as Pulsar's tryAddSchema; a retried
             # create matches the version it registered.
@@ -432,6 +464,7 @@ class ServerConnection:
         try:
             subscription_type = _SUB_TYPES[request.subType]
             name = TopicName.parse(request.topic)
+            self.service.authorization.check_consume(name, self.auth.role, request.subscription)
             if not self.service.subscription_type_allowed(name, subscription_type):
                 raise _NotAllowed(f"{subscription_type} subscriptions are disabled for {name.namespace_name}")
             if request.consumer_id in self.consumers:

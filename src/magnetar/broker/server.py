@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.connection import ServerConnection
 from magnetar.broker.service import BrokerService
+from magnetar.broker.tls import server_context, tls_port
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Callable
 
     from magnetar.admin import AdminServer
@@ -53,6 +55,8 @@ class Broker:
         self.connections: set[ServerConnection] = set()
         self._binary: asyncio.Server | None = None
         self._http: AdminServer | None = None
+        self._binary_tls: asyncio.Server | None = None
+        self._https: AdminServer | None = None
         self._young_collections: asyncio.Task[None] | None = None
         self.ready = False
         self.binary_port = 0
@@ -83,6 +87,7 @@ class Broker:
         if self.config["webServicePort"] == 0:
             self.config = type(self.config)(dict(self.config.values) | {"webServicePort": self.http_port})
             self.service.config = self.config
+        await self._start_tls(host)
         # What exists now (modules, config, storage) lives for the whole process: keep the cyclic
         # collector from walking it again and again, and let young objects (per-message tuples,
         # futures) build up longer between collections, which otherwise pause the loop for
@@ -103,6 +108,29 @@ class Broker:
             self.service.data_dir,
         )
 
+    async def _start_tls(self, host: str) -> None:
+        """The TLS ports (brokerServicePortTls, webServicePortTls), when configured, with one context."""
+        binary_port, web_port = tls_port(self.config, "brokerServicePortTls"), tls_port(self.config, "webServicePortTls")
+        if binary_port is None and web_port is None:
+            return
+        context = server_context(self.config)
+        bound: dict[str, str] = {}
+        if binary_port is not None:
+            self._binary_tls = await asyncio.start_server(self._on_client, host, binary_port, ssl=context, limit=2**20)
+            bound["brokerServicePortTls"] = str(self._binary_tls.sockets[0].getsockname()[1])
+        if web_port is not None:
+            self._https = await asyncio.to_thread(_admin_server, self.service, lambda: self.ready, host, web_port, context)
+            await self._https.start()
+            bound["webServicePortTls"] = str(self._https.port)
+        # Lookups answer the TLS URL with the port really bound.
+        self.config = type(self.config)(dict(self.config.values) | bound)
+        self.service.config = self.config
+        log.info(
+            "TLS ports: %s, %s",
+            self.config.advertised_url_tls or "no pulsar+ssl://",
+            self.config.advertised_web_url_tls or "no https://",
+        )
+
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = ServerConnection(self.service, reader, writer)
         self.connections.add(connection)
@@ -120,8 +148,12 @@ class Broker:
             self._young_collections.cancel()
         if self._binary is not None:
             self._binary.close()
+        if self._binary_tls is not None:
+            self._binary_tls.close()
         if self._http is not None:
             await self._http.stop()
+        if self._https is not None:
+            await self._https.stop()
         for connection in list(self.connections):
             connection.close_gracefully()
         deadline = time.monotonic() + self.config["brokerShutdownTimeoutMs"] / 1000
@@ -139,11 +171,13 @@ async def _collect_young() -> None:
         gc.collect(0)
 
 
-def _admin_server(service: BrokerService, is_ready: Callable[[], bool], host: str, port: int) -> AdminServer:
+def _admin_server(
+    service: BrokerService, is_ready: Callable[[], bool], host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> AdminServer:
     """Import the admin API and bind its port; runs on a worker thread (see Broker.start)."""
     from magnetar.admin import AdminServer, create_app
 
-    return AdminServer(create_app(service, is_ready), host, port)
+    return AdminServer(create_app(service, is_ready), host, port, ssl_context)
 
 
 async def run_standalone(config: BrokerConfig, data_dir: str | Path) -> int:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from magnetar.broker.compactor import CompactionMonitor
+from magnetar.broker.auth import AuthenticationService
+from magnetar.broker.authorization import AuthorizationService
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.topic import PersistentTopic, delayed_delivery_path
@@ -80,6 +82,9 @@ class BrokerService:
         self._deleting: set[str] = set()
         self._deleting_namespaces: set[str] = set()
         self.schemas = SchemaRegistry(self, self.now_ms)
+        # Who clients are and what they may do (docs/security.md); both off unless configured.
+        self.authentication = AuthenticationService(config)
+        self.authorization = AuthorizationService(config, lambda: self.metadata)
         self.compaction_monitor = CompactionMonitor(self)
 
     async def start(self) -> None:

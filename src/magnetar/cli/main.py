@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from magnetar.cli import admin, client
+from magnetar.cli import admin, client, tokens
 from magnetar.cli.output import error
 from magnetar.cli.rest import AdminError
 
@@ -79,6 +79,7 @@ def standalone(
 
 
 app.add_typer(admin.app, name="admin")
+app.add_typer(tokens.app, name="tokens")
 app.command("produce")(client.produce)
 app.command("consume")(client.consume)
 

@@ -1,0 +1,99 @@
+"""Authentication and authorization of HTTP calls, as Pulsar's AuthenticationFilter and its web resources'
+checks: one ASGI middleware in front of every route.
+
+Owns: who makes a call (`Authorization: Bearer|Basic`, else the anonymous role, else 401 "Authentication
+required") and whether the role may make it, when authorizationEnabled is also set: super users anything;
+a tenant's admins the tenant's calls (403 otherwise); lookups whoever may produce or consume the topic;
+every other call (clusters, brokers, tenants' list and changes) super users only (401 "This operation
+requires super-user access", Pulsar's status for it). `/metrics` stays open (Pulsar's
+authenticateMetricsEndpoint=false).
+Must not touch: the routes' own checks and answers; the role is left in `request.state.role`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+from magnetar.broker.auth import AuthenticationError
+from magnetar.broker.topic_name import InvalidTopicName, TopicName
+
+if TYPE_CHECKING:
+    from magnetar.broker.authorization import AuthorizationService
+    from magnetar.broker.service import BrokerService
+
+__all__ = ["SecurityMiddleware", "refusal"]
+
+_OPEN_PATHS = {"/metrics", "/ready"}
+# Paths whose fourth part is a tenant: their calls are the tenant admins'.
+_TENANT_AREAS = {"namespaces", "persistent", "non-persistent", "schemas"}
+_NOT_TENANT_ADMIN = "Don't have permission to administrate resources on this tenant"
+_NOT_SUPER_USER = "This operation requires super-user access"
+
+
+def refusal(authorization: AuthorizationService, method: str, path: str, role: str | None) -> tuple[int, str] | None:
+    """(status, reason) when `role` may not make the call, None when it may."""
+    if authorization.is_super_user(role):
+        return None
+    parts = [p for p in path.split("/") if p]
+    if parts[:3] == ["lookup", "v2", "topic"] and len(parts) >= 7:
+        try:
+            name = TopicName.parse(f"{parts[3]}://{parts[4]}/{parts[5]}/{parts[6]}")
+        except InvalidTopicName:
+            return None  # the route answers 412
+        return None if authorization.can_lookup(name, role) else (403, "Client is not authorized to Lookup")
+    if parts[:2] == ["admin", "v2"] and len(parts) >= 4:
+        tenant_call = parts[2] in _TENANT_AREAS or (parts[2] == "tenants" and method == "GET")
+        if tenant_call:
+            return None if authorization.is_tenant_admin(parts[3], role) else (403, _NOT_TENANT_ADMIN)
+    return 401, _NOT_SUPER_USER
+
+
+class SecurityMiddleware:
+    def __init__(self, app: Any, service: BrokerService) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        authentication = self.service.authentication
+        if scope["type"] != "http" or not authentication.enabled or scope["path"] in _OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+        try:
+            # Off the loop: an htpasswd check takes milliseconds to hundreds of them.
+            authenticated = await asyncio.to_thread(authentication.authenticate_http, header)
+        except AuthenticationError:
+            await _answer_page(send, 401, "Authentication required", scope["path"])
+            return
+        role = authenticated.role
+        if self.service.authorization.enabled:
+            refused = refusal(self.service.authorization, scope["method"], scope["path"], role)
+            if refused is not None:
+                await _answer_json(send, refused[0], {"reason": refused[1]})
+                return
+        scope.setdefault("state", {})["role"] = role
+        await self.app(scope, receive, send)
+
+
+async def _answer_json(send: Any, status: int, body: dict[str, str]) -> None:
+    await _answer(send, status, json.dumps(body).encode(), b"application/json")
+
+
+async def _answer_page(send: Any, status: int, message: str, path: str) -> None:
+    """Pulsar's AuthenticationFilter answers with its web server's HTML error page."""
+    from magnetar.admin.app import _error_page  # app.py installs this middleware
+
+    await _answer(send, status, _error_page(status, message, path).encode(), b"text/html;charset=utf-8")
+
+
+async def _answer(send: Any, status: int, body: bytes, content_type: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
