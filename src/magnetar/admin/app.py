@@ -18,7 +18,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
 
-from magnetar.admin import brokers, clusters, compaction, explain, lookup, metrics, schemas, stats, topics
+from magnetar.admin import (
+    brokers,
+    clusters,
+    compaction,
+    explain,
+    lookup,
+    metrics,
+    replicated_subscriptions,
+    schemas,
+    stats,
+    topics,
+)
 from magnetar.admin.errors import RestError
 from magnetar.admin.permissions import router as permissions_router
 from magnetar.admin.security import SecurityMiddleware
@@ -70,9 +81,10 @@ def create_app(service: BrokerService, is_ready: object = lambda: True) -> FastA
     app.include_router(permissions_router)
     app.include_router(topics.router, prefix=topics.PERSISTENT_PREFIX)
     app.include_router(stats.router, prefix=topics.PERSISTENT_PREFIX)
+    app.include_router(replicated_subscriptions.router, prefix=topics.PERSISTENT_PREFIX)
     # The same routes for non-persistent topics. Left out of the OpenAPI document, which would describe
     # every operation twice (and the fuzzing of it take twice as long) for no difference but the domain.
-    for router in (topics.router, stats.router):
+    for router in (topics.router, stats.router, replicated_subscriptions.router):
         app.include_router(
             router, prefix=topics.NON_PERSISTENT_PREFIX, tags=["non-persistent topic"], include_in_schema=False
         )

@@ -318,7 +318,7 @@ async def subscription_stats(
             "lastMarkDeleteAdvancedTimestamp": subscription.last_mark_delete_advanced_ms,
             "consumers": [] if exclude_consumers else consumers,
             "isDurable": core["isDurable"],
-            "isReplicated": False,
+            "isReplicated": subscription.replicated,
             "allowOutOfOrderDelivery": core.get("allowOutOfOrderDelivery", False),
         }
     )
@@ -350,7 +350,7 @@ async def subscription_stats(
             "drainingHashesUnackedMessages": sum(c["drainingHashesUnackedMessages"] for c in consumers),
             # Jackson also writes the boolean getters isDurable()/isReplicated() under these names.
             "durable": core["isDurable"],
-            "replicated": False,
+            "replicated": subscription.replicated,
         }
     )
     return stats

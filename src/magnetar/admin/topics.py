@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 import time
 import zlib
@@ -35,6 +36,8 @@ from magnetar.replication.replicator import REPLICATOR_PREFIX
 from magnetar.storage.metadata import AlreadyExistsError
 
 __all__ = ["MessageIdData", "PartitionedTopicMetadata", "ResetCursorData", "router"]
+
+log = logging.getLogger(__name__)
 
 # Mounted by app.py at /admin/v2/persistent and at NON_PERSISTENT_PREFIX: the handlers name topics of
 # the domain of the path they were reached by (topic_domain).
@@ -344,11 +347,18 @@ async def create_subscription(
     topic: str,
     subName: str,
     message_id: Annotated[MessageIdData | None, Body()] = None,
+    replicated: bool = False,
 ) -> Response:
     """A subscription at the given message id (latest when none), on every partition of a partitioned
-    topic; 409 only when it exists everywhere already."""
+    topic; 409 only when it exists everywhere already. `replicated=true` makes it a replicated
+    subscription (PIP-33) on each partition, unless enableReplicatedSubscriptions is off: then, as for a
+    consumer's flag (Pulsar #9523), a warning and a subscription that is not replicated."""
     service = _service(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
+    if replicated and not service.config["enableReplicatedSubscriptions"]:
+        log.warning("[%s][%s] replicated=true while enableReplicatedSubscriptions is false: not replicated",
+                    name, subName)
+        replicated = False
     start = LATEST if message_id is None else Position(message_id.ledgerId, message_id.entryId)
     partitions = service.partitions(name)
     targets = [name.partition(i) for i in range(partitions)] if partitions else [name]
@@ -360,7 +370,9 @@ async def create_subscription(
             raise precondition_failed("Topic does not exist and cannot be auto-created") from error
         if subName in loaded.subscriptions:
             continue
-        await loaded.create_subscription(subName, loaded.position_at_or_after(start))
+        subscription = await loaded.create_subscription(subName, loaded.position_at_or_after(start))
+        if replicated:
+            await loaded.set_subscription_replicated(subscription, True)
         created += 1
     if created == 0:
         raise conflict("Subscription already exists for topic")
