@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 
 from magnetar.admin.stats import backlog_size, consumer_rates, producer_rates, replication_stats
 from magnetar.core.dispatchers import SharedDispatcher
@@ -170,6 +170,37 @@ class BrokerCollector:
         yield out_bytes
         yield out_messages
         yield from replication_gauges.values()
+        yield from _replicated_subscriptions_families(service, cluster)
+
+
+def _replicated_subscriptions_families(service: BrokerService, cluster: str) -> Iterator[Metric]:
+    """Pulsar's broker-wide snapshot metrics of replicated subscriptions (PIP-33), summed over the
+    controllers of the loaded topics: counts run from when a topic's controller started, so they go down
+    when a topic unloads, which Prometheus's rate() reads as a counter reset."""
+    pending = timed_out = count = 0
+    total_ms = 0.0
+    for topic in list(service.topics.values()):
+        controller = topic.replicated_subscriptions
+        if controller is None:
+            continue
+        pending += len(controller.snapshots.pending)
+        timed_out += controller.snapshots.timed_out_count
+        count += controller.snapshot_ms_count
+        total_ms += controller.snapshot_ms_sum
+    labels = ["cluster"]
+    gauge = GaugeMetricFamily("pulsar_replicated_subscriptions_pending_snapshots",
+                              "Snapshots started and neither complete nor timed out.", labels=labels)
+    gauge.add_metric([cluster], pending)
+    yield gauge
+    counter = CounterMetricFamily("pulsar_replicated_subscriptions_timedout_snapshots",
+                                  "Snapshots that timed out (replicatedSubscriptionsSnapshotTimeoutSeconds).",
+                                  labels=labels)
+    counter.add_metric([cluster], timed_out)
+    yield counter
+    summary = SummaryMetricFamily("pulsar_replicated_subscriptions_snapshot_ms",
+                                  "Time taken to complete a snapshot across the clusters (ms).", labels=labels)
+    summary.add_metric([cluster], count_value=count, sum_value=total_ms)
+    yield summary
 
 
 def _topic_figures(

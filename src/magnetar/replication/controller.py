@@ -94,7 +94,13 @@ class ReplicatedSubscriptionsController:
         while True:
             await asyncio.sleep(self.frequency_ms / 1000)
             now = self._now_ms()
+            timed_out = set(self.snapshots.pending)
             builder = self.snapshots.tick(now, self._last_data_ms(), self._replicators())
+            timed_out.difference_update(self.snapshots.pending)
+            if timed_out:
+                # A remote that did not answer in replicatedSubscriptionsSnapshotTimeoutSeconds: down, its
+                # feature off, or not replicating back; no subscription moves until a snapshot completes.
+                log.warning("[%s] Snapshot %s timed out", self.topic_name, ", ".join(sorted(timed_out)))
             if builder is not None:
                 log.debug("[%s] Starting snapshot %s", self.topic_name, builder.snapshot_id)
                 self._write(builder.request(), builder.request_written)
