@@ -189,3 +189,20 @@ def test_option_errors(admin, topic) -> None:
     assert "not a message id" in fails(*admin("topics", "reset-cursor", topic, "-s", "s", "-m", "yesterday"), code=2)
     assert "Missing option" in fails(*admin("topics", "skip", topic, "-s", "s"), code=2)
     assert "invalid" in fails(*admin("topics", "stats", "a/b/c/d"))
+
+
+def test_replicated_subscription_status(admin, topic) -> None:
+    """PIP-33's verbs: a subscription created replicated, its status read per topic, switched off and on;
+    the cursor property that keeps it shows in internal stats."""
+    ok(*admin("topics", "create-subscription", topic, "-s", "geo", "-m", "earliest", "--replicated"))
+    assert ok_json(*admin("topics", "get-replicated-subscription-status", topic, "-s", "geo")) == {topic: True}
+    cursor = ok_json(*admin("topics", "internal-stats", topic))["cursors"]["geo"]
+    assert cursor["properties"] == {"pulsar.replicated.subscription": 1}
+    ok(*admin("topics", "set-replicated-subscription-status", topic, "-s", "geo", "--disable"))
+    assert ok_json(*admin("topics", "get-replicated-subscription-status", topic, "-s", "geo")) == {topic: False}
+    assert ok_json(*admin("topics", "stats", topic))["subscriptions"]["geo"]["isReplicated"] is False
+    ok(*admin("topics", "set-replicated-subscription-status", topic, "-s", "geo", "-e"))
+    assert ok_json(*admin("topics", "stats", topic))["subscriptions"]["geo"]["isReplicated"] is True
+    assert "exactly one of --enable or --disable" in fails(
+        *admin("topics", "set-replicated-subscription-status", topic, "-s", "geo"), code=2)
+    assert "not found" in fails(*admin("topics", "get-replicated-subscription-status", topic, "-s", "nobody"))

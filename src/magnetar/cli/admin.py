@@ -504,12 +504,38 @@ def topics_create_subscription(
     message_id: Annotated[
         str, typer.Option("--messageId", "-m", help="where it starts: latest, earliest or ledgerId:entryId")
     ] = "latest",
+    replicated: Annotated[
+        bool, typer.Option("--replicated", "-r", help="replicate its position to the other clusters (PIP-33)")
+    ] = False,
 ) -> None:
     """Create a durable subscription starting at a message id."""
     s = _session(ctx)
     start = {"latest": LATEST, "earliest": EARLIEST}.get(message_id.lower()) or parse_message_id(message_id)
-    s.client.put(_subscription_path(topic, subscription), start)
+    s.client.put(_subscription_path(topic, subscription), start, {"replicated": True} if replicated else None)
     s.out.done(f"created subscription {subscription} on {topic}")
+
+
+@topics.command("set-replicated-subscription-status")
+def topics_set_replicated_subscription_status(
+    ctx: typer.Context,
+    topic: Topic,
+    subscription: Subscription,
+    enable: Annotated[bool, typer.Option("--enable", "-e", help="replicate the subscription")] = False,
+    disable: Annotated[bool, typer.Option("--disable", "-d", help="stop replicating it")] = False,
+) -> None:
+    """Make a subscription replicated (PIP-33), or no longer, in this cluster (every partition)."""
+    if enable == disable:
+        raise typer.BadParameter("give exactly one of --enable or --disable")
+    s = _session(ctx)
+    s.client.post(f"{_subscription_path(topic, subscription)}/replicatedSubscriptionStatus", enable)
+    s.out.done(f"{'enabled' if enable else 'disabled'} replication of subscription {subscription} on {topic}")
+
+
+@topics.command("get-replicated-subscription-status")
+def topics_get_replicated_subscription_status(ctx: typer.Context, topic: Topic, subscription: Subscription) -> None:
+    """Whether a subscription is replicated, per topic or partition."""
+    s = _session(ctx)
+    s.out.show(s.client.get(f"{_subscription_path(topic, subscription)}/replicatedSubscriptionStatus"), subscription)
 
 
 @topics.command("unsubscribe")
