@@ -26,6 +26,7 @@ from typing import NamedTuple
 from google.protobuf.message import DecodeError, Message
 
 from magnetar.core.positions import Position
+from magnetar.protocol.commands import wire_id
 from magnetar.protocol.framing import ProtocolError
 from magnetar.protocol.messages import encode_entry, parse_entry
 from magnetar.protocol.pulsar_api_pb2 import MessageMetadata
@@ -133,12 +134,17 @@ def acked_ranges(
     publish_time: int,
 ) -> bytes:
     """magnetar's marker: `source_cluster`'s subscription acknowledged the entries of each cluster's
-    open-closed ranges `(lower, upper]`, given in that cluster's positions."""
+    open-closed ranges `(lower, upper]`, given in that cluster's positions. A lower bound is often just
+    before a ledger's first entry (`(ledger, -1)`) or the earliest position (`(-1, -1)`): ids travel as
+    Pulsar's message ids do, -1 as 2^64 - 1 (`commands.signed_id` reads them back)."""
     body = ReplicatedSubscriptionsAckedRanges(subscription_name=subscription_name, source_cluster=source_cluster)
     for cluster in sorted(ranges):
         item = body.clusters.add(cluster=cluster)
         for lower, upper in ranges[cluster]:
-            item.ranges.add(lower=_message_id(lower), upper=_message_id(upper))
+            item.ranges.add(
+                lower=MarkersMessageIdData(ledger_id=wire_id(lower[0]), entry_id=wire_id(lower[1])),
+                upper=MarkersMessageIdData(ledger_id=wire_id(upper[0]), entry_id=wire_id(upper[1])),
+            )
     return _entry(ACKED_RANGES, body, publish_time, None)
 
 
