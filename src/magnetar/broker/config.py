@@ -136,6 +136,13 @@ BROKER_KEYS: tuple[Setting, ...] = (
         "Snapshots a replicated subscription keeps until its mark-delete position passes them.",
     ),
     Setting(
+        "replicatedSubscriptionsAckedRangesEnabled",
+        True,
+        "magnetar: replicated subscriptions also replicate the messages acknowledged out of order (above "
+        "the mark-delete position), translated through the replicators' receipts, so that a consumer "
+        "failing over receives only what was still unacknowledged (Pulsar #10054); false keeps Pulsar's rule.",
+    ),
+    Setting(
         "replicationPolicyCheckDurationSeconds",
         600,
         "How often loaded topics' replicators are checked against the replication policies (they are also "

@@ -44,10 +44,11 @@ from magnetar.core.events import (
     Tick,
     WakeUp,
 )
-from magnetar.core.positions import Position
+from magnetar.core.positions import EARLIEST, Position
 from magnetar.protocol import messages
 from magnetar.protocol.framing import ProtocolError
 from magnetar.protocol.markers import MARKER_PRODUCER_NAME, SNAPSHOT, is_marker, parse_marker
+from magnetar.replication.acked_ranges import positions_in, subscription_acked_ranges, uncovered
 from magnetar.replication.snapshots import ReplicatedSubscriptionSnapshotCache, cached_snapshot
 from magnetar.storage import ManagedCursor
 
@@ -59,6 +60,10 @@ __all__ = ["PersistentSubscription", "MARKER_PRODUCER_NAME", "REPLICATED_PROPERT
 
 # The cursor property that makes a subscription replicated (PIP-33), kept across restarts as Pulsar keeps it.
 REPLICATED_PROPERTY = "pulsar.replicated.subscription"
+
+# The consumer id acknowledgements carry when another cluster's subscription made them: none of this
+# subscription's consumers (their ids start at 1), so the dispatcher releases them from whoever holds them.
+REPLICATED_ACKS_CONSUMER_ID = 0
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +145,12 @@ class PersistentSubscription:
         if cursor.durable and cursor.properties.get(REPLICATED_PROPERTY):
             self.snapshot_cache = self._new_snapshot_cache()
         self._last_update_snapshot_id: str | None = None
+        # magnetar's acked ranges (replication/acked_ranges.py): whether consumers acknowledged something
+        # since the last ACKED_RANGES, what that one carried, and below which local position the other
+        # clusters' subscriptions already are (the REQUEST of the snapshot the last UPDATE carried).
+        self.acks_changed = False
+        self.acked_ranges_sent: dict[str, Any] | None = None
+        self.acked_ranges_floor = EARLIEST
         # Reads see the topic's compacted view up to its horizon (a consumer or reader that subscribed
         # with read_compacted; Exclusive and Failover only).
         self.read_compacted = False
@@ -269,6 +280,8 @@ class PersistentSubscription:
             if self._held:
                 self._release(whole)
             self._handle(Acked(consumer_id, tuple(whole)))
+        if self.snapshot_cache is not None:
+            self.acks_changed = True
         self._mark_delete_moved(before)
 
     def acknowledge_cumulative(self, consumer_id: int, position: Position) -> None:
@@ -283,6 +296,8 @@ class PersistentSubscription:
         if position > before:
             cursor.mark_delete(position)
             self._handle(CumulativeAcked(consumer_id, position))
+            if self.snapshot_cache is not None:
+                self.acks_changed = True
         self._mark_delete_moved(before)
 
     def _cache_snapshots(self, marker_entries: list[Any]) -> None:
@@ -311,6 +326,41 @@ class PersistentSubscription:
             return
         self._last_update_snapshot_id = snapshot.snapshot_id
         controller.subscription_passed_snapshot(self.name, snapshot)
+        if snapshot.request_position is not None:
+            # The UPDATE moves the others' subscriptions past every entry stored before this REQUEST
+            # (locally, or in the other cluster before it arrived there): acked ranges start above it.
+            self.acked_ranges_floor = snapshot.request_position
+
+    def acked_ranges(self) -> list[tuple[Position, Position]]:
+        """What this subscription acknowledged that the other clusters' may not know yet: above the
+        floor, up to the mark-delete position and the individually acknowledged ranges above it."""
+        cursor = self.cursor
+        return subscription_acked_ranges(cursor.mark_delete_position, cursor.individually_deleted.ranges(), self.acked_ranges_floor)
+
+    def acknowledge_replicated(self, ranges: list[tuple[Position, Position]]) -> int:
+        """Another cluster's subscription of this name acknowledged the entries of `ranges` (translated to
+        this topic's positions: replication/acked_ranges.py): they are acknowledged here as a consumer's
+        individual acks would be, so consumers holding them are released and nobody receives them again.
+        Returns how many entries were newly acknowledged."""
+        cursor, ledger = self.cursor, self.topic.ledger
+        last = ledger.last_confirmed_entry
+        left = uncovered(ranges, cursor.individually_deleted.ranges(), cursor.mark_delete_position)
+        entries_of = {info.ledger_id: info.entries for info in ledger.ledgers}
+        positions = [p for lower, upper in left for p in positions_in(lower, min(upper, last), entries_of) if p <= last]
+        if not positions:
+            return 0
+        before = cursor.mark_delete_position
+        whole = cursor.delete_positions(positions)
+        if whole:
+            if self._held:
+                self._release(whole)
+            self._handle(Acked(REPLICATED_ACKS_CONSUMER_ID, tuple(whole)))
+        after = cursor.mark_delete_position
+        if after > before:
+            # Not `_mark_delete_moved`: an UPDATE back to the cluster these acks came from would tell it
+            # what it already knows.
+            self._handle(MarkDeleteAdvanced(after))
+        return len(whole)
 
     def redeliver(self, consumer_id: int, positions: list[Position] | None) -> None:
         self._handle(RedeliverRequested(consumer_id, None if positions is None else tuple(positions)))

@@ -19,6 +19,7 @@ from magnetar.broker.topic_name import TopicName
 from magnetar.core.positions import EARLIEST, LATEST, Position
 from magnetar.protocol.messages import parse_entry
 from magnetar.protocol.markers import Marker
+from magnetar.replication.acked_ranges import AckedRangesContent, acked_ranges_to_send, ranges_to_acknowledge
 from magnetar.replication.controller import ReplicatedSubscriptionsController
 from magnetar.replication.replicator import REPLICATOR_PREFIX, Replicator, cursor_name
 from magnetar.storage import ManagedLedger
@@ -396,6 +397,7 @@ class PersistentTopic:
                 service.partitions(self.name.partitioned_base) if self.name.partition_index >= 0 else 0,
                 service.admin_service_url,
                 self._on_replicated_marker,
+                record_positions=self._acked_ranges_enabled(),
             )
             self.replicators[cluster] = replicator
             replicator.start()
@@ -426,6 +428,10 @@ class PersistentTopic:
             await controller.stop()
             log.info("[%s] Replicated subscriptions controller stopped", self.name)
 
+    def _acked_ranges_enabled(self) -> bool:
+        config = self.service.config
+        return bool(config["enableReplicatedSubscriptions"] and config["replicatedSubscriptionsAckedRangesEnabled"])
+
     def _controller_allowed(self) -> bool:
         return bool(self.service.config["enableReplicatedSubscriptions"] and self.replicators)
 
@@ -443,6 +449,8 @@ class PersistentTopic:
             lambda: {cluster: replicator.connected for cluster, replicator in self.replicators.items()},
             lambda: self.last_data_ms,
             self._apply_replicated_update,
+            acked_ranges_due=self._acked_ranges_due if self._acked_ranges_enabled() else None,
+            apply_acked_ranges=self._apply_acked_ranges if self._acked_ranges_enabled() else None,
         )
         controller.start()
 
@@ -473,6 +481,45 @@ class PersistentTopic:
             subscription = await self.subscribe(name, True, "earliest", None)
             await self.set_subscription_replicated(subscription, True)
         subscription.skip_to(min(Position(*position), self.ledger.last_confirmed_entry))
+
+    def _acked_ranges_due(self) -> list[tuple[str, AckedRangesContent]]:
+        """At a controller tick: the ACKED_RANGES content of each replicated subscription whose consumers
+        acknowledged something since the last tick and whose translation changed (magnetar, Pulsar
+        #10054). Receipts below every replicated subscription's floor are forgotten on the way."""
+        replicated = [s for s in self.subscriptions.values() if s.replicated]
+        positions = {c: r.positions for c, r in self.replicators.items() if r.positions is not None}
+        if replicated:
+            floor = min(s.acked_ranges_floor for s in replicated)
+            for translated in positions.values():
+                translated.forget_up_to(floor)
+        due = []
+        local = self.service.config["clusterName"]
+        for subscription in replicated:
+            if not subscription.acks_changed:
+                continue
+            subscription.acks_changed = False
+            content = acked_ranges_to_send(local, subscription.acked_ranges(), positions)
+            if content != subscription.acked_ranges_sent:
+                subscription.acked_ranges_sent = content
+                due.append((subscription.name, content))
+        return due
+
+    async def _apply_acked_ranges(self, name: str, source: str, content: AckedRangesContent) -> None:
+        """Another cluster's replicated subscription `name` acknowledged `content` (ACKED_RANGES): this one
+        acknowledges the copies of that cluster's entries and its own entries among them, created first
+        at the earliest position if it does not exist here (as an UPDATE creates it, Pulsar #20767)."""
+        replicator = self.replicators.get(source)
+        ranges = ranges_to_acknowledge(
+            self.service.config["clusterName"], source, content, replicator.positions if replicator is not None else None
+        )
+        if not ranges:
+            return
+        subscription = self.subscriptions.get(name)
+        if subscription is None:
+            subscription = await self.subscribe(name, True, "earliest", None)
+            await self.set_subscription_replicated(subscription, True)
+        acknowledged = subscription.acknowledge_replicated(ranges)
+        log.debug("[%s][%s] %d entries acknowledged as %s's subscription did", self.name, name, acknowledged, source)
 
     def clear_replication_backlog(self, cluster: str) -> bool:
         """skip_all on `pulsar.repl.<cluster>`: the replicator forgets what it had not sent yet."""

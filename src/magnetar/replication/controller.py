@@ -21,6 +21,7 @@ from typing import Any
 from magnetar.core.positions import Position
 from magnetar.protocol import markers
 from magnetar.protocol.markers import Marker
+from magnetar.replication.acked_ranges import AckedRangesContent, marker_content
 from magnetar.replication.snapshots import CachedSnapshot, SnapshotController, respond_to_request, update_target
 
 __all__ = ["ReplicatedSubscriptionsController"]
@@ -44,10 +45,16 @@ class ReplicatedSubscriptionsController:
         last_data_ms: Callable[[], int | None],
         apply_update: Callable[[str, Position], Awaitable[None]],
         new_snapshot_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        acked_ranges_due: Callable[[], list[tuple[str, AckedRangesContent]]] | None = None,
+        apply_acked_ranges: Callable[[str, str, AckedRangesContent], Awaitable[None]] | None = None,
     ) -> None:
         """`replicators`: each remote cluster the topic replicates to, and whether its replicator is
         connected; `last_data_ms`: when the last data entry (not a marker) was stored, None if never;
-        `apply_update(subscription, position)`: move (or create, then move) a local subscription."""
+        `apply_update(subscription, position)`: move (or create, then move) a local subscription.
+        magnetar's acked ranges (replicatedSubscriptionsAckedRangesEnabled, None when off):
+        `acked_ranges_due()`, at each tick, the subscriptions whose consumers acknowledged something
+        since the last one, with their ACKED_RANGES content; `apply_acked_ranges(subscription,
+        source cluster, content)`: acknowledge on a local subscription what another cluster's did."""
         self.topic_name = topic_name
         self.local_cluster = local_cluster
         self.frequency_ms = frequency_ms
@@ -56,6 +63,9 @@ class ReplicatedSubscriptionsController:
         self._replicators = replicators
         self._last_data_ms = last_data_ms
         self._apply_update = apply_update
+        self._acked_ranges_due = acked_ranges_due
+        self._apply_acked_ranges = apply_acked_ranges
+        self.acked_ranges_written = 0
         self.snapshots = SnapshotController(local_cluster, timeout_ms, new_snapshot_id)
         # How long each completed snapshot took (ms), for pulsar_replicated_subscriptions_snapshot_ms.
         self.snapshot_ms_count = 0
@@ -104,6 +114,19 @@ class ReplicatedSubscriptionsController:
             if builder is not None:
                 log.debug("[%s] Starting snapshot %s", self.topic_name, builder.snapshot_id)
                 self._write(builder.request(), builder.request_written)
+            if self._acked_ranges_due is not None:
+                self._write_acked_ranges(now)
+
+    def _write_acked_ranges(self, now: int) -> None:
+        """At most one ACKED_RANGES per subscription and tick, and only after its consumers acknowledged
+        something: the marker carries the whole state, so one per period is enough. A failure here is
+        logged and leaves the timer (and the snapshots) running."""
+        try:
+            for subscription, content in self._acked_ranges_due():  # type: ignore[misc]
+                self._write(markers.acked_ranges(subscription, self.local_cluster, content, now), None)
+                self.acked_ranges_written += 1
+        except Exception:
+            log.exception("[%s] Acked ranges not written", self.topic_name)
 
     # ------------------------------------------------------------------------- what arrives
 
@@ -133,6 +156,12 @@ class ReplicatedSubscriptionsController:
                 task = asyncio.get_running_loop().create_task(self._apply(name, target))
                 self._tasks.append(task)
                 task.add_done_callback(self._tasks.remove)
+        elif marker.marker_type == markers.ACKED_RANGES and self._apply_acked_ranges is not None:
+            name, source, content = marker_content(body)  # type: ignore[arg-type]
+            if source != self.local_cluster:
+                task = asyncio.get_running_loop().create_task(self._apply_ranges(name, source, content))
+                self._tasks.append(task)
+                task.add_done_callback(self._tasks.remove)
 
     async def _apply(self, subscription: str, position: Position) -> None:
         try:
@@ -141,6 +170,12 @@ class ReplicatedSubscriptionsController:
             log.exception("[%s] Replicated subscription %s not moved to %s", self.topic_name, subscription, position)
         else:
             log.debug("[%s] Replicated subscription %s moved to %s", self.topic_name, subscription, position)
+
+    async def _apply_ranges(self, subscription: str, source: str, content: AckedRangesContent) -> None:
+        try:
+            await self._apply_acked_ranges(subscription, source, content)  # type: ignore[misc]
+        except Exception:
+            log.exception("[%s] Acked ranges of %s from %s not applied", self.topic_name, subscription, source)
 
     def _snapshot_stored(self, snapshot_id: str, position: Position | None) -> None:
         if position is None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from magnetar.protocol.framing import ProtocolError
 from magnetar.protocol.markers import Marker, parse_marker
 from magnetar.protocol.messages import ChecksumError, replicated_section, stored_metadata
+from magnetar.replication.acked_ranges import ReplicatedPositions
 from magnetar.replication.producer import RemoteError, RemoteProducer, RemoteUnavailable
 from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
 
@@ -78,13 +79,15 @@ class Replicator:
         partitions: int = 0,
         resolve_admin_url: Callable[[str], str | None] | None = None,
         on_marker: Callable[[Any, Marker], None] | None = None,
+        record_positions: bool = False,
     ) -> None:
         """`partitions`: how many partitions the topic this one is a partition of has (0 for a topic
         that is not partitioned); the remote gets a partitioned topic with at least as many before
         the first send (Pulsar 4.0's createTopicToRemoteClusterForReplication), through its admin API
         at `resolve_admin_url(cluster)`. `on_marker(position, marker)`: a marker the remote cluster wrote
         reached this topic (PIP-33: the replicator pointing back at a cluster hands its markers to the
-        topic's controller)."""
+        topic's controller). `record_positions`: keep where each entry landed in the remote topic (its
+        receipt), so that replicated subscriptions translate their acknowledgements (acked_ranges.py)."""
         self.topic_name = topic_name
         self.local_cluster = local_cluster
         self.remote_cluster = remote_cluster
@@ -95,6 +98,7 @@ class Replicator:
         self.partitions = partitions
         self._resolve_admin_url = resolve_admin_url
         self._on_marker = on_marker
+        self.positions = ReplicatedPositions() if record_positions else None
         self.producer: RemoteProducer | None = None
         # (position, messages, bytes) of each entry sent, in send order; bytes -1 for an entry skipped
         # behind them (it is done once they are).
@@ -289,16 +293,21 @@ class Replicator:
         answered = len(message_ids)
         messages = size = 0
         done = None
+        sent: list[Any] | None = [] if self.positions is not None else None
         while answered:
             done, count, length = in_flight.popleft()
             if length >= 0:
                 answered -= 1
                 messages += count
                 size += length
+                if sent is not None:
+                    sent.append(done)
         while in_flight and in_flight[0][2] < 0:
             done = in_flight.popleft()[0]
         self.msg_out_counter += messages
         self.bytes_out_counter += size
+        if sent:
+            self.positions.record(sent, message_ids)  # type: ignore[union-attr]
         if done is not None and not self.cursor.closed:
             self.cursor.mark_delete(done)
 
