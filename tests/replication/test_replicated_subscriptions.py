@@ -482,7 +482,7 @@ def test_one_way_peer_gets_one_request_per_timeout(geo_factory, client_factory) 
     send(r1.create_producer(topic), ["m0"])
     wait_until(lambda: entries(geo["r2"], topic) == 2, "r2 stored the message and one REQUEST",
                lambda: f"r2 entries {entries(geo['r2'], topic)}")
-    time.sleep(1)
+    time.sleep(5 * FREQUENCY_MS / 1000)  # 5 ticks: a REQUEST per tick would show; well before the timeout
     assert entries(geo["r2"], topic) == 2
     assert (metric(geo["r1"], PENDING), metric(geo["r1"], TIMED_OUT)) == (1, 0)
     wait_until(lambda: entries(geo["r2"], topic) == 3, "a second REQUEST after the timeout",
