@@ -89,6 +89,8 @@ class ReplicatedPositions:
         position (a duplicate the remote dropped: (-1, -1)) or not above the last one recorded on both
         sides (the remote topic was recreated) teaches nothing and is left out."""
         local_starts, remote_starts, counts = self._local, self._remote, self._count
+        if self._record_run(local, remote):
+            return
         for (local_ledger, local_entry), (remote_ledger, remote_entry) in zip(local, remote):
             if remote_ledger < 0 or remote_entry < 0:
                 continue
@@ -113,6 +115,50 @@ class ReplicatedPositions:
         if len(counts) > self.runs_max:
             # Trimmed a tenth below the bound, so that trimming is not a list shift per receipt.
             self._drop_first(len(counts) - self.runs_max + self.runs_max // 10)
+
+    def _record_run(self, local: Sequence[tuple[int, int]], remote: Sequence[tuple[int, int]]) -> bool:
+        """`record` of one socket read's receipts in O(1), for the usual case: consecutive entries on both
+        sides (one ledger each, no duplicate dropped), after everything recorded. False for anything
+        else, which `record` then goes through receipt by receipt. Local positions only rise (the
+        replicator's send order), and remote ones of one ledger cannot span exactly n - 1 entry ids with n
+        receipts unless they are consecutive, once no receipt is a dropped duplicate."""
+        n = len(local)
+        if not n or n != len(remote):
+            return False
+        first_local, last_local = local[0], local[-1]
+        first_remote, last_remote = remote[0], remote[-1]
+        if (
+            first_local[0] != last_local[0]
+            or last_local[1] - first_local[1] != n - 1
+            or first_remote[0] != last_remote[0]
+            or last_remote[1] - first_remote[1] != n - 1
+            or first_remote[1] < 0
+            or first_remote[0] < 0
+            or (-1, -1) in remote
+        ):
+            return False
+        counts = self._count
+        if counts:
+            count = counts[-1]
+            last_run_local, last_run_remote = self._local[-1], self._remote[-1]
+            end_local = (last_run_local[0], last_run_local[1] + count - 1)
+            end_remote = (last_run_remote[0], last_run_remote[1] + count - 1)
+            if tuple(first_local) <= end_local or tuple(first_remote) <= end_remote:
+                return False
+            if (
+                first_local[0] == end_local[0]
+                and first_local[1] == end_local[1] + 1
+                and first_remote[0] == end_remote[0]
+                and first_remote[1] == end_remote[1] + 1
+            ):
+                counts[-1] = count + n
+                return True
+        self._local.append(Position(*first_local))
+        self._remote.append(Position(*first_remote))
+        counts.append(n)
+        if len(counts) > self.runs_max:
+            self._drop_first(len(counts) - self.runs_max + self.runs_max // 10)
+        return True
 
     def forget_up_to(self, local: Position) -> None:
         """No local entry at or below `local` needs translating any more."""

@@ -227,3 +227,42 @@ def test_positions_in_needs_ledger_sizes_across_ledgers() -> None:
     assert positions_in(Position(3, 1), Position(5, 0), {3: 3, 4: 0, 5: 7}) == [Position(3, 2), Position(5, 0)]
     with pytest.raises(ValueError):
         positions_in(Position(3, 1), Position(5, 0))
+
+
+class _ReceiptByReceipt(ReplicatedPositions):
+    """`record` without its shortcut for a run of consecutive receipts."""
+
+    def _record_run(self, local, remote) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_receipts_recorded_a_read_at_a_time_equal_one_at_a_time(data) -> None:
+    """`record` takes a socket read's receipts at once, with a shortcut for consecutive ones: whatever the
+    grouping, the runs are those of recording each receipt alone (gaps, ledger changes, duplicates and
+    receipts going back included)."""
+    steps = data.draw(st.lists(st.tuples(st.sampled_from(["next", "gap", "roll", "dup", "back"]),
+                                         st.sampled_from(["next", "gap", "roll"])), max_size=40))
+    local, remote = Position(3, 0), Position(8, 10)
+    receipts = []
+    for remote_step, local_step in steps:
+        local = {"next": Position(local[0], local[1] + 1), "gap": Position(local[0], local[1] + 3),
+                 "roll": Position(local[0] + 1, 0)}[local_step]
+        if remote_step == "dup":
+            receipts.append((local, (-1, -1)))
+            continue
+        if remote_step == "back":
+            receipts.append((local, Position(remote[0], max(0, remote[1] - 2))))
+            continue
+        remote = {"next": Position(remote[0], remote[1] + 1), "gap": Position(remote[0], remote[1] + 2),
+                  "roll": Position(remote[0] + 1, 0)}[remote_step]
+        receipts.append((local, remote))
+    one_by_one, grouped = _ReceiptByReceipt(), ReplicatedPositions()
+    for receipt_local, receipt_remote in receipts:
+        one_by_one.record([receipt_local], [receipt_remote])
+    cuts = sorted(data.draw(st.sets(st.integers(0, len(receipts)), max_size=8)) | {0, len(receipts)})
+    for start, end in zip(cuts, cuts[1:]):
+        group = receipts[start:end]
+        grouped.record([r[0] for r in group], [r[1] for r in group])
+    assert (grouped._local, grouped._remote, grouped._count) == (one_by_one._local, one_by_one._remote, one_by_one._count)
