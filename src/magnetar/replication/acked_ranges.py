@@ -31,6 +31,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import islice
+from operator import lt
 
 from magnetar.core.positions import Position
 from magnetar.protocol.commands import signed_id
@@ -120,8 +121,8 @@ class ReplicatedPositions:
         """`record` of one socket read's receipts in O(1), for the usual case: consecutive entries on both
         sides (one ledger each, no duplicate dropped), after everything recorded. False for anything
         else, which `record` then goes through receipt by receipt. Local positions only rise (the
-        replicator's send order), and remote ones of one ledger cannot span exactly n - 1 entry ids with n
-        receipts unless they are consecutive, once no receipt is a dropped duplicate."""
+        replicator's send order); n remote positions that rise within one ledger and span n - 1 entry
+        ids are consecutive (a dropped duplicate, (-1, -1), or a remote topic recreated breaks the rise)."""
         n = len(local)
         if not n or n != len(remote):
             return False
@@ -134,7 +135,7 @@ class ReplicatedPositions:
             or last_remote[1] - first_remote[1] != n - 1
             or first_remote[1] < 0
             or first_remote[0] < 0
-            or (-1, -1) in remote
+            or not all(map(lt, remote, islice(remote, 1, None)))
         ):
             return False
         counts = self._count
