@@ -5,6 +5,7 @@ taking effect, and a token that expires on a live connection refreshed (AUTH_CHA
 from __future__ import annotations
 
 import base64
+import re
 import socket
 import time
 import uuid
@@ -203,3 +204,18 @@ def test_expired_token_without_a_new_one_closes_the_connection(secured, client_f
     while "refreshed credentials refused" not in secured.output():
         assert time.monotonic() < deadline, secured.output()[-2000:]
         time.sleep(0.2)
+
+
+def test_listing_a_namespace_needs_a_namespace_permission(secured, client_factory) -> None:
+    """A pattern consumer lists the namespace's topics (GET_TOPICS_OF_NAMESPACE): a topic grant is not enough."""
+    namespace = f"public/ns-{uuid.uuid4().hex[:8]}"
+    assert _admin(secured, "PUT", f"/admin/v2/namespaces/{namespace}").status_code == 204
+    assert _admin(secured, "POST", f"/admin/v2/persistent/{namespace}/a/permissions/erin", ["consume"]).status_code == 204
+    erin = _client(client_factory, secured, pulsar.AuthenticationToken(token(SECRET, "erin")))
+    pattern = re.compile(f"persistent://{namespace}/.*")
+    # The C++ client reports any failed listing as a LookupError; the broker's log names the refusal.
+    with pytest.raises(pulsar.exceptions.LookupError):
+        erin.subscribe(pattern, "sub")
+    assert f"Role erin may not list the topics of {namespace}" in secured.output()
+    assert _admin(secured, "POST", f"/admin/v2/namespaces/{namespace}/permissions/erin", ["consume"]).status_code == 204
+    erin.subscribe(pattern, "sub").close()

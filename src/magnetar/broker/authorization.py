@@ -85,6 +85,13 @@ class AuthorizationService:
     def can_lookup(self, name: TopicName, role: str | None) -> bool:
         return self.can_produce(name, role) or self.can_consume(name, role)
 
+    def can_list_topics(self, namespace: str, role: str | None) -> bool:
+        """GET_TOPICS_OF_NAMESPACE: tenant admins, and roles the namespace grants produce or consume."""
+        if self.is_tenant_admin(namespace.split("/", 1)[0], role):
+            return True
+        granted = self.auth_policies(namespace)["namespace_auth"].get(role or "", [])
+        return "produce" in granted or "consume" in granted
+
     def check_produce(self, name: TopicName, role: str | None) -> None:
         if self.enabled and not self.can_produce(name, role):
             raise AuthorizationError("Client is not authorized to Produce")

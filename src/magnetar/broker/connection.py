@@ -285,6 +285,13 @@ class ServerConnection:
             self._spawn(self._on_get_last_message_id(command.getLastMessageId))
         elif kind == BaseCommand.GET_TOPICS_OF_NAMESPACE:
             request = command.getTopicsOfNamespace
+            authorization = self.service.authorization
+            if authorization.enabled and not authorization.can_list_topics(request.namespace, self.auth.role):
+                log.info("[%s] Role %s may not list the topics of %s", self.remote_address, self.auth.role, request.namespace)
+                self.write(
+                    commands.error(request.request_id, "AuthorizationError", "Client is not authorized to GetTopicsOfNamespace")
+                )
+                return
             topics = self.service.topics_of_namespace(request.namespace, _NAMESPACE_MODE_DOMAINS[request.mode])
             self.write(commands.get_topics_of_namespace_response(request.request_id, topics))
         elif kind == BaseCommand.GET_SCHEMA:

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from magnetar.cli.auth_options import AuthParams, AuthPlugin, Credentials, TlsAllowInsecure, TlsTrustCertPath
 from magnetar.cli.output import Format, Output
 from magnetar.cli.rest import AdminClient, AdminError, decode_messages, namespace_path, segment, topic_path
 
@@ -92,8 +93,13 @@ def admin(
         Format | None,
         typer.Option("--output", "-o", help="json or table (default: json unless stdout is a terminal)"),
     ] = None,
+    auth_plugin: AuthPlugin = None,
+    auth_params: AuthParams = None,
+    tls_trust_cert_path: TlsTrustCertPath = None,
+    tls_allow_insecure: TlsAllowInsecure = False,
 ) -> None:
-    ctx.obj = Session(AdminClient(admin_url), Output(output))
+    credentials = Credentials(auth_plugin, auth_params, tls_trust_cert_path, tls_allow_insecure)
+    ctx.obj = Session(AdminClient(admin_url, credentials), Output(output))
 
 
 def _session(ctx: typer.Context) -> Session:

@@ -21,6 +21,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from magnetar.cli.auth_options import AuthParams, AuthPlugin, Credentials, TlsAllowInsecure, TlsTrustCertPath
 from magnetar.cli.output import error
 
 __all__ = ["consume", "produce", "split_messages"]
@@ -89,14 +90,16 @@ def _client_logs_to_stderr() -> None:
     _stdout_moved = True
 
 
-def _with_client(service_url: str, work: Callable[[Any], T]) -> T:
+def _with_client(service_url: str, work: Callable[[Any], T], credentials: Credentials) -> T:
     """Run `work(client)` with an official client that is always closed; a client error ends the command
     with its message on stderr and exit code 1, never a traceback."""
     import pulsar
 
     _client_logs_to_stderr()
     try:
-        client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+        client = pulsar.Client(
+            service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn), **credentials.client_options()
+        )
     except pulsar.PulsarException as failure:
         error(f"{service_url}: {failure}")
         raise typer.Exit(1) from None
@@ -214,6 +217,10 @@ def produce(
     disable_batching: Annotated[bool, typer.Option("--disable-batching", "-db", help="one entry per message")] = False,
     service_url: ServiceUrl = DEFAULT_SERVICE_URL,
     output: OutputOption = None,
+    auth_plugin: AuthPlugin = None,
+    auth_params: AuthParams = None,
+    tls_trust_cert_path: TlsTrustCertPath = None,
+    tls_allow_insecure: TlsAllowInsecure = False,
 ) -> None:
     """Publish messages, as `pulsar-client produce` does."""
     payloads = [text.encode() for text in split_messages(messages or [], separator)]
@@ -256,7 +263,9 @@ def produce(
         producer.close()
         return failures, progress.seconds
 
-    failures, seconds = _with_client(service_url, send_all)
+    failures, seconds = _with_client(
+        service_url, send_all, Credentials(auth_plugin, auth_params, tls_trust_cert_path, tls_allow_insecure)
+    )
     produced = total - len(failures)
     if _wants_json(output):
         print(json.dumps({"topic": topic, "produced": produced, "failed": len(failures), "seconds": round(seconds, 3)}))
@@ -326,6 +335,10 @@ def consume(
     receiver_queue_size: Annotated[int, typer.Option("--queue-size", "-q", help="receiver queue size")] = 1000,
     service_url: ServiceUrl = DEFAULT_SERVICE_URL,
     output: OutputOption = None,
+    auth_plugin: AuthPlugin = None,
+    auth_params: AuthParams = None,
+    tls_trust_cert_path: TlsTrustCertPath = None,
+    tls_allow_insecure: TlsAllowInsecure = False,
 ) -> None:
     """Receive and acknowledge messages, as `pulsar-client consume` does."""
     if num_messages < 0:
@@ -367,6 +380,8 @@ def consume(
         consumer.close()
         return received
 
-    received = _with_client(service_url, receive_all)
+    received = _with_client(
+        service_url, receive_all, Credentials(auth_plugin, auth_params, tls_trust_cert_path, tls_allow_insecure)
+    )
     if not as_json:
         print(f"{received} messages successfully consumed", file=sys.stderr, flush=True)

@@ -14,11 +14,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.protocol.framing import ProtocolError
 from magnetar.protocol.messages import split_batch
+
+if TYPE_CHECKING:
+    from magnetar.cli.auth_options import Credentials
 
 __all__ = ["AdminClient", "AdminError", "decode_messages", "namespace_path", "segment", "topic_path"]
 
@@ -62,8 +65,11 @@ def topic_path(topic: str) -> str:
 class AdminClient:
     """One broker's admin API at `base_url` (e.g. http://127.0.0.1:8080)."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, credentials: Credentials | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        # --auth-plugin/--auth-params and the TLS options (auth_options.py), for a secured broker.
+        self._authorization = credentials.authorization_header() if credentials else None
+        self._ssl = credentials.ssl_context() if credentials and self.base_url.startswith("https:") else None
 
     def get(self, path: str, params: Mapping[str, object] | None = None) -> Any:
         return self._json(self._send("GET", path, params))
@@ -92,8 +98,10 @@ class AdminClient:
         request.add_header("Accept", "application/json")
         if data is not None:
             request.add_header("Content-Type", "application/json")
+        if self._authorization:
+            request.add_header("Authorization", self._authorization)
         try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S, context=self._ssl) as response:
                 return {name.lower(): value for name, value in response.headers.items()}, response.read()
         except urllib.error.HTTPError as error:
             raise AdminError(error.code, _reason(error.code, error.read())) from None
