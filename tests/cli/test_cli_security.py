@@ -77,3 +77,24 @@ def test_produce_and_consume_over_tls_with_a_token(broker, secret, certificates,
     assert [json.loads(line)["content"] for line in consumed] == ["a", "b"]
     stranger = ["--service-url", url, "--tls-trust-cert-path", str(certificates.ca), "--auth-plugin", "token"]
     assert "AuthorizationError" in fails("produce", topic, "-m", "c", *stranger, "--auth-params", f"token:{_token(secret, 'x')}")
+
+
+def test_admin_grants_lists_and_revokes_permissions(broker, secret) -> None:
+    admin = ["admin", "--admin-url", broker.http_url, "--auth-plugin", "token", "--auth-params", f"token:{_token(secret, 'admin')}"]
+    namespace = f"public/cli-{uuid.uuid4().hex[:8]}"
+    ok(*admin, "namespaces", "create", namespace)
+    ok(*admin, "namespaces", "grant-permission", namespace, "--role", "alice", "--actions", "produce,consume")
+    ok(*admin, "namespaces", "grant-subscription-permission", namespace, "--subscription", "s", "--roles", "alice")
+    ok(*admin, "topics", "grant-permission", f"{namespace}/t", "--role", "bob", "--actions", "consume")
+    assert ok_json(*admin, "namespaces", "permissions", namespace) == {"alice": ["consume", "produce"]}
+    assert ok_json(*admin, "topics", "permissions", f"{namespace}/t") == {
+        "alice": ["consume", "produce"],
+        "bob": ["consume"],
+    }
+    ok(*admin, "topics", "revoke-permission", f"{namespace}/t", "--role", "bob")
+    ok(*admin, "namespaces", "revoke-subscription-permission", namespace, "--subscription", "s", "--role", "alice")
+    ok(*admin, "namespaces", "revoke-permission", namespace, "--role", "alice")
+    assert ok_json(*admin, "topics", "permissions", f"{namespace}/t") == {}
+    assert "Permissions are not set at the topic level" in fails(
+        *admin, "topics", "revoke-permission", f"{namespace}/t", "--role", "bob"
+    )

@@ -362,9 +362,85 @@ def namespaces_get_subscription_types_enabled(ctx: typer.Context, namespace: Nam
     s.out.show(s.client.get(_policy(namespace, "subscriptionTypesEnabled")), "subscriptionTypesEnabled")
 
 
+Role = Annotated[str, typer.Option("--role", help="the role (a token's subject, a user, a certificate's CN)")]
+Actions = Annotated[str, typer.Option("--actions", help="comma-separated: produce, consume, functions, …")]
+
+
+@namespaces.command("permissions")
+def namespaces_permissions(ctx: typer.Context, namespace: Namespace) -> None:
+    """Show the roles a namespace grants actions to."""
+    s = _session(ctx)
+    s.out.show(s.client.get(_policy(namespace, "permissions")), "permissions")
+
+
+@namespaces.command("grant-permission")
+def namespaces_grant_permission(ctx: typer.Context, namespace: Namespace, role: Role, actions: Actions) -> None:
+    """Grant a role actions on every topic of a namespace (replacing what it had)."""
+    s = _session(ctx)
+    s.client.post(_policy(namespace, f"permissions/{segment(role)}"), _split(actions))
+    s.out.done(f"granted {actions} on {namespace} to {role}")
+
+
+@namespaces.command("revoke-permission")
+def namespaces_revoke_permission(ctx: typer.Context, namespace: Namespace, role: Role) -> None:
+    """Take a role's actions on a namespace away; its producers and consumers there are closed."""
+    s = _session(ctx)
+    s.client.delete(_policy(namespace, f"permissions/{segment(role)}"))
+    s.out.done(f"revoked the permissions of {role} on {namespace}")
+
+
+@namespaces.command("grant-subscription-permission")
+def namespaces_grant_subscription_permission(
+    ctx: typer.Context,
+    namespace: Namespace,
+    subscription: Annotated[str, typer.Option("--subscription", help="subscription name")],
+    roles: Annotated[str, typer.Option("--roles", help="comma-separated roles")],
+) -> None:
+    """Let only these roles consume from a subscription (with their consume permission)."""
+    s = _session(ctx)
+    s.client.post(_policy(namespace, f"permissions/subscription/{segment(subscription)}"), _split(roles))
+    s.out.done(f"subscription {subscription} of {namespace} is for {roles}")
+
+
+@namespaces.command("revoke-subscription-permission")
+def namespaces_revoke_subscription_permission(
+    ctx: typer.Context,
+    namespace: Namespace,
+    subscription: Annotated[str, typer.Option("--subscription", help="subscription name")],
+    role: Role,
+) -> None:
+    """Take a role off a subscription's list."""
+    s = _session(ctx)
+    s.client.delete(_policy(namespace, f"permissions/{segment(subscription)}/{segment(role)}"))
+    s.out.done(f"revoked {role} on subscription {subscription} of {namespace}")
+
+
 # ------------------------------------------------------------------------------------------- topics
 
 Partitions = Annotated[int, typer.Option("--partitions", "-p", help="number of partitions")]
+
+
+@topics.command("permissions")
+def topics_permissions(ctx: typer.Context, topic: Topic) -> None:
+    """Show the roles granted actions on a topic (its namespace's grants included)."""
+    s = _session(ctx)
+    s.out.show(s.client.get(f"{topic_path(topic)}/permissions"), "permissions")
+
+
+@topics.command("grant-permission")
+def topics_grant_permission(ctx: typer.Context, topic: Topic, role: Role, actions: Actions) -> None:
+    """Grant a role actions on one topic (a partitioned topic's partitions included)."""
+    s = _session(ctx)
+    s.client.post(f"{topic_path(topic)}/permissions/{segment(role)}", _split(actions))
+    s.out.done(f"granted {actions} on {topic} to {role}")
+
+
+@topics.command("revoke-permission")
+def topics_revoke_permission(ctx: typer.Context, topic: Topic, role: Role) -> None:
+    """Take away what a role was granted on one topic."""
+    s = _session(ctx)
+    s.client.delete(f"{topic_path(topic)}/permissions/{segment(role)}")
+    s.out.done(f"revoked the permissions of {role} on {topic}")
 
 
 @topics.command("list")
