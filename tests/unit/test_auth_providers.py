@@ -147,3 +147,18 @@ def test_unknown_provider_is_a_configuration_error() -> None:
         AuthenticationService(
             load_config(overrides={"authenticationEnabled": "true", "authenticationProviders": "com.example.Mine"})
         )
+
+
+def test_audience_is_checked_when_the_broker_has_one() -> None:
+    provider = _token_provider(tokenSecretKey=_secret_url(), tokenAudience="broker-a")
+    assert provider.authenticate(jwt.encode({"sub": "a", "aud": "broker-a"}, SECRET, "HS256").encode()).role == "a"
+    listed = jwt.encode({"sub": "a", "aud": ["other", "broker-a"]}, SECRET, "HS256")
+    assert provider.authenticate(listed.encode()).role == "a"
+    for claims in ({"sub": "a", "aud": "broker-b"}, {"sub": "a"}):
+        with pytest.raises(AuthenticationError):
+            provider.authenticate(jwt.encode(claims, SECRET, "HS256").encode())
+    custom = _token_provider(tokenSecretKey=_secret_url(), tokenAudience="b", tokenAudienceClaim="svc")
+    assert custom.authenticate(jwt.encode({"sub": "a", "svc": "b"}, SECRET, "HS256").encode()).role == "a"
+    # Without tokenAudience, a token's audience is not looked at.
+    unchecked = _token_provider(tokenSecretKey=_secret_url())
+    assert unchecked.authenticate(jwt.encode({"sub": "a", "aud": "anything"}, SECRET, "HS256").encode()).role == "a"

@@ -2,7 +2,7 @@
 
 Owns: the providers named by `authenticationProviders` (Pulsar's class names): token (JWTs checked by
 PyJWT: HS256 with `tokenSecretKey`, RS256/ES256 with `tokenPublicKey`, the role in `tokenAuthClaim`,
-`exp` honoured), basic (an htpasswd file, `basicAuthConf`, checked by passlib) and TLS (the common name
+`exp` honoured, `tokenAudience` checked), basic (an htpasswd file, `basicAuthConf`, checked by passlib) and TLS (the common name
 of a verified client certificate); the anonymous role; reading keys given as `data:` or `file:` URLs.
 Must not touch: what a role may do (authorization.py) or connections (connection.py asks, then acts).
 """
@@ -97,6 +97,8 @@ class TokenProvider:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.claim = config["tokenAuthClaim"] or "sub"
+        self.audience_claim = config["tokenAudienceClaim"] or "aud"
+        self.audience = config["tokenAudience"] or None
         if config["tokenSecretKey"]:
             self.key: Any = read_key(config["tokenSecretKey"])
             self.algorithms = _HMAC_ALGORITHMS
@@ -125,6 +127,13 @@ class TokenProvider:
         role = claims.get(self.claim)
         if not isinstance(role, str) or not role:
             raise AuthenticationError(f"Failed to authentication token: no {self.claim!r} claim")
+        if self.audience is not None:
+            audiences = claims.get(self.audience_claim)
+            audiences = [audiences] if isinstance(audiences, str) else audiences
+            if not isinstance(audiences, list) or self.audience not in audiences:
+                raise AuthenticationError(
+                    f"Audiences in token: {audiences} not contains this broker: {self.audience}"
+                )
         expires = claims.get("exp")
         return Authenticated(role, TOKEN, float(expires) if expires is not None else None)
 

@@ -185,6 +185,8 @@ BROKER_KEYS: tuple[Setting, ...] = (
     Setting("tokenSecretKey", "", "HS256 key of tokens: data:;base64,... or file:///path (raw bytes)."),
     Setting("tokenPublicKey", "", "Public key of RS256/ES256 tokens: data:;base64,... or file:///path (DER or PEM)."),
     Setting("tokenAuthClaim", "sub", "The token claim that holds the role."),
+    Setting("tokenAudienceClaim", "aud", "The token claim that names the audiences it is meant for."),
+    Setting("tokenAudience", "", "This broker's audience: tokens whose audience claim lacks it are refused; empty: unchecked."),
     Setting("basicAuthConf", "", "htpasswd file of the basic provider: a path, file:///path or data:;base64,..."),
     Setting("authorizationEnabled", False, "Check roles' permissions on produce, consume, lookup and admin calls."),
     Setting("superUserRoles", "", "Comma-separated roles allowed everything."),
