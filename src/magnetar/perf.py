@@ -38,6 +38,7 @@ from itertools import accumulate
 
 import pulsar
 
+from magnetar.client.security import ClientSecurity
 from magnetar.client.batch import KEY_TAG, PAYLOAD_SIZE_TAG, bytes_field, entry_section, indexed_messages, varint
 from magnetar.client.wire import (
     BrokerError,
@@ -150,16 +151,39 @@ def _finish(role: str, summary: dict, json_path: str | None) -> None:
             file.write("\n")
 
 
-def _client(service_url: str) -> pulsar.Client:
+def _client(args: argparse.Namespace) -> pulsar.Client:
+    security = _security(args)
+    options: dict = {}
+    if security.auth_method == "token":
+        options["authentication"] = pulsar.AuthenticationToken(security.auth_data.decode())
+    elif security.auth_method == "basic":
+        options["authentication"] = pulsar.AuthenticationBasic(*security.auth_data.decode().split(":", 1))
+    elif security.auth_method == "tls":
+        options["authentication"] = pulsar.AuthenticationTLS(security.tls_certificate_file_path, security.tls_key_file_path)
+    if security.tls_trust_certs_file_path:
+        options["tls_trust_certs_file_path"] = security.tls_trust_certs_file_path
+    if security.tls_allow_insecure:
+        options["tls_allow_insecure_connection"] = True
     return pulsar.Client(
-        service_url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+        args.service_url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error), **options
     )
+
+
+def _security(args: argparse.Namespace) -> ClientSecurity:
+    """--auth-plugin, --auth-params and the TLS options, as pulsar-perf takes them (docs/security.md)."""
+    try:
+        return ClientSecurity.from_options(
+            args.auth_plugin, args.auth_params, args.tls_trust_cert_path, args.tls_allow_insecure
+        )
+    except (ValueError, OSError) as error:
+        print(f"perf: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def produce(args: argparse.Namespace) -> int:
     if args.client == "magnetar":
         return produce_magnetar(args)
-    client = _client(args.service_url)
+    client = _client(args)
     producer = client.create_producer(
         args.topic,
         batching_enabled=args.batching,
@@ -235,10 +259,10 @@ class _Refused(Exception):
     """What `--client magnetar` does not do."""
 
 
-def _connect(service_url: str, topic: str) -> Connection:
+def _connect(service_url: str, topic: str, security: ClientSecurity) -> Connection:
     """A connection of our client for `topic`, which must not be partitioned: our client does not route
     messages to partitions nor consume several."""
-    connection = Connection(service_url, RECEIPT_TIMEOUT_S)
+    connection = Connection(service_url, RECEIPT_TIMEOUT_S, security)
     try:
         partitions = connection.partitions(topic)
     except BaseException:
@@ -321,7 +345,7 @@ def produce_magnetar(args: argparse.Namespace) -> int:
         return 2
     topic = normalize_topic(args.topic)
     try:
-        connection = _connect(args.service_url, topic)
+        connection = _connect(args.service_url, topic, _security(args))
         producer = Producer(connection, topic, f"perf-{os.urandom(4).hex()}")
     except _Refused as refusal:
         print(f"produce: {refusal}", file=sys.stderr)
@@ -432,7 +456,7 @@ def produce_magnetar(args: argparse.Namespace) -> int:
 def consume(args: argparse.Namespace) -> int:
     if args.client == "magnetar":
         return consume_magnetar(args)
-    client = _client(args.service_url)
+    client = _client(args)
     batch_policy = (
         pulsar.ConsumerBatchReceivePolicy(args.batch_receive, -1, BATCH_RECEIVE_WAIT_MS) if args.batch_receive else None
     )
@@ -554,7 +578,7 @@ def consume_magnetar(args: argparse.Namespace) -> int:
     its message count and gets one latency); whole entries acked individually, grouped per 100 ms."""
     topic = normalize_topic(args.topic)
     try:
-        connection = _connect(args.service_url, topic)
+        connection = _connect(args.service_url, topic, _security(args))
         consumer_ids = [
             connection.subscribe(
                 topic, args.subscription, durable=True, create_topic=True,
@@ -660,6 +684,10 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--topic", required=True)
     common.add_argument("--messages", type=int, default=1_000_000, help="how many to send or to wait for")
     common.add_argument("--json", metavar="FILE", help="also write the summary here")
+    common.add_argument("--auth-plugin", help="token, basic, tls or Pulsar's client class names (docs/security.md)")
+    common.add_argument("--auth-params", help="token:<jwt>, file:///path, {\"userId\":…,\"password\":…}, tlsCertFile:…,tlsKeyFile:…")
+    common.add_argument("--tls-trust-cert-path", help="CA certificates for a pulsar+ssl:// service URL")
+    common.add_argument("--tls-allow-insecure", action="store_true", help="accept any broker certificate")
 
     produce_parser = sub.add_parser("produce", parents=[common], help="publish and time the receipts")
     produce_parser.add_argument("--size", type=int, default=100, help="payload bytes")

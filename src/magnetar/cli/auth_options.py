@@ -10,26 +10,15 @@ Must not touch: anything the commands do with them.
 from __future__ import annotations
 
 import base64
-import json
 import ssl
-import urllib.parse
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-__all__ = ["AuthParams", "AuthPlugin", "Credentials", "TlsAllowInsecure", "TlsTrustCertPath"]
+from magnetar.client.security import auth_kind, auth_values
 
-_PREFIX = "org.apache.pulsar.client.impl.auth."
-_KINDS = {
-    "token": "token",
-    _PREFIX + "AuthenticationToken": "token",
-    "basic": "basic",
-    _PREFIX + "AuthenticationBasic": "basic",
-    "tls": "tls",
-    _PREFIX + "AuthenticationTls": "tls",
-}
+__all__ = ["AuthParams", "AuthPlugin", "Credentials", "TlsAllowInsecure", "TlsTrustCertPath"]
 
 AuthPlugin = Annotated[
     str | None,
@@ -55,14 +44,6 @@ TlsAllowInsecure = Annotated[
 ]
 
 
-def _key_values(params: str) -> dict[str, str]:
-    """`{"k": "v"}` or `k:v,k2:v2`, the two forms Pulsar's tools accept."""
-    if params.lstrip().startswith("{"):
-        return {str(k): str(v) for k, v in json.loads(params).items()}
-    pairs = (item.split(":", 1) for item in params.split(",") if ":" in item)
-    return {key.strip(): value.strip() for key, value in pairs}
-
-
 @dataclass(frozen=True)
 class Credentials:
     plugin: str | None = None
@@ -71,33 +52,16 @@ class Credentials:
     allow_insecure: bool = False
 
     def _kind(self) -> str | None:
-        if not self.plugin:
-            return None
-        kind = _KINDS.get(self.plugin)
-        if kind is None:
-            raise typer.BadParameter(f"{self.plugin} is not one of {', '.join(sorted(_KINDS))}", param_hint="--auth-plugin")
-        return kind
+        try:
+            return auth_kind(self.plugin)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="--auth-plugin") from None
 
-    def _token(self) -> str:
-        params = (self.params or "").strip()
-        if params.startswith("token:"):
-            return params[len("token:"):]
-        if params.startswith("file:"):
-            return Path(urllib.parse.urlparse(params).path).read_text().strip()
-        return params
-
-    def _basic(self) -> tuple[str, str]:
-        values = _key_values(self.params or "{}")
-        user = values.get("userId") or values.get("username")
-        if user is None or "password" not in values:
-            raise typer.BadParameter('expected {"userId": "...", "password": "..."}', param_hint="--auth-params")
-        return user, values["password"]
-
-    def _tls_files(self) -> tuple[str, str]:
-        values = _key_values(self.params or "")
-        if "tlsCertFile" not in values or "tlsKeyFile" not in values:
-            raise typer.BadParameter("expected tlsCertFile:<path>,tlsKeyFile:<path>", param_hint="--auth-params")
-        return values["tlsCertFile"], values["tlsKeyFile"]
+    def _values(self) -> dict[str, str]:
+        try:
+            return auth_values(self._kind() or "", self.params)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="--auth-params") from None
 
     def client_options(self) -> dict[str, Any]:
         """Keyword arguments for `pulsar.Client`."""
@@ -106,11 +70,13 @@ class Credentials:
         options: dict[str, Any] = {}
         kind = self._kind()
         if kind == "token":
-            options["authentication"] = pulsar.AuthenticationToken(self._token())
+            options["authentication"] = pulsar.AuthenticationToken(self._values()["token"])
         elif kind == "basic":
-            options["authentication"] = pulsar.AuthenticationBasic(*self._basic())
+            values = self._values()
+            options["authentication"] = pulsar.AuthenticationBasic(values["user"], values["password"])
         elif kind == "tls":
-            options["authentication"] = pulsar.AuthenticationTLS(*self._tls_files())
+            values = self._values()
+            options["authentication"] = pulsar.AuthenticationTLS(values["cert"], values["key"])
         if self.trust_path:
             options["tls_trust_certs_file_path"] = self.trust_path
         if self.allow_insecure:
@@ -120,10 +86,10 @@ class Credentials:
     def authorization_header(self) -> str | None:
         kind = self._kind()
         if kind == "token":
-            return f"Bearer {self._token()}"
+            return f"Bearer {self._values()['token']}"
         if kind == "basic":
-            user, password = self._basic()
-            return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+            values = self._values()
+            return "Basic " + base64.b64encode(f"{values['user']}:{values['password']}".encode()).decode()
         return None
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -133,5 +99,6 @@ class Credentials:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         if self._kind() == "tls":
-            context.load_cert_chain(*self._tls_files())
+            values = self._values()
+            context.load_cert_chain(values["cert"], values["key"])
         return context

@@ -18,12 +18,14 @@ import itertools
 import os
 import select
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from magnetar.client.security import ClientSecurity
 from magnetar.protocol.framing import Frame, FrameDecoder, encode_frame
 from magnetar.protocol.messages import ParsedEntry, parse_entry
 from magnetar.protocol.pulsar_api_pb2 import (
@@ -101,22 +103,39 @@ class Connection:
 
     _ids = itertools.count(1)
 
-    def __init__(self, service_url: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, service_url: str, timeout_s: float = 30.0, security: ClientSecurity | None = None) -> None:
         url = urlsplit(service_url)
-        if url.scheme != "pulsar" or not url.hostname or not url.port:
-            raise ValueError(f"serviceUrl must look like pulsar://host:port, not {service_url!r}")
+        if url.scheme not in ("pulsar", "pulsar+ssl") or not url.hostname or not url.port:
+            raise ValueError(f"serviceUrl must look like pulsar://host:port or pulsar+ssl://host:port, not {service_url!r}")
+        security = security or ClientSecurity()
         self.timeout_s = timeout_s
+        self._tls = url.scheme == "pulsar+ssl"
         try:
-            self._socket = socket.create_connection((url.hostname, url.port), timeout=timeout_s)
+            sock = socket.create_connection((url.hostname, url.port), timeout=timeout_s)
         except OSError as error:
             raise ConnectionLost(f"cannot connect to the broker at {service_url}: {error}") from error
-        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._tls:
+            try:
+                sock = security.ssl_context().wrap_socket(sock, server_hostname=url.hostname)
+            except (OSError, ssl.SSLError) as error:
+                sock.close()
+                raise ConnectionLost(f"TLS handshake with the broker at {service_url} failed: {error}") from error
+        self._socket = sock
         self._decoder = FrameDecoder(64 * 1024 * 1024)
         self._backlog: deque = deque()
         self.closed = False
         connect = {"client_version": CLIENT_VERSION, "protocol_version": PROTOCOL_VERSION}
+        if security.auth_method:
+            # Credentials are checked once: AUTH_CHALLENGE (a token expiring later) is not answered.
+            connect |= {"auth_method_name": security.auth_method, "auth_data": security.auth_data}
         self.send_command(BaseCommand(type=BaseCommand.CONNECT, connect=connect))
-        frame = self.next_frame(lambda f: f.command.type == BaseCommand.CONNECTED, time.monotonic() + timeout_s)
+        frame = self.next_frame(
+            lambda f: f.command.type in (BaseCommand.CONNECTED, BaseCommand.ERROR), time.monotonic() + timeout_s
+        )
+        if frame.command.type == BaseCommand.ERROR:
+            self.close()
+            raise BrokerError(ServerError.Name(frame.command.error.error), frame.command.error.message)
         self.max_message_size = frame.command.connected.max_message_size or 5 * 1024 * 1024
 
     def next_id(self) -> int:
@@ -219,16 +238,20 @@ class Connection:
             sock.settimeout(0.0)
         frames = list(self._backlog)
         self._backlog.clear()
+        # TLS: bytes already decrypted inside the SSL object are invisible to select.
+        buffered = self._tls and sock.pending() > 0
         try:
-            readable, writable, _ = select.select((sock,), (sock,) if outgoing else (), (), max(wait_s, 0.0))
+            readable, writable, _ = select.select(
+                (sock,), (sock,) if outgoing else (), (), 0.0 if buffered else max(wait_s, 0.0)
+            )
             if writable:
                 del outgoing[: sock.send(outgoing)]
-            if readable:
+            if readable or buffered:
                 received, pings = self._received(sock.recv(_RECV_BYTES))
                 frames += received
                 outgoing += _PONG * pings
-        except (BlockingIOError, InterruptedError):
-            pass  # select said ready and the kernel disagreed for a moment: the next pump retries
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            pass  # select said ready and the kernel (or a partial TLS record) disagreed: the next pump retries
         except OSError as error:
             self.close()
             raise ConnectionLost(f"talking to the broker failed: {error}") from error
