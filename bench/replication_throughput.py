@@ -191,6 +191,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds a run may take before it is killed (default 60 + 1 s per 2,000 messages)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 5,000 messages")
+    parser.add_argument("--broker-setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker.conf setting for both brokers (repeatable), e.g. replicationProducerQueueSize=10000")
     parser.add_argument("--measures", default="received,stored",
                         help="received: consumers on the target cluster; stored: no consumers, messages stored there")
     add_client_arguments(parser, batch_receive_default=100)
@@ -200,7 +202,8 @@ def main() -> None:
     args.timeout = args.timeout or 60 + args.messages / 2_000
     load_before = machine()
     measures = args.measures.split(",")
-    with running_pair(NAMESPACES, args.dir, args.keep) as (brokers, directory):
+    settings = dict(item.split("=", 1) for item in args.broker_setting)
+    with running_pair(NAMESPACES, args.dir, args.keep, settings) as (brokers, directory):
         runs = [
             run(brokers, directory, case == "batching", replicated, args.messages, args)
             for case in args.cases.split(",") if "received" in measures
@@ -235,6 +238,7 @@ def main() -> None:
         "size_bytes": SIZE_BYTES,
         "keys": args.keys,
         "max_pending": args.max_pending,
+        "broker_settings": settings,
         "producer_client": args.client,
         "consumer_client": args.consumer_client,
         "batch_receive": args.batch_receive if args.consumer_client == "pulsar" else None,
