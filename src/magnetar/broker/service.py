@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from magnetar.broker.compactor import CompactionMonitor
 from magnetar.broker.auth import AuthenticationService
 from magnetar.broker.authorization import AuthorizationService
+from magnetar.broker.compactor import CompactionMonitor
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.topic import PersistentTopic, delayed_delivery_path
@@ -82,10 +82,10 @@ class BrokerService:
         self._deleting: set[str] = set()
         self._deleting_namespaces: set[str] = set()
         self.schemas = SchemaRegistry(self, self.now_ms)
+        self.compaction_monitor = CompactionMonitor(self)
         # Who clients are and what they may do (docs/security.md); both off unless configured.
         self.authentication = AuthenticationService(config)
         self.authorization = AuthorizationService(config, lambda: self.metadata)
-        self.compaction_monitor = CompactionMonitor(self)
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
