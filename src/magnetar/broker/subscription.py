@@ -472,11 +472,12 @@ class PersistentSubscription:
             # Markers are stored but never sent, to consumers or readers: the subscription acks each
             # one individually as it reads it (Pulsar's filterEntriesForConsumer), and the dispatcher
             # never sees them (it orders what consumers receive, and they receive none of these).
-            found = [e.position for e in stored if is_marker_entry(e)]
-            if found and self.snapshot_cache is not None:
-                self._cache_snapshots([e for e in stored if e.position in set(found)])
-            if found:
+            marker_entries = [e for e in stored if is_marker_entry(e)]
+            if marker_entries:
+                if self.snapshot_cache is not None:
+                    self._cache_snapshots(marker_entries)
                 before = self.cursor.mark_delete_position
+                found = [e.position for e in marker_entries]
                 self.cursor.delete(found)
                 skipped = set(found)
                 stored = [e for e in stored if e.position not in skipped]
