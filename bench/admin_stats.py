@@ -43,10 +43,9 @@ import pulsar
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from broker_process import READY, Broker, cpu_seconds, load_line, machine  # noqa: E402
-
-from magnetar.core.selectors import ConsistentHashingSelector  # noqa: E402
-from magnetar.core.sticky_key import key_hash  # noqa: E402
+from broker_process import READY, Broker, cpu_seconds, load_line, machine
+from magnetar.core.selectors import ConsistentHashingSelector
+from magnetar.core.sticky_key import key_hash
 
 RESULTS = Path(__file__).parent / "results"
 CONSUMERS = 64
@@ -182,8 +181,14 @@ class Poller:
         self.process.join()
 
 
-def throughput_run(producer: pulsar.Producer, counter: Counter, traffic: list[str], messages: int,
-                   broker_pid: int, poller: Poller | None) -> dict:
+def throughput_run(
+    producer: pulsar.Producer,
+    counter: Counter,
+    traffic: list[str],
+    messages: int,
+    broker_pid: int,
+    poller: Poller | None,
+) -> dict:
     payload = b"x" * SIZE_BYTES
     start_count = counter.count
     errors: list[object] = []
@@ -234,16 +239,23 @@ def main() -> None:
     topic_local = f"admin-stats-{uuid.uuid4().hex[:8]}"
     topic = f"persistent://public/default/{topic_local}"
     base = f"/admin/v2/persistent/public/default/{topic_local}"
-    client = pulsar.Client(broker.url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-                           operation_timeout_seconds=60)
+    client = pulsar.Client(
+        broker.url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error), operation_timeout_seconds=60
+    )
     http = httpx.Client(base_url=http_url, timeout=60)
     try:
         built = time.perf_counter()
         counter = Counter()
-        holder = client.subscribe(topic, SUBSCRIPTION, consumer_type=pulsar.ConsumerType.KeyShared,
-                                  consumer_name="c00", receiver_queue_size=2 * DRAINING)
-        producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=5_000,
-                                          block_if_queue_full=True)
+        holder = client.subscribe(
+            topic,
+            SUBSCRIPTION,
+            consumer_type=pulsar.ConsumerType.KeyShared,
+            consumer_name="c00",
+            receiver_queue_size=2 * DRAINING,
+        )
+        producer = client.create_producer(
+            topic, batching_enabled=False, max_pending_messages=5_000, block_if_queue_full=True
+        )
         for key in draining_keys:
             producer.send_async(b"held", None, partition_key=key)
         producer.flush()
@@ -253,13 +265,22 @@ def main() -> None:
 
         wait_for("c00 to hold 10,000 messages", lambda: sub()["unackedMessages"] == DRAINING)
         for name in consumer_names()[1:]:
-            client.subscribe(topic, SUBSCRIPTION, consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=name,
-                             receiver_queue_size=1000, message_listener=counter.listener)
+            client.subscribe(
+                topic,
+                SUBSCRIPTION,
+                consumer_type=pulsar.ConsumerType.KeyShared,
+                consumer_name=name,
+                receiver_queue_size=1000,
+                message_listener=counter.listener,
+            )
         wait_for("10,000 draining hashes", lambda: sub()["drainingHashesCount"] == DRAINING)
         state = sub()
         build_s = time.perf_counter() - built
-        print(f"state built in {build_s:.1f} s: {len(state['consumers'])} consumers, "
-              f"{state['drainingHashesCount']} draining hashes, {state['unackedMessages']} unacked", flush=True)
+        print(
+            f"state built in {build_s:.1f} s: {len(state['consumers'])} consumers, "
+            f"{state['drainingHashesCount']} draining hashes, {state['unackedMessages']} unacked",
+            flush=True,
+        )
 
         draining_key = draining_keys[0]
         sticky_hash = http.get(f"{base}/subscription/{SUBSCRIPTION}/keys/{draining_key}").json()["stickyKeyHash"]
@@ -292,8 +313,11 @@ def main() -> None:
                 result = throughput_run(producer, counter, traffic_keys, args.messages, broker.pid, poller)
                 result["run"] = run
                 runs.append(result)
-                print(f"run {run} polling={polling}: {result['msg_per_s']} msg/s, "
-                      f"{result['broker_cpu_us_per_msg']} us/msg broker CPU", flush=True)
+                print(
+                    f"run {run} polling={polling}: {result['msg_per_s']} msg/s, "
+                    f"{result['broker_cpu_us_per_msg']} us/msg broker CPU",
+                    flush=True,
+                )
         final = sub()
         assert final["drainingHashesCount"] == DRAINING, "the draining state changed during the runs"
         holder.close()
@@ -343,11 +367,15 @@ def main() -> None:
     print(f"{'dispatch':<14} {'msg/s median':>12} {'range':>16} {'broker µs/msg':>14}")
     for label, case in cases.items():
         low, high = case["msg_per_s_range"]
-        print(f"{label:<14} {case['msg_per_s_median']:>12} {f'{low}-{high}':>16} "
-              f"{case['broker_cpu_us_per_msg_median']:>14}")
-    print(f"change with polling every 100 ms: {report['throughput_change_with_polling_pct']}% "
-          f"({cases['polling']['polls_per_s_median']} polls/s answered, {cases['polling']['poll_ms_mean_median']} ms "
-          f"each, {cases['polling']['ticks_skipped_total']} ticks skipped with {POLLS_IN_FLIGHT_MAX} in flight)")
+        print(
+            f"{label:<14} {case['msg_per_s_median']:>12} {f'{low}-{high}':>16} "
+            f"{case['broker_cpu_us_per_msg_median']:>14}"
+        )
+    print(
+        f"change with polling every 100 ms: {report['throughput_change_with_polling_pct']}% "
+        f"({cases['polling']['polls_per_s_median']} polls/s answered, {cases['polling']['poll_ms_mean_median']} ms "
+        f"each, {cases['polling']['ticks_skipped_total']} ticks skipped with {POLLS_IN_FLIGHT_MAX} in flight)"
+    )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "admin_stats.json").write_text(json.dumps(report, indent=2) + "\n")
 

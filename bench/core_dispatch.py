@@ -41,7 +41,9 @@ def steady_state(dispatcher, consumers: int, entries_total: int) -> float:
     for r in range(rounds):
         ledger, base = divmod(r * READ_SIZE, 50_000)
         reads.append(
-            ReadCompleted(tuple(Entry(Position(ledger, base + i), hashes[rng.randrange(KEYS)]) for i in range(READ_SIZE)))
+            ReadCompleted(
+                tuple(Entry(Position(ledger, base + i), hashes[rng.randrange(KEYS)]) for i in range(READ_SIZE))
+            )
         )
     due = DispatchDue()
     handle = dispatcher.handle

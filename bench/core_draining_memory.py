@@ -68,8 +68,13 @@ def nothing_draining() -> dict[str, object]:
     tracemalloc.stop()
     mine = snapshot.filter_traces([tracemalloc.Filter(True, draining_module.__file__)])
     allocated = sum(stat.size for stat in mine.statistics("filename"))
-    return {"draining_hashes": 0, "bytes": allocated, "bytes_per_hash": None, "peak_bytes": None,
-            "representation": "empty dict (allocated once with the dispatcher)"}
+    return {
+        "draining_hashes": 0,
+        "bytes": allocated,
+        "bytes_per_hash": None,
+        "peak_bytes": None,
+        "representation": "empty dict (allocated once with the dispatcher)",
+    }
 
 
 def main() -> None:

@@ -81,7 +81,9 @@ def measure(mode: str) -> dict[str, object]:
 
 def main() -> None:
     rows = [measure(mode) for mode in ("pip379", "pip282", "classic")]
-    print(f"{'mode':<8} {'consumers':>9} {'pending':>8} {'join ms':>8} {'leave ms':>9} {'max join':>9} {'max leave':>10} {'draining':>9}")
+    print(
+        f"{'mode':<8} {'consumers':>9} {'pending':>8} {'join ms':>8} {'leave ms':>9} {'max join':>9} {'max leave':>10} {'draining':>9}"
+    )
     for r in rows:
         print(
             f"{r['mode']:<8} {r['consumers']:>9} {r['pending_acks']:>8} {r['join_ms']:>8} {r['leave_ms']:>9} "

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from broker_process import load_line, machine  # noqa: E402
-from e2e_throughput import RESULTS, run_case  # noqa: E402
+from broker_process import load_line, machine
+from e2e_throughput import RESULTS, run_case
 
 FIXED_RATE = 10_000
 
@@ -35,7 +35,10 @@ def main() -> None:
     parser.add_argument("--max-pending", type=int, default=10_000)
     parser.add_argument("--cases", default="batching,no-batching")
     parser.add_argument(
-        "--client", choices=("magnetar", "pulsar"), default="magnetar", help="the producer's client, as in e2e_throughput"
+        "--client",
+        choices=("magnetar", "pulsar"),
+        default="magnetar",
+        help="the producer's client, as in e2e_throughput",
     )
     parser.add_argument("--consumer-client", choices=("pulsar", "magnetar"), default="pulsar")
     parser.add_argument(
@@ -50,7 +53,7 @@ def main() -> None:
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
     if args.max_rate:
-        max_rates = {case: args.max_rate for case in args.cases.split(",")}
+        max_rates = dict.fromkeys(args.cases.split(","), args.max_rate)
     else:
         throughput = json.loads((RESULTS / "e2e_throughput.json").read_text())
         max_rates = {case["case"]: case["consume"]["msg_per_s"] for case in throughput["cases"]}

@@ -28,9 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from broker_process import MAGNETAR, load_line, machine  # noqa: E402
-
-from magnetar.client.wire import Connection, ConnectionLost  # noqa: E402
+from broker_process import MAGNETAR, load_line, machine
+from magnetar.client.wire import Connection, ConnectionLost
 
 RESULTS = Path(__file__).parent / "results"
 START_TIMEOUT_S = 20

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from broker_process import MAGNETAR, Broker, cpu_seconds, load_line, machine  # noqa: E402
+from broker_process import MAGNETAR, Broker, cpu_seconds, load_line, machine
 
 RESULTS = Path(__file__).parent / "results"
 CONSUMERS = 4
@@ -55,7 +55,8 @@ def run_case(
     produce_json, consume_json = directory / f"produce-{run_id}.json", directory / f"consume-{run_id}.json"
     try:
         consume = subprocess.Popen(
-            MAGNETAR + ["perf", "consume", "--service-url", broker.url, "--topic", topic, "--type", "Key_Shared"]
+            MAGNETAR
+            + ["perf", "consume", "--service-url", broker.url, "--topic", topic, "--type", "Key_Shared"]
             + ["--consumers", str(CONSUMERS), "--messages", str(messages), "--size", str(SIZE_BYTES)]
             + ["--client", args.consumer_client, "--json", str(consume_json)]
             + (["--batch-receive", str(args.batch_receive)] if args.consumer_client == "pulsar" else []),
@@ -71,7 +72,8 @@ def run_case(
         # what caps the broker, however many cores there are.
         cpu_start, loop_cpu_start = cpu_seconds(broker.pid), cpu_seconds(broker.pid, broker.pid)
         produce = subprocess.Popen(
-            MAGNETAR + ["perf", "produce", "--service-url", broker.url, "--topic", topic]
+            MAGNETAR
+            + ["perf", "produce", "--service-url", broker.url, "--topic", topic]
             + ["--messages", str(messages), "--size", str(SIZE_BYTES), "--keys", str(args.keys)]
             + ["--max-pending", str(args.max_pending), "--batching" if batching else "--no-batching"]
             + ["--rate", str(rate), "--client", args.client, "--json", str(produce_json)],
@@ -108,10 +110,16 @@ def main() -> None:
     parser.add_argument("--max-pending", type=int, default=10_000, help="producer sends in flight")
     parser.add_argument("--cases", default="batching,no-batching")
     parser.add_argument(
-        "--client", choices=("magnetar", "pulsar"), default="magnetar", help="the producer's client (perf produce --client)"
+        "--client",
+        choices=("magnetar", "pulsar"),
+        default="magnetar",
+        help="the producer's client (perf produce --client)",
     )
     parser.add_argument(
-        "--consumer-client", choices=("pulsar", "magnetar"), default="pulsar", help="the consumers' client (perf consume --client)"
+        "--consumer-client",
+        choices=("pulsar", "magnetar"),
+        default="pulsar",
+        help="the consumers' client (perf consume --client)",
     )
     parser.add_argument(
         "--batch-receive",

@@ -42,8 +42,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from broker_process import cpu_seconds, load_line, machine  # noqa: E402
-from replication_common import (  # noqa: E402
+from broker_process import cpu_seconds, load_line, machine
+from replication_common import (
     SIZE_BYTES,
     TENANT,
     ClusterBroker,
@@ -97,14 +97,20 @@ def run_case(brokers: dict[str, ClusterBroker], directory: Path, batching: bool,
     produced = read_json(produce_json)
     before = replicator_stats(r1, topic)
     backlog = before.get("replicationBacklog")
-    print(f"r1: {args.messages:,} messages published in {produced['entries'] if 'entries' in produced else '?'} "
-          f"entries; replicator to r2: backlog {backlog} entries, connected {before.get('connected')}", flush=True)
+    print(
+        f"r1: {args.messages:,} messages published in {produced['entries'] if 'entries' in produced else '?'} "
+        f"entries; replicator to r2: backlog {backlog} entries, connected {before.get('connected')}",
+        flush=True,
+    )
 
     restarted_at = time.time()
     r2.start()
     ready_at = time.time()
-    print(f"r2 ready again after {restarted_at - stopped_at:.1f} s away (started in {ready_at - restarted_at:.1f} s); "
-          "waiting for the backlog to drain", flush=True)
+    print(
+        f"r2 ready again after {restarted_at - stopped_at:.1f} s away (started in {ready_at - restarted_at:.1f} s); "
+        "waiting for the backlog to drain",
+        flush=True,
+    )
     samples: list[tuple[float, int, bool]] = []  # (seconds since r2 was started again, backlog, connected)
     connected_at = drained_at = None
     cpu_start: dict[str, float] | None = None
@@ -160,8 +166,11 @@ def run_case(brokers: dict[str, ClusterBroker], directory: Path, batching: bool,
         "backlog_samples": samples,
     }
     if drain_s is not None:
-        print(f"{case}: reconnected {result['reconnect_wait_s']:.1f} s after r2 was started again, drained {backlog:,} "
-              f"entries in {drain_s:.2f} s: {result['msg_per_s']:,.0f} msg/s", flush=True)
+        print(
+            f"{case}: reconnected {result['reconnect_wait_s']:.1f} s after r2 was started again, drained {backlog:,} "
+            f"entries in {drain_s:.2f} s: {result['msg_per_s']:,.0f} msg/s",
+            flush=True,
+        )
     return result
 
 
@@ -171,11 +180,18 @@ def main() -> None:
     parser.add_argument("--cases", default="batching,no-batching")
     parser.add_argument("--keys", type=int, default=100, help="distinct keys, round robin")
     parser.add_argument("--max-pending", type=int, default=10_000, help="producer sends in flight")
-    parser.add_argument("--client", choices=("magnetar", "pulsar"), default="magnetar",
-                        help="the producer's client (perf produce --client)")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds the publishing, and the drain, may each take (default 60 + 1 s per 5,000 "
-                        "messages)")
+    parser.add_argument(
+        "--client",
+        choices=("magnetar", "pulsar"),
+        default="magnetar",
+        help="the producer's client (perf produce --client)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds the publishing, and the drain, may each take (default 60 + 1 s per 5,000 messages)",
+    )
     parser.add_argument("--stall", type=float, default=30, help="give up on a drain without progress for this long")
     parser.add_argument("--quick", action="store_true", help="smoke run: 20,000 messages")
     parser.add_argument("--quiet", action="store_true", help="no progress lines from the producer")
@@ -206,12 +222,16 @@ def main() -> None:
         return "-" if value is None else f"{value:,.{digits}f}"
 
     print()
-    print(f"{args.messages:,} msg of {SIZE_BYTES} B, {args.keys} keys, published on r1 (client: {args.client}) "
-          f"while r2 was stopped, then r2 started again" + (" [--quick: smoke run, numbers not meaningful]"
-                                                             if args.quick else ""))
+    print(
+        f"{args.messages:,} msg of {SIZE_BYTES} B, {args.keys} keys, published on r1 (client: {args.client}) "
+        f"while r2 was stopped, then r2 started again"
+        + (" [--quick: smoke run, numbers not meaningful]" if args.quick else "")
+    )
     print(load_line(load_before, load_after))
-    print("case | backlog entries | r2 away s | r2 start to reconnect s | drain s | entries/s | msg/s | r1 µs/entry "
-          "| r2 µs/entry | r2 msgInCounter | replicator failures")
+    print(
+        "case | backlog entries | r2 away s | r2 start to reconnect s | drain s | entries/s | msg/s | r1 µs/entry "
+        "| r2 µs/entry | r2 msgInCounter | replicator failures"
+    )
     for c in cases:
         cpu = c["broker_cpu_us_per_entry"]
         verdict = ""

@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from broker_process import MAGNETAR, READY, START_TIMEOUT_S, Broker  # noqa: E402
+from broker_process import MAGNETAR, READY, START_TIMEOUT_S, Broker
 
 RESULTS = Path(__file__).parent / "results"
 TENANT = "bench"
@@ -73,12 +73,16 @@ class ClusterBroker(Broker):
             if match:
                 if match.group(1) != self.url or match.group(3) != self.http_url:
                     self.stop()
-                    raise RuntimeError(f"broker {self.cluster} ready at {match.group(1)}, {match.group(3)}, "
-                                       f"not at {self.url}, {self.http_url}")
+                    raise RuntimeError(
+                        f"broker {self.cluster} ready at {match.group(1)}, {match.group(3)}, "
+                        f"not at {self.url}, {self.http_url}"
+                    )
                 return
             if self.process.poll() is not None:
                 self.log.close()
-                raise RuntimeError(f"broker {self.cluster} exited with {self.process.returncode}:\n{self.log_text(offset)}")
+                raise RuntimeError(
+                    f"broker {self.cluster} exited with {self.process.returncode}:\n{self.log_text(offset)}"
+                )
             time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"broker {self.cluster} not ready in {START_TIMEOUT_S} s:\n{self.log_text(offset)}")
@@ -109,8 +113,9 @@ class ClusterBroker(Broker):
 # ------------------------------------------------------------------------------------------ HTTP
 
 
-def admin(broker: ClusterBroker, method: str, path: str, body: Any = None,
-          expect: tuple[int, ...] = (200, 204)) -> tuple[int, Any]:
+def admin(
+    broker: ClusterBroker, method: str, path: str, body: Any = None, expect: tuple[int, ...] = (200, 204)
+) -> tuple[int, Any]:
     """One admin call; (status, decoded JSON or text). An unexpected status raises with the answer."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(f"{broker.http_url}{path}", data=data, method=method)
@@ -122,7 +127,9 @@ def admin(broker: ClusterBroker, method: str, path: str, body: Any = None,
     except urllib.error.HTTPError as error:
         status, text = error.code, error.read().decode(errors="replace")
     if status not in expect:
-        raise RuntimeError(f"{method} {broker.http_url}{path} {data.decode() if data else ''} -> {status}: {text[:2000]}")
+        raise RuntimeError(
+            f"{method} {broker.http_url}{path} {data.decode() if data else ''} -> {status}: {text[:2000]}"
+        )
     try:
         return status, json.loads(text) if text else None
     except json.JSONDecodeError:
@@ -203,8 +210,9 @@ def log_excerpts(brokers: dict[str, ClusterBroker], lines: int = 40) -> str:
 # ------------------------------------------------------------------------------------------ perf
 
 
-def start_consume(broker: ClusterBroker, topic: str, messages: int, json_path: Path, args: Any,
-                  idle_timeout_s: float) -> subprocess.Popen:
+def start_consume(
+    broker: ClusterBroker, topic: str, messages: int, json_path: Path, args: Any, idle_timeout_s: float
+) -> subprocess.Popen:
     """`magnetar perf consume` with CONSUMERS Key_Shared consumers, returned once subscribed (its later
     lines are left in its pipe, read by `finish_consume`). `args` gives consumer_client and batch_receive."""
     command = MAGNETAR + ["perf", "consume", "--service-url", broker.url, "--topic", topic, "--type", "Key_Shared"]
@@ -253,16 +261,23 @@ def progress_windows(lines: list[str]) -> list[dict[str, float]]:
     for line in lines:
         match = PROGRESS.search(line)
         if match:
-            windows.append({"msg_per_s": float(match.group(1).replace(",", "")), "p50_ms": float(match.group(2)),
-                            "p99_ms": float(match.group(3))})
+            windows.append(
+                {
+                    "msg_per_s": float(match.group(1).replace(",", "")),
+                    "p50_ms": float(match.group(2)),
+                    "p99_ms": float(match.group(3)),
+                }
+            )
     return windows
 
 
-def produce_command(broker: ClusterBroker, topic: str, messages: int, batching: bool, json_path: Path, args: Any,
-                    rate: float = 0) -> list[str]:
+def produce_command(
+    broker: ClusterBroker, topic: str, messages: int, batching: bool, json_path: Path, args: Any, rate: float = 0
+) -> list[str]:
     """`magnetar perf produce` of `messages` 100 B messages (`args` gives keys, max_pending and client)."""
     return (
-        MAGNETAR + ["perf", "produce", "--service-url", broker.url, "--topic", topic]
+        MAGNETAR
+        + ["perf", "produce", "--service-url", broker.url, "--topic", topic]
         + ["--messages", str(messages), "--size", str(SIZE_BYTES), "--keys", str(args.keys)]
         + ["--max-pending", str(args.max_pending), "--batching" if batching else "--no-batching"]
         + ["--rate", str(rate), "--client", args.client, "--json", str(json_path)]
@@ -287,13 +302,25 @@ def add_client_arguments(parser: Any, batch_receive_default: int) -> None:
     parser.add_argument("--keys", type=int, default=100, help="distinct keys, round robin")
     parser.add_argument("--max-pending", type=int, default=10_000, help="producer sends in flight")
     parser.add_argument("--cases", default="batching,no-batching")
-    parser.add_argument("--client", choices=("magnetar", "pulsar"), default="magnetar",
-                        help="the producer's client (perf produce --client)")
-    parser.add_argument("--consumer-client", choices=("pulsar", "magnetar"), default="pulsar",
-                        help="the consumers' client (perf consume --client)")
-    parser.add_argument("--batch-receive", type=int, default=batch_receive_default, metavar="N",
-                        help="official consumers: up to N messages per batch_receive (or 10 ms); 0 = one receive "
-                        "per message")
+    parser.add_argument(
+        "--client",
+        choices=("magnetar", "pulsar"),
+        default="magnetar",
+        help="the producer's client (perf produce --client)",
+    )
+    parser.add_argument(
+        "--consumer-client",
+        choices=("pulsar", "magnetar"),
+        default="pulsar",
+        help="the consumers' client (perf consume --client)",
+    )
+    parser.add_argument(
+        "--batch-receive",
+        type=int,
+        default=batch_receive_default,
+        metavar="N",
+        help="official consumers: up to N messages per batch_receive (or 10 ms); 0 = one receive per message",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--dir", default=None, help="where the temporary data directories go")
     parser.add_argument("--keep", action="store_true", help="keep the data directories and broker logs")
@@ -319,8 +346,9 @@ def create_topic(brokers: dict[str, ClusterBroker], topic: str, replicated: bool
         if replicator.get("connected"):
             return
         time.sleep(0.05)
-    raise RuntimeError(f"r1's replicator of {topic} not connected to r2 in {timeout_s:.0f} s: {replicator}\n"
-                       f"{log_excerpts(brokers)}")
+    raise RuntimeError(
+        f"r1's replicator of {topic} not connected to r2 in {timeout_s:.0f} s: {replicator}\n{log_excerpts(brokers)}"
+    )
 
 
 def replicator_failures(broker: ClusterBroker, topic: str) -> int:

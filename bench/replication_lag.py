@@ -28,15 +28,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from broker_process import load_line, machine  # noqa: E402
-from replication_common import (  # noqa: E402
+from broker_process import load_line, machine
+from replication_common import (
     CONSUMERS,
     SIZE_BYTES,
     add_client_arguments,
     running_pair,
     write_result,
 )
-from replication_throughput import NAMESPACES, run  # noqa: E402
+from replication_throughput import NAMESPACES, run
 
 GOAL_P99_MS = 20
 
@@ -46,8 +46,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=10_000, help="msg/s published in r1")
     parser.add_argument("--seconds", type=float, default=30, help="length of each paced run")
     parser.add_argument("--modes", default="replicated,local", help="replicated (r1 -> r2) and/or local (r1 alone)")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds a run may take before it is killed (default 2 x --seconds + 60)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds a run may take before it is killed (default 2 x --seconds + 60)",
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 3 s per run")
     add_client_arguments(parser, batch_receive_default=0)
     args = parser.parse_args()
@@ -82,12 +86,16 @@ def main() -> None:
         "runs": runs,
     }
     print()
-    print(f"{args.rate:,.0f} msg/s for {args.seconds:g} s ({messages:,} msg of {SIZE_BYTES} B) published on r1 "
-          f"(client: {args.client}), {CONSUMERS} Key_Shared consumers (client: {args.consumer_client}) on r2 "
-          f"(replicated) or r1 (local)" + (" [--quick: smoke run, numbers not meaningful]" if args.quick else ""))
+    print(
+        f"{args.rate:,.0f} msg/s for {args.seconds:g} s ({messages:,} msg of {SIZE_BYTES} B) published on r1 "
+        f"(client: {args.client}), {CONSUMERS} Key_Shared consumers (client: {args.consumer_client}) on r2 "
+        f"(replicated) or r1 (local)" + (" [--quick: smoke run, numbers not meaningful]" if args.quick else "")
+    )
     print(load_line(load_before, load_after))
-    print("case | mode | receive msg/s | lag p50 ms | p99 | p99.9 | max | worst 1 s p99 | r1 µs/msg | r2 µs/msg "
-          "| replicator failures")
+    print(
+        "case | mode | receive msg/s | lag p50 ms | p99 | p99.9 | max | worst 1 s p99 | r1 µs/msg | r2 µs/msg "
+        "| replicator failures"
+    )
     for r in runs:
         latency = r["consume"]["latency_ms"]
         worst = max((w["p99_ms"] for w in r["windows"]), default=float("nan"))

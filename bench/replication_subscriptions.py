@@ -74,8 +74,9 @@ import pulsar
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from broker_process import cpu_seconds, load_line, machine  # noqa: E402
-from replication_common import (  # noqa: E402
+from broker_process import cpu_seconds, load_line, machine
+from magnetar.client.wire import EARLIEST, FULL_HASH_RANGE, read_range
+from replication_common import (
     SIZE_BYTES,
     TENANT,
     ClusterBroker,
@@ -88,8 +89,6 @@ from replication_common import (  # noqa: E402
     wait_process,
     write_result,
 )
-
-from magnetar.client.wire import EARLIEST, FULL_HASH_RANGE, read_range  # noqa: E402
 
 NAMESPACES = {"geo": ["r1", "r2"]}
 FREQUENCY_SETTING = "replicatedSubscriptionsSnapshotFrequencyMillis"
@@ -134,13 +133,19 @@ def wait_for(condition, what: str, timeout_s: float, detail=lambda: "", poll_s: 
     raise RuntimeError(f"{what}: not in {timeout_s:.0f} s {detail()}")
 
 
-def prepare_topic(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client], topic: str,
-                  consumer_type: pulsar.ConsumerType) -> None:
+def prepare_topic(
+    brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client], topic: str, consumer_type: pulsar.ConsumerType
+) -> None:
     """The topic on r1 (its replicator to r2 connected), the replicated subscription in r2 (subscribed and
     closed there, which also creates the topic in r2), r2's replicator back to r1 connected."""
     create_topic(brokers, topic, replicated=True)
-    clients["r2"].subscribe(topic, SUBSCRIPTION, consumer_type=consumer_type, replicate_subscription_state_enabled=True,
-                            initial_position=pulsar.InitialPosition.Earliest).close()
+    clients["r2"].subscribe(
+        topic,
+        SUBSCRIPTION,
+        consumer_type=consumer_type,
+        replicate_subscription_state_enabled=True,
+        initial_position=pulsar.InitialPosition.Earliest,
+    ).close()
 
     def back_connected() -> bool:
         replication = (topic_stats(brokers["r2"], topic) or {}).get("replication") or {}
@@ -149,12 +154,34 @@ def prepare_topic(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.C
     wait_for(back_connected, f"r2's replicator of {topic} connected to r1", 30, lambda: log_excerpts(brokers))
 
 
-def produce(brokers: dict[str, ClusterBroker], directory: Path, topic: str, messages: int, rate: float,
-            run_id: str) -> tuple[subprocess.Popen, Path]:
+def produce(
+    brokers: dict[str, ClusterBroker], directory: Path, topic: str, messages: int, rate: float, run_id: str
+) -> tuple[subprocess.Popen, Path]:
     json_path = directory / f"produce-{run_id}.json"
-    command = [sys.executable, "-m", "magnetar.cli.main", "perf", "produce", "--service-url", brokers["r1"].url,
-               "--topic", topic, "--messages", str(messages), "--size", str(SIZE_BYTES), "--keys", "100",
-               "--no-batching", "--rate", str(rate), "--client", "magnetar", "--json", str(json_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "magnetar.cli.main",
+        "perf",
+        "produce",
+        "--service-url",
+        brokers["r1"].url,
+        "--topic",
+        topic,
+        "--messages",
+        str(messages),
+        "--size",
+        str(SIZE_BYTES),
+        "--keys",
+        "100",
+        "--no-batching",
+        "--rate",
+        str(rate),
+        "--client",
+        "magnetar",
+        "--json",
+        str(json_path),
+    ]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL), json_path
 
 
@@ -192,8 +219,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summary(values: list[float]) -> dict[str, float]:
-    return {"count": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99),
-            "max": max(values) if values else float("nan")}
+    return {
+        "count": len(values),
+        "p50": percentile(values, 50),
+        "p99": percentile(values, 99),
+        "max": max(values) if values else float("nan"),
+    }
 
 
 # ------------------------------------------------------------------------------------- poller
@@ -247,8 +278,9 @@ class Poller:
         self.stop_event = context.Event()
         self.out_path = out_path
         targets = {name: (broker.http_url, topic_path(topic) + "/internalStats") for name, broker in brokers.items()}
-        self.process = context.Process(target=poll_positions,
-                                       args=(targets, str(out_path), interval_s, self.stop_event))
+        self.process = context.Process(
+            target=poll_positions, args=(targets, str(out_path), interval_s, self.stop_event)
+        )
         self.process.start()
 
     def finish(self) -> dict[str, Any]:
@@ -277,17 +309,30 @@ def passing_times(changes: list[list], positions: list[tuple[int, int]], indexes
 # ------------------------------------------------------------------------------------- sync lag
 
 
-def lag_run(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client], directory: Path, frequency_ms: int,
-            rate: float, seconds: float, args: argparse.Namespace) -> dict[str, Any]:
+def lag_run(
+    brokers: dict[str, ClusterBroker],
+    clients: dict[str, pulsar.Client],
+    directory: Path,
+    frequency_ms: int,
+    rate: float,
+    seconds: float,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     run_id = f"lag-{frequency_ms}-{int(rate)}-{uuid.uuid4().hex[:6]}"
     topic = f"persistent://{TENANT}/geo/{run_id}"
     messages = int(rate * seconds)
-    print(f"--- sync lag, frequency {frequency_ms} ms, {rate:,.0f} msg/s for {seconds:g} s ({messages:,} messages)",
-          flush=True)
+    print(
+        f"--- sync lag, frequency {frequency_ms} ms, {rate:,.0f} msg/s for {seconds:g} s ({messages:,} messages)",
+        flush=True,
+    )
     prepare_topic(brokers, clients, topic, pulsar.ConsumerType.Exclusive)
-    consumer = clients["r1"].subscribe(topic, SUBSCRIPTION, consumer_type=pulsar.ConsumerType.Exclusive,
-                                       replicate_subscription_state_enabled=True,
-                                       initial_position=pulsar.InitialPosition.Earliest)
+    consumer = clients["r1"].subscribe(
+        topic,
+        SUBSCRIPTION,
+        consumer_type=pulsar.ConsumerType.Exclusive,
+        replicate_subscription_state_enabled=True,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
     before = {name: internal_stats(broker, topic) for name, broker in brokers.items()}
     metrics_before = {name: snapshot_metrics(broker) for name, broker in brokers.items()}
     acked: list[tuple[int, int, int, float, int]] = []  # k, ledger, entry, ack time, publish ms
@@ -300,8 +345,15 @@ def lag_run(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client]
                 consumer.acknowledge(message)
                 now = time.monotonic()
                 message_id = message.message_id()
-                acked.append((int.from_bytes(message.data()[:8], "big"), message_id.ledger_id(), message_id.entry_id(),
-                              now, message.publish_timestamp()))
+                acked.append(
+                    (
+                        int.from_bytes(message.data()[:8], "big"),
+                        message_id.ledger_id(),
+                        message_id.entry_id(),
+                        now,
+                        message.publish_timestamp(),
+                    )
+                )
         except BaseException as error:  # noqa: BLE001 - reported by the main thread
             failure.append(error)
 
@@ -316,7 +368,9 @@ def lag_run(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client]
         deadline = time.monotonic() + seconds + args.timeout
         while producer.poll() is None or consumer_thread.is_alive():
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{topic}: producer or r1's consumer still running after {seconds + args.timeout:.0f} s")
+                raise RuntimeError(
+                    f"{topic}: producer or r1's consumer still running after {seconds + args.timeout:.0f} s"
+                )
             for name, remote in (("r1", "r2"), ("r2", "r1")):
                 replicator = ((topic_stats(brokers[name], topic) or {}).get("replication") or {}).get(remote) or {}
                 backlogs[name].append(replicator.get("replicationBacklog") or 0)
@@ -327,8 +381,11 @@ def lag_run(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client]
         if failure or consumer_thread.is_alive():
             raise RuntimeError(f"r1's consumer got {len(acked):,} of {messages:,}: {failure}\n{log_excerpts(brokers)}")
         produced_at = time.monotonic()
-        wait_for(lambda: ((topic_stats(brokers["r2"], topic) or {}).get("msgInCounter") or 0) >= messages,
-                 f"r2 stored {messages:,} messages of {topic}", args.timeout)
+        wait_for(
+            lambda: ((topic_stats(brokers["r2"], topic) or {}).get("msgInCounter") or 0) >= messages,
+            f"r2 stored {messages:,} messages of {topic}",
+            args.timeout,
+        )
         tables = {"r2": read_topic(brokers["r2"], topic)}
         last_r2 = tables["r2"][0][-1]  # the last data entry (the admin's lastMessageId may name a marker)
 
@@ -336,8 +393,12 @@ def lag_run(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client]
             state = cursor_state(brokers["r2"], topic)
             return state is not None and parse_position(state[0]) >= last_r2
 
-        wait_for(synced, f"r2's subscription of {topic} at its last message {last_r2}", 10 + 5 * frequency_ms / 1000,
-                 lambda: f"r1 {cursor_state(brokers['r1'], topic)}, r2 {cursor_state(brokers['r2'], topic)}")
+        wait_for(
+            synced,
+            f"r2's subscription of {topic} at its last message {last_r2}",
+            10 + 5 * frequency_ms / 1000,
+            lambda: f"r1 {cursor_state(brokers['r1'], topic)}, r2 {cursor_state(brokers['r2'], topic)}",
+        )
         sync_wait_s = time.monotonic() - produced_at
         cpu = {name: cpu_seconds(broker.pid) - cpu_start[name] for name, broker in brokers.items()}
     finally:
@@ -350,16 +411,22 @@ def lag_run(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client]
     for name, broker in brokers.items():
         now, then = snapshot_metrics(broker), metrics_before[name]
         completed = now.get("pulsar_replicated_subscriptions_snapshot_ms_count", 0) - then.get(
-            "pulsar_replicated_subscriptions_snapshot_ms_count", 0)
+            "pulsar_replicated_subscriptions_snapshot_ms_count", 0
+        )
         took = now.get("pulsar_replicated_subscriptions_snapshot_ms_sum", 0) - then.get(
-            "pulsar_replicated_subscriptions_snapshot_ms_sum", 0)
+            "pulsar_replicated_subscriptions_snapshot_ms_sum", 0
+        )
         timed_out = now.get("pulsar_replicated_subscriptions_timedout_snapshots_total", 0) - then.get(
-            "pulsar_replicated_subscriptions_timedout_snapshots_total", 0)
+            "pulsar_replicated_subscriptions_timedout_snapshots_total", 0
+        )
         if "pulsar_replicated_subscriptions_snapshot_ms_count" not in now:  # a broker without these metrics
             snapshots[name] = None
             continue
-        snapshots[name] = {"completed": completed, "mean_ms": took / completed if completed else None,
-                           "timed_out": timed_out}
+        snapshots[name] = {
+            "completed": completed,
+            "mean_ms": took / completed if completed else None,
+            "timed_out": timed_out,
+        }
     # The last snapshot (data arrived since the previous one) is done within a frequency or two.
     time.sleep(3 * frequency_ms / 1000 + 2)
     after = {name: internal_stats(broker, topic) for name, broker in brokers.items()}
@@ -370,8 +437,10 @@ def lag_run(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client]
     tables["r1"] = read_topic(brokers["r1"], topic)
     positions_r2, indexes_r2, _ = tables["r2"]
     if indexes_r2 != list(range(messages)) or tables["r1"][1] != list(range(messages)):
-        raise RuntimeError(f"{topic}: the data entries are not the {messages:,} messages in order "
-                           f"(r1 {len(tables['r1'][1]):,}, r2 {len(indexes_r2):,})")
+        raise RuntimeError(
+            f"{topic}: the data entries are not the {messages:,} messages in order "
+            f"(r1 {len(tables['r1'][1]):,}, r2 {len(indexes_r2):,})"
+        )
     passed_r2 = passing_times(polled["r2"]["changes"], positions_r2, indexes_r2)
     passed_r1 = passing_times(polled["r1"]["changes"], tables["r1"][0], tables["r1"][1])
     from_ack, from_r1, missing = [], [], 0
@@ -416,20 +485,23 @@ def lag_run(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client]
         "polls": {name: {"polls": p["polls"], "errors": p["errors"]} for name, p in polled.items()},
         "sync_wait_s": sync_wait_s,
         "snapshots": snapshots,
-        "replicator_backlog_entries": {name: {"mean": sum(b) / len(b) if b else None, "max": max(b, default=None)}
-                                       for name, b in backlogs.items()},
+        "replicator_backlog_entries": {
+            name: {"mean": sum(b) / len(b) if b else None, "max": max(b, default=None)} for name, b in backlogs.items()
+        },
         "broker_cpu_us_per_msg": {name: s / messages * 1e6 for name, s in cpu.items()},
         "markers": markers,
     }
     goal = 1.5 * frequency_ms
-    print(f"    lag from ack p50 {result['lag_from_ack_ms']['p50']:.0f} p99 {result['lag_from_ack_ms']['p99']:.0f} ms, "
-          f"from r1 mark-delete p50 {result['lag_from_r1_mark_delete_ms']['p50']:.0f} "
-          f"p99 {result['lag_from_r1_mark_delete_ms']['p99']:.0f} ms (goal {goal:.0f}); r2 moved "
-          f"{result['r2_mark_delete_changes']} times; markers r1 {markers['r1']['marker_entries']} "
-          f"r2 {markers['r2']['marker_entries']}, "
-          f"idle {markers['r1']['idle_entries']}/{markers['r2']['idle_entries']}; replicator backlogs (entries) "
-          f"{result['replicator_backlog_entries']}",
-          flush=True)
+    print(
+        f"    lag from ack p50 {result['lag_from_ack_ms']['p50']:.0f} p99 {result['lag_from_ack_ms']['p99']:.0f} ms, "
+        f"from r1 mark-delete p50 {result['lag_from_r1_mark_delete_ms']['p50']:.0f} "
+        f"p99 {result['lag_from_r1_mark_delete_ms']['p99']:.0f} ms (goal {goal:.0f}); r2 moved "
+        f"{result['r2_mark_delete_changes']} times; markers r1 {markers['r1']['marker_entries']} "
+        f"r2 {markers['r2']['marker_entries']}, "
+        f"idle {markers['r1']['idle_entries']}/{markers['r2']['idle_entries']}; replicator backlogs (entries) "
+        f"{result['replicator_backlog_entries']}",
+        flush=True,
+    )
     return result
 
 
@@ -461,20 +533,37 @@ def ack_delays(messages: int, scenario: str, seed: int) -> list[float]:
     return delays
 
 
-def dup_run(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client], directory: Path, frequency_ms: int,
-            mode: str, scenario: str, args: argparse.Namespace) -> dict[str, Any]:
+def dup_run(
+    brokers: dict[str, ClusterBroker],
+    clients: dict[str, pulsar.Client],
+    directory: Path,
+    frequency_ms: int,
+    mode: str,
+    scenario: str,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     run_id = f"dup-{mode}-{scenario}-{frequency_ms}-{uuid.uuid4().hex[:6]}"
     topic = f"persistent://{TENANT}/geo/{run_id}"
     messages = int(args.dup_rate * args.dup_seconds)
     stop_at = int(messages * STOP_FRACTION)
-    print(f"--- duplicates, {mode}, {scenario}, frequency {frequency_ms} ms: {messages:,} messages at "
-          f"{args.dup_rate:,.0f} msg/s, {DUP_CONSUMERS} Shared consumers in r1 stop after {stop_at:,}", flush=True)
+    print(
+        f"--- duplicates, {mode}, {scenario}, frequency {frequency_ms} ms: {messages:,} messages at "
+        f"{args.dup_rate:,.0f} msg/s, {DUP_CONSUMERS} Shared consumers in r1 stop after {stop_at:,}",
+        flush=True,
+    )
     delays = ack_delays(messages, scenario, args.seed)
     prepare_topic(brokers, clients, topic, pulsar.ConsumerType.Shared)
-    consumers = [clients["r1"].subscribe(topic, SUBSCRIPTION, consumer_type=pulsar.ConsumerType.Shared,
-                                         replicate_subscription_state_enabled=True, consumer_name=f"c{i}",
-                                         initial_position=pulsar.InitialPosition.Earliest)
-                 for i in range(DUP_CONSUMERS)]
+    consumers = [
+        clients["r1"].subscribe(
+            topic,
+            SUBSCRIPTION,
+            consumer_type=pulsar.ConsumerType.Shared,
+            replicate_subscription_state_enabled=True,
+            consumer_name=f"c{i}",
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        for i in range(DUP_CONSUMERS)
+    ]
     stop = threading.Event()
     received: list[list[int]] = [[] for _ in consumers]
     acked: list[list[int]] = [[] for _ in consumers]
@@ -527,8 +616,11 @@ def dup_run(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client]
             producer.wait()
     acked_r1 = set().union(*map(set, acked))
     received_r1 = set().union(*map(set, received))
-    wait_for(lambda: ((topic_stats(brokers["r2"], topic) or {}).get("msgInCounter") or 0) >= messages,
-             f"r2 stored {messages:,} messages of {topic}", args.timeout)
+    wait_for(
+        lambda: ((topic_stats(brokers["r2"], topic) or {}).get("msgInCounter") or 0) >= messages,
+        f"r2 stored {messages:,} messages of {topic}",
+        args.timeout,
+    )
     # r2's subscription settles: no change for max(5 x frequency, 3 s).
     quiet_s = max(5 * frequency_ms / 1000, 3.0)
     state, since = cursor_state(brokers["r2"], topic), time.monotonic()
@@ -547,8 +639,9 @@ def dup_run(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client]
     after_mark_delete = {indexes_r2[i] for i in range(bisect_right(positions_r2, r2_mark_delete), len(positions_r2))}
     pulsar_rule_duplicates = len(after_mark_delete & acked_r1)
 
-    failover = clients["r2"].subscribe(topic, SUBSCRIPTION, consumer_type=pulsar.ConsumerType.Shared,
-                                       replicate_subscription_state_enabled=True)
+    failover = clients["r2"].subscribe(
+        topic, SUBSCRIPTION, consumer_type=pulsar.ConsumerType.Shared, replicate_subscription_state_enabled=True
+    )
     got: list[int] = []
     try:
         while True:
@@ -582,9 +675,12 @@ def dup_run(brokers: dict[str, ClusterBroker], clients: dict[str, pulsar.Client]
         "lost": lost,
         "pulsar_rule_duplicates_derived": pulsar_rule_duplicates,
     }
-    print(f"    acked in r1 {len(acked_r1):,} (received {len(received_r1):,}); r2 at failover md {state[0]}, "
-          f"ranges {state[1][:120]}; received in r2 {len(got):,}: duplicates {duplicates:,}, lost {lost:,}; "
-          f"acked after r2's mark-delete {pulsar_rule_duplicates:,}", flush=True)
+    print(
+        f"    acked in r1 {len(acked_r1):,} (received {len(received_r1):,}); r2 at failover md {state[0]}, "
+        f"ranges {state[1][:120]}; received in r2 {len(got):,}: duplicates {duplicates:,}, lost {lost:,}; "
+        f"acked after r2's mark-delete {pulsar_rule_duplicates:,}",
+        flush=True,
+    )
     return result
 
 
@@ -601,10 +697,12 @@ def magnetar_source() -> dict[str, Any]:
     if (root / "COMMIT").exists():
         return {"path": str(root), "commit": (root / "COMMIT").read_text().strip(), "uncommitted_changes": False}
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "src"], capture_output=True,
-                               text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "src"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return {"path": str(root), "commit": None, "uncommitted_changes": None}
     return {"path": str(root), "commit": commit, "uncommitted_changes": bool(dirty)}
@@ -630,8 +728,12 @@ def main() -> None:
     parser.add_argument("--dup-frequencies", default="1000", help="snapshot frequencies (ms) of the duplicate runs")
     parser.add_argument("--scenarios", default="uniform,slow", help="ack delays: uniform, slow")
     parser.add_argument("--modes", default="pulsar,acked-ranges")
-    parser.add_argument("--acked-ranges-setting", default=None, metavar="KEY",
-                        help="the broker setting that turns acked-ranges replication on (true) or off (false)")
+    parser.add_argument(
+        "--acked-ranges-setting",
+        default=None,
+        metavar="KEY",
+        help="the broker setting that turns acked-ranges replication on (true) or off (false)",
+    )
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--timeout", type=float, default=60, help="seconds any wait may take beyond the run")
     parser.add_argument("--dir", default=None)
@@ -644,12 +746,18 @@ def main() -> None:
     parts = args.parts.split(",")
     modes = args.modes.split(",")
     if "acked-ranges" in modes and not args.acked_ranges_setting:
-        print("no --acked-ranges-setting: the acked-ranges mode is skipped, the pulsar mode runs with the "
-              "brokers' default", flush=True)
+        print(
+            "no --acked-ranges-setting: the acked-ranges mode is skipped, the pulsar mode runs with the "
+            "brokers' default",
+            flush=True,
+        )
         modes = [m for m in modes if m != "acked-ranges"]
     source = magnetar_source()
-    print(f"magnetar from {source['path']} at {source['commit']}"
-          + (" WITH UNCOMMITTED CHANGES in src/" if source["uncommitted_changes"] else ""), flush=True)
+    print(
+        f"magnetar from {source['path']} at {source['commit']}"
+        + (" WITH UNCOMMITTED CHANGES in src/" if source["uncommitted_changes"] else ""),
+        flush=True,
+    )
     load_before = machine()
     lag_runs: list[dict[str, Any]] = []
     idle_runs: list[dict[str, Any]] = []
@@ -672,11 +780,17 @@ def main() -> None:
             for mode in modes:
                 settings = pair_settings(frequency_ms, mode, args)
                 with running_pair(NAMESPACES, args.dir, args.keep, settings) as (brokers, directory):
-                    clients = {name: pulsar.Client(broker.url, logger=CLIENT_LOGGER) for name, broker in brokers.items()}
+                    clients = {
+                        name: pulsar.Client(broker.url, logger=CLIENT_LOGGER) for name, broker in brokers.items()
+                    }
                     try:
                         for scenario in args.scenarios.split(","):
-                            dup_runs.append({"settings": settings, **dup_run(brokers, clients, directory, frequency_ms,
-                                                                               mode, scenario, args)})
+                            dup_runs.append(
+                                {
+                                    "settings": settings,
+                                    **dup_run(brokers, clients, directory, frequency_ms, mode, scenario, args),
+                                }
+                            )
                     finally:
                         for client in clients.values():
                             client.close()
@@ -696,34 +810,50 @@ def main() -> None:
     print(load_line(load_before, load_after) + (" [--quick: smoke run, numbers not meaningful]" if args.quick else ""))
     if lag_runs:
         print("sync lag (ack in r1 -> r2's subscription passed the message), per message, ms:")
-        print("frequency ms | msg/s | from ack() p50 | p99 | max | from r1 mark-delete p50 | p99 | max | goal p99 | "
-              "r2 moves | r1 consumer e2e p99 | replicator backlog mean/max r1->r2, r2->r1")
+        print(
+            "frequency ms | msg/s | from ack() p50 | p99 | max | from r1 mark-delete p50 | p99 | max | goal p99 | "
+            "r2 moves | r1 consumer e2e p99 | replicator backlog mean/max r1->r2, r2->r1"
+        )
         for r in lag_runs:
             a, b, goal = r["lag_from_ack_ms"], r["lag_from_r1_mark_delete_ms"], 1.5 * r["frequency_ms"]
             verdict = lambda v: "met" if v <= goal else "NOT met"  # noqa: E731
-            print(f"{r['frequency_ms']} | {r['rate']:,.0f} | {a['p50']:.0f} | {a['p99']:.0f} ({verdict(a['p99'])}) | "
-                  f"{a['max']:.0f} | {b['p50']:.0f} | {b['p99']:.0f} ({verdict(b['p99'])}) | {b['max']:.0f} | "
-                  f"{goal:.0f} | {r['r2_mark_delete_changes']} | {r['r1_consumer_e2e_ms']['p99']:.0f} | "
-                  + ", ".join(f"{b['mean']:,.0f}/{b['max']:,}" if b["max"] is not None else "-"
-                              for b in r["replicator_backlog_entries"].values())
-                  + (f" | {r['not_passed_in_r2']} never passed" if r["not_passed_in_r2"] else ""))
-        print("marker overhead: frequency ms | msg/s | cluster | marker entries/s | bytes/s | bytes/marker | "
-              "after traffic, in idle s: entries")
+            print(
+                f"{r['frequency_ms']} | {r['rate']:,.0f} | {a['p50']:.0f} | {a['p99']:.0f} ({verdict(a['p99'])}) | "
+                f"{a['max']:.0f} | {b['p50']:.0f} | {b['p99']:.0f} ({verdict(b['p99'])}) | {b['max']:.0f} | "
+                f"{goal:.0f} | {r['r2_mark_delete_changes']} | {r['r1_consumer_e2e_ms']['p99']:.0f} | "
+                + ", ".join(
+                    f"{b['mean']:,.0f}/{b['max']:,}" if b["max"] is not None else "-"
+                    for b in r["replicator_backlog_entries"].values()
+                )
+                + (f" | {r['not_passed_in_r2']} never passed" if r["not_passed_in_r2"] else "")
+            )
+        print(
+            "marker overhead: frequency ms | msg/s | cluster | marker entries/s | bytes/s | bytes/marker | "
+            "after traffic, in idle s: entries"
+        )
         for r in lag_runs:
             for name, m in r["markers"].items():
                 per_s = "n/a" if m["marker_bytes_per_s"] is None else f"{m['marker_bytes_per_s']:,.0f}"
                 per_marker = "n/a" if m["bytes_per_marker"] is None else f"{m['bytes_per_marker']:.0f}"
-                print(f"{r['frequency_ms']} | {r['rate']:,.0f} | {name} | {m['marker_entries_per_s']:.2f} | {per_s} | "
-                      f"{per_marker} | {m['idle_entries']}")
+                print(
+                    f"{r['frequency_ms']} | {r['rate']:,.0f} | {name} | {m['marker_entries_per_s']:.2f} | {per_s} | "
+                    f"{per_marker} | {m['idle_entries']}"
+                )
         for i in idle_runs:
-            print(f"never any traffic, frequency {i['frequency_ms']} ms, {i['seconds']:g} s: entries added "
-                  f"{i['entries_added']}")
+            print(
+                f"never any traffic, frequency {i['frequency_ms']} ms, {i['seconds']:g} s: entries added "
+                f"{i['entries_added']}"
+            )
     if dup_runs:
-        print("duplicates after failover: frequency ms | scenario | mode | acked in r1 | received in r2 | duplicates | "
-              "lost | acked after r2's mark-delete (derived)")
+        print(
+            "duplicates after failover: frequency ms | scenario | mode | acked in r1 | received in r2 | duplicates | "
+            "lost | acked after r2's mark-delete (derived)"
+        )
         for r in dup_runs:
-            print(f"{r['frequency_ms']} | {r['scenario']} | {r['mode']} | {r['acked_r1']:,} | {r['received_r2']:,} | "
-                  f"{r['duplicates']:,} | {r['lost']:,} | {r['pulsar_rule_duplicates_derived']:,}")
+            print(
+                f"{r['frequency_ms']} | {r['scenario']} | {r['mode']} | {r['acked_r1']:,} | {r['received_r2']:,} | "
+                f"{r['duplicates']:,} | {r['lost']:,} | {r['pulsar_rule_duplicates_derived']:,}"
+            )
     print(f"wrote {write_result('replication_subscriptions', result)}")
 
 

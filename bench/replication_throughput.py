@@ -46,8 +46,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from broker_process import cpu_seconds, load_line, machine  # noqa: E402
-from replication_common import (  # noqa: E402
+from broker_process import cpu_seconds, load_line, machine
+from replication_common import (
     CONSUMERS,
     SIZE_BYTES,
     TENANT,
@@ -72,8 +72,15 @@ IDLE_TIMEOUT_S = 30  # the consumers give up after this long without a message
 POLL_S = 0.02  # stored runs: how often the brokers' counters are read
 
 
-def run(brokers: dict[str, ClusterBroker], directory: Path, batching: bool, replicated: bool, messages: int,
-        args: argparse.Namespace, rate: float = 0) -> dict[str, Any]:
+def run(
+    brokers: dict[str, ClusterBroker],
+    directory: Path,
+    batching: bool,
+    replicated: bool,
+    messages: int,
+    args: argparse.Namespace,
+    rate: float = 0,
+) -> dict[str, Any]:
     """One producer on r1 (at `rate` msg/s, 0 = as fast as it can), the consumers on r2 (replicated) or on
     r1 (local); a fresh topic. `args` gives the clients' flags, quiet and timeout."""
     case = "batching" if batching else "no-batching"
@@ -103,8 +110,9 @@ def run(brokers: dict[str, ClusterBroker], directory: Path, batching: bool, repl
                 process.wait()
     produced, consumed = read_json(produce_json), read_json(consume_json)
     if produced is None or consumed is None:
-        raise RuntimeError(f"perf failed: consume {consume.returncode}, produce {produce.returncode}\n"
-                           f"{log_excerpts(brokers)}")
+        raise RuntimeError(
+            f"perf failed: consume {consume.returncode}, produce {produce.returncode}\n{log_excerpts(brokers)}"
+        )
     result: dict[str, Any] = {
         "case": case,
         "mode": mode,
@@ -121,13 +129,22 @@ def run(brokers: dict[str, ClusterBroker], directory: Path, batching: bool, repl
         result["r2_msg_in_counter"] = r2_stats.get("msgInCounter")
         result["r1_replicator_failures"] = replicator_failures(brokers["r1"], topic)
     if not result["complete"]:
-        print(f"!!! {case}, {mode}: only {consumed['messages']:,} of {messages:,} messages received; "
-              f"r1 replicator: {result.get('r1_replicator')}\n{log_excerpts(brokers)}", flush=True)
+        print(
+            f"!!! {case}, {mode}: only {consumed['messages']:,} of {messages:,} messages received; "
+            f"r1 replicator: {result.get('r1_replicator')}\n{log_excerpts(brokers)}",
+            flush=True,
+        )
     return result
 
 
-def run_stored(brokers: dict[str, ClusterBroker], directory: Path, batching: bool, replicated: bool, messages: int,
-               args: argparse.Namespace) -> dict[str, Any]:
+def run_stored(
+    brokers: dict[str, ClusterBroker],
+    directory: Path,
+    batching: bool,
+    replicated: bool,
+    messages: int,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     """No consumers: N messages published on r1, timed from the first stored in r1 to the last stored in r2
     (replicated) or r1 (local), by polling both brokers' msgInCounter."""
     case = "batching" if batching else "no-batching"
@@ -144,15 +161,19 @@ def run_stored(brokers: dict[str, ClusterBroker], directory: Path, batching: boo
 
     first = last = None
     cpu_start = {name: cpu_seconds(broker.pid) for name, broker in brokers.items()}
-    produce = subprocess.Popen(produce_command(source, topic, messages, batching, produce_json, args),
-                               stdout=subprocess.DEVNULL if args.quiet else None)
+    produce = subprocess.Popen(
+        produce_command(source, topic, messages, batching, produce_json, args),
+        stdout=subprocess.DEVNULL if args.quiet else None,
+    )
     try:
         deadline = time.monotonic() + args.timeout
         previous = time.monotonic()
         while last is None:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{target.cluster} stored {counter(target):,} of {messages:,} messages in "
-                                   f"{args.timeout:.0f} s\n{log_excerpts(brokers)}")
+                raise RuntimeError(
+                    f"{target.cluster} stored {counter(target):,} of {messages:,} messages in "
+                    f"{args.timeout:.0f} s\n{log_excerpts(brokers)}"
+                )
             now = time.monotonic()
             if first is None and counter(source) > 0:
                 first = (previous + now) / 2
@@ -188,13 +209,25 @@ def run_stored(brokers: dict[str, ClusterBroker], directory: Path, batching: boo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds a run may take before it is killed (default 60 + 1 s per 2,000 messages)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds a run may take before it is killed (default 60 + 1 s per 2,000 messages)",
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 5,000 messages")
-    parser.add_argument("--broker-setting", action="append", default=[], metavar="KEY=VALUE",
-                        help="a broker.conf setting for both brokers (repeatable), e.g. replicationProducerQueueSize=10000")
-    parser.add_argument("--measures", default="received,stored",
-                        help="received: consumers on the target cluster; stored: no consumers, messages stored there")
+    parser.add_argument(
+        "--broker-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker.conf setting for both brokers (repeatable), e.g. replicationProducerQueueSize=10000",
+    )
+    parser.add_argument(
+        "--measures",
+        default="received,stored",
+        help="received: consumers on the target cluster; stored: no consumers, messages stored there",
+    )
     add_client_arguments(parser, batch_receive_default=100)
     args = parser.parse_args()
     if args.quick:
@@ -206,12 +239,14 @@ def main() -> None:
     with running_pair(NAMESPACES, args.dir, args.keep, settings) as (brokers, directory):
         runs = [
             run(brokers, directory, case == "batching", replicated, args.messages, args)
-            for case in args.cases.split(",") if "received" in measures
+            for case in args.cases.split(",")
+            if "received" in measures
             for replicated in (False, True)
         ]
         stored_runs = [
             run_stored(brokers, directory, case == "batching", replicated, args.messages, args)
-            for case in args.cases.split(",") if "stored" in measures
+            for case in args.cases.split(",")
+            if "stored" in measures
             for replicated in (False, True)
         ]
     load_after = machine()
@@ -249,9 +284,11 @@ def main() -> None:
         "summary": summaries,
     }
     print()
-    print(f"{args.messages:,} msg of {SIZE_BYTES} B, {args.keys} keys, 1 producer on r1 (client: {args.client}), "
-          f"{CONSUMERS} Key_Shared consumers (client: {args.consumer_client}) on r2 (replicated) or r1 (local)"
-          + (" [--quick: smoke run, numbers not meaningful]" if args.quick else ""))
+    print(
+        f"{args.messages:,} msg of {SIZE_BYTES} B, {args.keys} keys, 1 producer on r1 (client: {args.client}), "
+        f"{CONSUMERS} Key_Shared consumers (client: {args.consumer_client}) on r2 (replicated) or r1 (local)"
+        + (" [--quick: smoke run, numbers not meaningful]" if args.quick else "")
+    )
     print(load_line(load_before, load_after))
     print("case | mode | r1 publish msg/s | receive msg/s | e2e p50 ms | p99 | p99.9 | r1 µs/msg | r2 µs/msg")
     for r in runs:
@@ -264,25 +301,33 @@ def main() -> None:
     if stored_runs:
         print("stored (no consumers): case | mode | stored msg/s | s | r1 µs/msg | r2 µs/msg | stored in target")
         for r in stored_runs:
-            print(f"{r['case']} | {r['mode']} | {r['stored_msg_per_s']:,.0f} | {r['seconds']:.2f} | "
-                  f"{r['broker_cpu_us_per_msg']['r1']:.1f} | {r['broker_cpu_us_per_msg']['r2']:.1f} | "
-                  f"{r['target_msg_in_counter']:,}")
+            print(
+                f"{r['case']} | {r['mode']} | {r['stored_msg_per_s']:,.0f} | {r['seconds']:.2f} | "
+                f"{r['broker_cpu_us_per_msg']['r1']:.1f} | {r['broker_cpu_us_per_msg']['r2']:.1f} | "
+                f"{r['target_msg_in_counter']:,}"
+            )
     for s in summaries:
         if "replicated_receive_over_local_publish" in s:
             ratio = s["replicated_receive_over_local_publish"]
-            print(f"{s['case']}: replicated receive rate = {ratio:.0%} of the local publish rate "
-                  f"({'meets' if ratio >= 0.9 else 'below'} the 90% goal), "
-                  f"{s['replicated_receive_over_local_receive']:.0%} of the local receive rate")
+            print(
+                f"{s['case']}: replicated receive rate = {ratio:.0%} of the local publish rate "
+                f"({'meets' if ratio >= 0.9 else 'below'} the 90% goal), "
+                f"{s['replicated_receive_over_local_receive']:.0%} of the local receive rate"
+            )
         if "replicated_stored_over_local_stored" in s:
             ratio = s["replicated_stored_over_local_stored"]
-            print(f"{s['case']}: replicated to r2 at {ratio:.0%} of the local store rate "
-                  f"({'meets' if ratio >= 0.9 else 'below'} the 90% goal)")
+            print(
+                f"{s['case']}: replicated to r2 at {ratio:.0%} of the local store rate "
+                f"({'meets' if ratio >= 0.9 else 'below'} the 90% goal)"
+            )
     for r in runs:
         if r["mode"] == "replicated":
             rep = r.get("r1_replicator") or {}
-            print(f"{r['case']}: r1 replicator to r2 msgOutCounter {rep.get('msgOutCounter')}, backlog "
-                  f"{rep.get('replicationBacklog')} entries; r2 msgInCounter {r.get('r2_msg_in_counter')}; "
-                  f"replicator failed and restarted {r.get('r1_replicator_failures')} times (r1's log)")
+            print(
+                f"{r['case']}: r1 replicator to r2 msgOutCounter {rep.get('msgOutCounter')}, backlog "
+                f"{rep.get('replicationBacklog')} entries; r2 msgInCounter {r.get('r2_msg_in_counter')}; "
+                f"replicator failed and restarted {r.get('r1_replicator_failures')} times (r1's log)"
+            )
     print(f"wrote {write_result('replication_throughput', result)}")
 
 

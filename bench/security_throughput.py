@@ -41,7 +41,7 @@ from cryptography.x509.oid import NameOID
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from broker_process import MAGNETAR, Broker, cpu_seconds, load_line, machine  # noqa: E402
+from broker_process import MAGNETAR, Broker, cpu_seconds, load_line, machine
 
 RESULTS = Path(__file__).parent / "results"
 SIZE_BYTES = 100
@@ -52,22 +52,31 @@ PREFIX = "org.apache.pulsar.broker.authentication."
 
 def _certificates(directory: Path) -> tuple[Path, Path, Path]:
     """ca.pem, server.pem and server-key.pem for 127.0.0.1."""
+
     def name(common_name: str) -> x509.Name:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca = (
-        x509.CertificateBuilder().subject_name(name("bench CA")).issuer_name(name("bench CA"))
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(name("bench CA"))
+        .issuer_name(name("bench CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     server = (
-        x509.CertificateBuilder().subject_name(name("127.0.0.1")).issuer_name(ca.subject)
-        .public_key(server_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(name("127.0.0.1"))
+        .issuer_name(ca.subject)
+        .public_key(server_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -75,7 +84,9 @@ def _certificates(directory: Path) -> tuple[Path, Path, Path]:
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(server.public_bytes(serialization.Encoding.PEM))
     paths[2].write_bytes(
-        server_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        server_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
     )
     return paths
 
@@ -96,8 +107,12 @@ def _cases(directory: Path) -> list[tuple[str, dict[str, str], bool, str | None]
         "authenticationProviders": f"{PREFIX}AuthenticationProviderToken",
         "tokenSecretKey": "data:;base64," + base64.b64encode(secret).decode(),
     }
-    return [("plain", {}, False, None), ("tls", tls, True, None), ("token", auth, False, token),
-            ("tls+token", tls | auth, True, token)]
+    return [
+        ("plain", {}, False, None),
+        ("tls", tls, True, None),
+        ("token", auth, False, token),
+        ("tls+token", tls | auth, True, token),
+    ]
 
 
 def _client_options(ca: Path, tls: bool, token: str | None) -> dict:
@@ -130,10 +145,15 @@ def _connects(url: str, options: dict, count: int) -> list[float]:
 def _throughput(url: str, options: dict, messages: int, pid: int) -> dict:
     topic = f"persistent://public/default/bench-{uuid.uuid4().hex[:8]}"
     consuming, producing = pulsar.Client(url, **options), pulsar.Client(url, **options)
-    consumer = consuming.subscribe(topic, "bench", consumer_type=pulsar.ConsumerType.KeyShared, receiver_queue_size=5000)
+    consumer = consuming.subscribe(
+        topic, "bench", consumer_type=pulsar.ConsumerType.KeyShared, receiver_queue_size=5000
+    )
     producer = producing.create_producer(
-        topic, batching_type=pulsar.BatchingType.KeyBased, batching_max_publish_delay_ms=1,
-        max_pending_messages=IN_FLIGHT, block_if_queue_full=True,
+        topic,
+        batching_type=pulsar.BatchingType.KeyBased,
+        batching_max_publish_delay_ms=1,
+        max_pending_messages=IN_FLIGHT,
+        block_if_queue_full=True,
     )
     received = threading.Event()
 
@@ -169,15 +189,20 @@ def _perf_arguments(url: str, ca: Path, tls: bool, token: str | None) -> list[st
     return arguments
 
 
-def _batched_maximum(url: str, ca: Path, tls: bool, token: str | None, messages: int, pid: int, directory: Path) -> dict:
+def _batched_maximum(
+    url: str, ca: Path, tls: bool, token: str | None, messages: int, pid: int, directory: Path
+) -> dict:
     """perf consume (4 Key_Shared consumers) and perf produce (KeyBased batches), both --client magnetar."""
     topic = f"persistent://public/default/max-{uuid.uuid4().hex[:8]}"
     security = _perf_arguments(url, ca, tls, token)
     summary = directory / f"consume-{uuid.uuid4().hex[:6]}.json"
     consume = subprocess.Popen(
-        MAGNETAR + ["perf", "consume", "--topic", topic, "--type", "Key_Shared", "--consumers", "4"]
-        + ["--messages", str(messages), "--client", "magnetar", "--json", str(summary)] + security,
-        stdout=subprocess.PIPE, text=True,
+        MAGNETAR
+        + ["perf", "consume", "--topic", topic, "--type", "Key_Shared", "--consumers", "4"]
+        + ["--messages", str(messages), "--client", "magnetar", "--json", str(summary)]
+        + security,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert consume.stdout is not None
     for line in consume.stdout:
@@ -185,9 +210,12 @@ def _batched_maximum(url: str, ca: Path, tls: bool, token: str | None, messages:
             break
     cpu_start = cpu_seconds(pid)
     produce = subprocess.run(
-        MAGNETAR + ["perf", "produce", "--topic", topic, "--messages", str(messages), "--size", str(SIZE_BYTES)]
-        + ["--keys", str(KEYS), "--max-pending", "10000", "--client", "magnetar"] + security,
-        stdout=subprocess.DEVNULL, check=True,
+        MAGNETAR
+        + ["perf", "produce", "--topic", topic, "--messages", str(messages), "--size", str(SIZE_BYTES)]
+        + ["--keys", str(KEYS), "--max-pending", "10000", "--client", "magnetar"]
+        + security,
+        stdout=subprocess.DEVNULL,
+        check=True,
     )
     assert produce.returncode == 0
     consume.communicate()
@@ -217,28 +245,43 @@ def main() -> int:
                 maximum = _batched_maximum(url, ca, tls, token, args.max_messages, broker.pid, directory)
             finally:
                 broker.stop()
-            results.append({
-                "case": name,
-                "connect_ms_median": statistics.median(connects),
-                "connect_ms_max": max(connects),
-                **run,
-                "max_msg_per_s": maximum["msg_per_s"],
-                "max_broker_cpu_us_per_msg": maximum["broker_cpu_us_per_msg"],
-            })
+            results.append(
+                {
+                    "case": name,
+                    "connect_ms_median": statistics.median(connects),
+                    "connect_ms_max": max(connects),
+                    **run,
+                    "max_msg_per_s": maximum["msg_per_s"],
+                    "max_broker_cpu_us_per_msg": maximum["broker_cpu_us_per_msg"],
+                }
+            )
             print(f"{name}: {results[-1]}", flush=True)
     after = machine()
-    print(f"\n{'case':<10} {'connect ms (median/max)':>24} {'official msg/s':>15} {'broker µs/msg':>14}"
-          f" {'max msg/s':>10} {'broker µs/msg':>14}")
+    print(
+        f"\n{'case':<10} {'connect ms (median/max)':>24} {'official msg/s':>15} {'broker µs/msg':>14}"
+        f" {'max msg/s':>10} {'broker µs/msg':>14}"
+    )
     for row in results:
-        print(f"{row['case']:<10} {row['connect_ms_median']:>11.1f} / {row['connect_ms_max']:>9.1f} "
-              f"{row['msg_per_s']:>15,.0f} {row['broker_cpu_us_per_msg']:>14.1f}"
-              f" {row['max_msg_per_s']:>10,.0f} {row['max_broker_cpu_us_per_msg']:>14.1f}")
+        print(
+            f"{row['case']:<10} {row['connect_ms_median']:>11.1f} / {row['connect_ms_max']:>9.1f} "
+            f"{row['msg_per_s']:>15,.0f} {row['broker_cpu_us_per_msg']:>14.1f}"
+            f" {row['max_msg_per_s']:>10,.0f} {row['max_broker_cpu_us_per_msg']:>14.1f}"
+        )
     print(load_line(before, after))
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "security_throughput.json"
-    out.write_text(json.dumps(
-        {"machine": before, "after": after, "messages": args.messages, "max_messages": args.max_messages,
-         "results": results}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "machine": before,
+                "after": after,
+                "messages": args.messages,
+                "max_messages": args.max_messages,
+                "results": results,
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
     return 0
 

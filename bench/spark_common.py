@@ -13,7 +13,13 @@ from typing import Any
 
 import pulsar
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 
 from magnetar.spark import local_session
 from magnetar.spark.schema import arrow_schema, spark_schema
@@ -72,7 +78,9 @@ def _memory_batch(rows: int, offset: int) -> pa.RecordBatch:
         "publishTime": pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
         "eventTime": pa.array([None] * n, pa.timestamp("us", tz="UTC")),
         "properties": pa.MapArray.from_arrays(
-            pa.array([0] * (n + 1), pa.int32()), pa.array([], pa.string()), pa.array([], pa.string()),
+            pa.array([0] * (n + 1), pa.int32()),
+            pa.array([], pa.string()),
+            pa.array([], pa.string()),
             type=schema.field("properties").type,
         ),
         "orderingKey": pa.array([None] * n, pa.binary()),

@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 
 import pulsar
-from broker_process import Broker, machine
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
-from spark_common import spark_session
 
+from broker_process import Broker, machine
 from magnetar.spark.schema import spark_schema
+from spark_common import spark_session
 
 RESULTS = Path(__file__).parent / "results" / "spark_microbatch.json"
 ROWS_PER_BATCH = 100
@@ -65,9 +65,24 @@ class _FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: _Half):
         import datetime
 
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         for i in range(partition.start, partition.end):
-            yield (f"key-{i % 10}", b"x" * 100, "memory", f"1:{i}:-1:-1", 1, i, -1, now, None, {}, None, i % 65536, "p", i)
+            yield (
+                f"key-{i % 10}",
+                b"x" * 100,
+                "memory",
+                f"1:{i}:-1:-1",
+                1,
+                i,
+                -1,
+                now,
+                None,
+                {},
+                None,
+                i % 65536,
+                "p",
+                i,
+            )
 
     def commit(self, end: dict) -> None:
         pass
@@ -113,8 +128,12 @@ def main() -> None:
             topic = "persistent://public/default/microbatch"
             client.subscribe(topic, "keep", initial_position=pulsar.InitialPosition.Earliest).close()
             producer = client.create_producer(
-                topic, batching_enabled=True, batching_type=pulsar.BatchingType.KeyBased,
-                batching_max_messages=100, batching_max_publish_delay_ms=1000, block_if_queue_full=True,
+                topic,
+                batching_enabled=True,
+                batching_type=pulsar.BatchingType.KeyBased,
+                batching_max_messages=100,
+                batching_max_publish_delay_ms=1000,
+                block_if_queue_full=True,
             )
             for i in range(total):  # 10 keys: entries of about 10 messages, in both hash ranges
                 producer.send_async(b"x" * 100, None, partition_key=f"key-{i % 10}")
@@ -197,11 +216,18 @@ def main() -> None:
     )
     print(f"{'source':<34} {'median':>8} {'p90':>8} {'min':>8}")
     for name, values in (("in-memory Python source (floor)", floor_ms), ("magnetar, 2 hash ranges", ours_ms)):
-        print(f"{name:<34} {statistics.median(values):>8.0f} {sorted(values)[int(0.9 * len(values))]:>8.0f} {min(values):>8.0f}")
+        print(
+            f"{name:<34} {statistics.median(values):>8.0f} {sorted(values)[int(0.9 * len(values))]:>8.0f} {min(values):>8.0f}"
+        )
     print(f"overhead: {ours_median / floor_median:.2f} x the floor (target <= 1.2)")
-    print("median phases, ms (floor / magnetar): " + ", ".join(
-        f"{name} {floor_phases[name]:.0f}/{ours_phases[name]:.0f}" for name in ours_phases if name != "triggerExecution"
-    ))
+    print(
+        "median phases, ms (floor / magnetar): "
+        + ", ".join(
+            f"{name} {floor_phases[name]:.0f}/{ours_phases[name]:.0f}"
+            for name in ours_phases
+            if name != "triggerExecution"
+        )
+    )
     print(
         f"publish -> foreachBatch over {len(ordered)} messages: p50 {percentile(0.5):.0f} ms, "
         f"p90 {percentile(0.9):.0f} ms, max {ordered[-1]:.0f} ms"
@@ -219,7 +245,12 @@ def main() -> None:
                 "ratio": ours_median / floor_median,
                 "floor_phases_ms": floor_phases,
                 "magnetar_phases_ms": ours_phases,
-                "latency_ms": {"p50": percentile(0.5), "p90": percentile(0.9), "max": ordered[-1], "count": len(ordered)},
+                "latency_ms": {
+                    "p50": percentile(0.5),
+                    "p90": percentile(0.9),
+                    "max": ordered[-1],
+                    "count": len(ordered),
+                },
                 "machine": before,
                 "loadavg_after": after["loadavg"],
             },

@@ -47,7 +47,9 @@ def main() -> None:
                 return spark.read.format(kind).option("rows", rows).option("partitions", partitions).load()
 
             def magnetar(ranges: int):
-                read = spark.read.format("magnetar").option("serviceUrl", broker.url).option("adminUrl", broker.http_url)
+                read = (
+                    spark.read.format("magnetar").option("serviceUrl", broker.url).option("adminUrl", broker.http_url)
+                )
                 return read.option("topic", topic).option("keyHashRanges", ranges).load()
 
             # The first Python data source job of a session costs seconds: pay it before measuring.
@@ -106,8 +108,14 @@ def main() -> None:
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(
         json.dumps(
-            {"messages": args.messages, "message_bytes": 100, "publish_s": publish_s, "results": results,
-             "machine": before, "loadavg_after": after["loadavg"]},
+            {
+                "messages": args.messages,
+                "message_bytes": 100,
+                "publish_s": publish_s,
+                "results": results,
+                "machine": before,
+                "loadavg_after": after["loadavg"],
+            },
             indent=2,
         )
         + "\n"

@@ -19,11 +19,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from broker_process import Broker, machine
 from pyspark.sql import functions as F
-from spark_common import spark_session, timed_with_cpu
 
+from broker_process import Broker, machine
 from magnetar.client import wire
+from spark_common import spark_session, timed_with_cpu
 
 RESULTS = Path(__file__).parent / "results" / "spark_write.json"
 
@@ -102,8 +102,14 @@ def main() -> None:
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(
         json.dumps(
-            {"rows": args.rows, "value_bytes": 100, "stored_in_last_topic": stored, "results": results,
-             "machine": before, "loadavg_after": after["loadavg"]},
+            {
+                "rows": args.rows,
+                "value_bytes": 100,
+                "stored_in_last_topic": stored,
+                "results": results,
+                "machine": before,
+                "loadavg_after": after["loadavg"],
+            },
             indent=2,
         )
         + "\n"

@@ -28,7 +28,6 @@ from pathlib import Path
 
 from magnetar.storage import sqlite_engine
 from magnetar.storage.sqlite_engine import Run
-
 from storage_append import WINDOW_PER_TOPIC, sends_per_read
 from storage_append_stages import bytes_written
 
@@ -40,8 +39,16 @@ def commit_runs(entry_size: int, ledgers: int, commit: int, payload: bytes) -> l
     first = commit * calls * call
     return [
         [
-            Run(ledger, first + index * call, (payload,) * call, tuple(range(first, first + call)), (1,) * call,
-                (1_700_000_000_000,) * call, ("standalone-0-1",) * call, tuple(range(first, first + call)))
+            Run(
+                ledger,
+                first + index * call,
+                (payload,) * call,
+                tuple(range(first, first + call)),
+                (1,) * call,
+                (1_700_000_000_000,) * call,
+                ("standalone-0-1",) * call,
+                tuple(range(first, first + call)),
+            )
             for index in range(calls)
         ]
         for ledger in range(1, ledgers + 1)
@@ -116,7 +123,9 @@ def main() -> None:
             best = min(runs, key=lambda run: run["cpu_us_per_entry"])
             rows.append({"entry_bytes": args.entry, "ledgers": ledgers, **best, "load_average": os.getloadavg()[0]})
     print("per entry, one thread, no event loop; lowest CPU of the runs")
-    print(f"{'entry':>6} {'ledgers':>7} {'per commit':>10} {'layout':>7} {'CPU us':>7} {'wall us':>8} {'written':>8} {'load':>5}")
+    print(
+        f"{'entry':>6} {'ledgers':>7} {'per commit':>10} {'layout':>7} {'CPU us':>7} {'wall us':>8} {'written':>8} {'load':>5}"
+    )
     for row in rows:
         print(
             f"{row['entry_bytes']:>5}B {row['ledgers']:>7} {row['entries_per_commit']:>10.0f} {row['layout']:>7} "

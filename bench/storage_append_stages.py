@@ -25,10 +25,8 @@ import threading
 import time
 from pathlib import Path
 
-from magnetar.storage import ManagedLedgerFactory, StorageConfig
-from magnetar.storage import sqlite_engine
+from magnetar.storage import ManagedLedgerFactory, StorageConfig, sqlite_engine
 from magnetar.storage.sqlite_engine import Run
-
 from storage_append import Appenders, sends_per_read
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -107,8 +105,16 @@ def measure_encode_and_sqlite(directory: str, entry_size: int, batch_entries: in
         for commit in range(commits):
             first = commit * calls * call
             runs = [
-                Run(1, first + index * call, (payload,) * call, tuple(range(call)), (1,) * call, (0,) * call,
-                    ("bench",) * call, tuple(range(call)))
+                Run(
+                    1,
+                    first + index * call,
+                    (payload,) * call,
+                    tuple(range(call)),
+                    (1,) * call,
+                    (0,) * call,
+                    ("bench",) * call,
+                    tuple(range(call)),
+                )
                 for index in range(calls)
             ]
             started = time.thread_time()
@@ -144,11 +150,17 @@ def main() -> None:
             alone = measure_encode_and_sqlite(directory, args.entry, round(pipeline["entries_per_commit"]), 200)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
-        rows.append({"entry_bytes": args.entry, "topics": topics, **pipeline, **alone, "load_average": os.getloadavg()[0]})
-    print("CPU us per entry (threads from /proc over the run; encode and sqlite measured apart); "
-          "bytes the process wrote per entry (WAL, checkpoints)")
-    print(f"{'entry':>6} {'topics':>6} {'entries/s':>10} {'per commit':>10} {'loop':>6} {'commit':>7} "
-          f"{'ckpt':>6} {'encode':>7} {'sqlite':>7} {'written':>8} {'load':>5}")
+        rows.append(
+            {"entry_bytes": args.entry, "topics": topics, **pipeline, **alone, "load_average": os.getloadavg()[0]}
+        )
+    print(
+        "CPU us per entry (threads from /proc over the run; encode and sqlite measured apart); "
+        "bytes the process wrote per entry (WAL, checkpoints)"
+    )
+    print(
+        f"{'entry':>6} {'topics':>6} {'entries/s':>10} {'per commit':>10} {'loop':>6} {'commit':>7} "
+        f"{'ckpt':>6} {'encode':>7} {'sqlite':>7} {'written':>8} {'load':>5}"
+    )
     for row in rows:
         cpu = row["cpu_us_per_entry"]
         print(

@@ -129,8 +129,10 @@ def main() -> None:
     print(f"{'cold backlog read, median':<38} {result['cold_entries']:>10,} {result['cold_entries_per_s']:>12,.0f}")
     print(f"{'cold backlog read, best':<38} {result['cold_entries']:>10,} {result['cold_entries_per_s_best']:>12,.0f}")
     print(f"{'entry cache read':<38} {result['cache_entries']:>10,} {result['cache_entries_per_s']:>12,.0f}")
-    print(f"database size: {size / 1e6:.0f} MB; cache read all hits: {result['cache_all_hits']}; "
-          f"load average {result['load_average'][0]:.2f}")
+    print(
+        f"database size: {size / 1e6:.0f} MB; cache read all hits: {result['cache_all_hits']}; "
+        f"load average {result['load_average'][0]:.2f}"
+    )
     results = Path(__file__).with_name("results")
     results.mkdir(exist_ok=True)
     (results / "storage_read.json").write_text(

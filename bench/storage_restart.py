@@ -25,9 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from storage_read import CONFIG, TOPIC, fill  # noqa: E402
-
-from magnetar.storage import ManagedLedgerFactory  # noqa: E402
+from magnetar.storage import ManagedLedgerFactory
+from storage_read import CONFIG, TOPIC, fill
 
 
 async def add_cursors(data_dir: str, cursors: int, holes: int) -> None:

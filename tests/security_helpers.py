@@ -39,7 +39,7 @@ class Certificates:
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._ca_key = ec.generate_private_key(ALGORITHM)
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self._ca = (
             x509.CertificateBuilder()
             .subject_name(_name("magnetar test CA"))
@@ -51,8 +51,14 @@ class Certificates:
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                    key_encipherment=False, data_encipherment=False, key_agreement=False, encipher_only=False,
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
                     decipher_only=False,
                 ),
                 critical=True,
@@ -64,10 +70,12 @@ class Certificates:
         self.ca.write_bytes(self._ca.public_bytes(serialization.Encoding.PEM))
         self.server, self.server_key = self.issue("localhost", server=True)
 
-    def issue(self, common_name: str, server: bool = False, ca_key: ec.EllipticCurvePrivateKey | None = None) -> tuple[Path, Path]:
+    def issue(
+        self, common_name: str, server: bool = False, ca_key: ec.EllipticCurvePrivateKey | None = None
+    ) -> tuple[Path, Path]:
         """A certificate for `common_name` signed by the test CA (or by `ca_key`, to make an untrusted one)."""
         key = ec.generate_private_key(ALGORITHM)
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         builder = (
             x509.CertificateBuilder()
             .subject_name(_name(common_name))
@@ -82,7 +90,9 @@ class Certificates:
         )
         if server:
             builder = builder.add_extension(
-                x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                x509.SubjectAlternativeName(
+                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                ),
                 critical=False,
             )
         certificate = builder.sign(ca_key or self._ca_key, hashes.SHA256())
@@ -105,7 +115,7 @@ class Certificates:
         } | extra
 
 
-def tls_urls(broker) -> tuple[str, str]:  # noqa: ANN001 - conftest's BrokerProcess
+def tls_urls(broker) -> tuple[str, str]:
     """The broker's pulsar+ssl:// and https:// URLs, from its log."""
     match = TLS_PORTS.search(broker.output())
     assert match, broker.output()

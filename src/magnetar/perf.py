@@ -38,8 +38,8 @@ from itertools import accumulate
 
 import pulsar
 
-from magnetar.client.security import ClientSecurity
 from magnetar.client.batch import KEY_TAG, PAYLOAD_SIZE_TAG, bytes_field, entry_section, indexed_messages, varint
+from magnetar.client.security import ClientSecurity
 from magnetar.client.wire import (
     BrokerError,
     Connection,
@@ -104,7 +104,8 @@ def percentiles(samples: Sequence[float], counts: Sequence[int] | None = None) -
     ends = list(accumulate(map(counts.__getitem__, order)))
     total = ends[-1]
     result = {
-        name: samples[order[bisect_right(ends, min(total - 1, int(fraction * total)))]] for name, fraction in PERCENTILES
+        name: samples[order[bisect_right(ends, min(total - 1, int(fraction * total)))]]
+        for name, fraction in PERCENTILES
     }
     result["max"] = samples[order[-1]]
     return result
@@ -159,7 +160,9 @@ def _client(args: argparse.Namespace) -> pulsar.Client:
     elif security.auth_method == "basic":
         options["authentication"] = pulsar.AuthenticationBasic(*security.auth_data.decode().split(":", 1))
     elif security.auth_method == "tls":
-        options["authentication"] = pulsar.AuthenticationTLS(security.tls_certificate_file_path, security.tls_key_file_path)
+        options["authentication"] = pulsar.AuthenticationTLS(
+            security.tls_certificate_file_path, security.tls_key_file_path
+        )
     if security.tls_trust_certs_file_path:
         options["tls_trust_certs_file_path"] = security.tls_trust_certs_file_path
     if security.tls_allow_insecure:
@@ -402,8 +405,10 @@ def produce_magnetar(args: argparse.Namespace) -> int:
                         raise ConnectionLost(f"receipt for sequence id {answer.sequence_id}, expected {sequence}")
                     if kind == BaseCommand.SEND_ERROR:
                         if not failures:
-                            print(f"produce: SEND_ERROR {ServerError.Name(answer.error)}: {answer.message}",
-                                  file=sys.stderr)
+                            print(
+                                f"produce: SEND_ERROR {ServerError.Name(answer.error)}: {answer.message}",
+                                file=sys.stderr,
+                            )
                         failures += count
                     latencies.append((now - closed_at) * 1e3)
                     counts.append(count)
@@ -532,7 +537,13 @@ def consume(args: argparse.Namespace) -> int:
         consumer.close()
     client.close()
     return _consume_summary(
-        args, {"client": "pulsar", "batch_receive": args.batch_receive}, counts, first, last, percentiles(latencies), cpu
+        args,
+        {"client": "pulsar", "batch_receive": args.batch_receive},
+        counts,
+        first,
+        last,
+        percentiles(latencies),
+        cpu,
     )
 
 
@@ -581,8 +592,12 @@ def consume_magnetar(args: argparse.Namespace) -> int:
         connection = _connect(args.service_url, topic, _security(args))
         consumer_ids = [
             connection.subscribe(
-                topic, args.subscription, durable=True, create_topic=True,
-                sub_type=SUBSCRIPTION_TYPES[args.type], consumer_name=f"perf-{index}",
+                topic,
+                args.subscription,
+                durable=True,
+                create_topic=True,
+                sub_type=SUBSCRIPTION_TYPES[args.type],
+                consumer_name=f"perf-{index}",
             )
             for index in range(args.consumers)
         ]
@@ -685,7 +700,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--messages", type=int, default=1_000_000, help="how many to send or to wait for")
     common.add_argument("--json", metavar="FILE", help="also write the summary here")
     common.add_argument("--auth-plugin", help="token, basic, tls or Pulsar's client class names (docs/security.md)")
-    common.add_argument("--auth-params", help="token:<jwt>, file:///path, {\"userId\":…,\"password\":…}, tlsCertFile:…,tlsKeyFile:…")
+    common.add_argument(
+        "--auth-params", help='token:<jwt>, file:///path, {"userId":…,"password":…}, tlsCertFile:…,tlsKeyFile:…'
+    )
     common.add_argument("--tls-trust-cert-path", help="CA certificates for a pulsar+ssl:// service URL")
     common.add_argument("--tls-allow-insecure", action="store_true", help="accept any broker certificate")
 

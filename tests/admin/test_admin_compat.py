@@ -75,12 +75,14 @@ def test_non_persistent_topics_are_listed_apart_from_persistent_ones(
 def test_non_persistent_partitioned_topic_listed_in_its_domain_only(http: httpx.Client, name: str) -> None:
     created = http.put(f"/admin/v2/non-persistent/public/default/{name}/partitions", json=2)
     assert created.status_code == 204
-    assert f"non-persistent://public/default/{name}" in http.get(
-        "/admin/v2/non-persistent/public/default/partitioned"
-    ).json()
-    assert f"non-persistent://public/default/{name}" not in http.get(
-        "/admin/v2/persistent/public/default/partitioned"
-    ).json()
+    assert (
+        f"non-persistent://public/default/{name}"
+        in http.get("/admin/v2/non-persistent/public/default/partitioned").json()
+    )
+    assert (
+        f"non-persistent://public/default/{name}"
+        not in http.get("/admin/v2/persistent/public/default/partitioned").json()
+    )
     assert http.get(f"/admin/v2/non-persistent/public/default/{name}/partitions").json()["partitions"] == 2
     assert http.get(f"/admin/v2/persistent/public/default/{name}/partitions").status_code == 404
 
@@ -173,8 +175,9 @@ def test_lookup_without_auto_creation_finds_only_topics_that_exist(module_broker
         assert http.get(f"/lookup/v2/topic/persistent/public/default/{name}-partition-1").status_code == 200
         assert http.get(f"/lookup/v2/topic/persistent/public/default/{name}-partition-2").status_code == 404
         # The partition metadata an HTTP lookup reads first: a topic that does not exist stays missing.
-        metadata = http.get(f"/admin/v2/persistent/public/default/{name}-other/partitions",
-                            params={"checkAllowAutoCreation": "true"})
+        metadata = http.get(
+            f"/admin/v2/persistent/public/default/{name}-other/partitions", params={"checkAllowAutoCreation": "true"}
+        )
         assert metadata.status_code == 404
 
 
@@ -184,12 +187,15 @@ def test_partition_metadata_for_http_lookup_follows_auto_creation(module_broker_
         path = f"/admin/v2/persistent/public/default/{name}/partitions"
         assert http.get(path).status_code == 404
         assert http.get(path, params={"checkAllowAutoCreation": "true"}).json()["partitions"] == 2
-        assert f"persistent://public/default/{name}" in http.get("/admin/v2/persistent/public/default/partitioned").json()
+        assert (
+            f"persistent://public/default/{name}" in http.get("/admin/v2/persistent/public/default/partitioned").json()
+        )
 
 
 def test_python_client_over_an_http_service_url(broker: BrokerProcess, client_factory, name: str) -> None:
     client = client_factory(broker.http_url)
-    consumer = client.subscribe(f"persistent://public/default/{name}", "sub",
-                                initial_position=pulsar.InitialPosition.Earliest)
+    consumer = client.subscribe(
+        f"persistent://public/default/{name}", "sub", initial_position=pulsar.InitialPosition.Earliest
+    )
     client.create_producer(f"persistent://public/default/{name}").send(b"over http lookup")
     assert consumer.receive(timeout_millis=10000).data() == b"over http lookup"

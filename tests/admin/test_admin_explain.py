@@ -98,8 +98,9 @@ def test_a_held_key_is_explained_until_its_messages_are_acked(brokers, client_fa
             c1.acknowledge(message)
         later = sorted(int(c2.receive(5000).data()) for _ in range(3))
         assert later == [6, 7, 8]
-        sub = eventually(lambda: (s := http.get("/stats").json()["subscriptions"][SUB])["drainingHashesCount"] == 0
-                         and s)
+        sub = eventually(
+            lambda: (s := http.get("/stats").json()["subscriptions"][SUB])["drainingHashesCount"] == 0 and s
+        )
         assert sub["drainingHashesUnackedMessages"] == 0 and sub["msgInReplay"] == 0
         assert sub["consumers"][0]["drainingHashesClearedTotal"] == 3 and sub["consumers"][0]["drainingHashes"] == []
         answer = http.get(f"/subscription/{SUB}/keys/{key}").json()
@@ -111,8 +112,9 @@ def test_redelivered_messages_show_their_count(brokers, client_factory, name) ->
     broker = brokers()
     client = client_factory(broker.url)
     topic = f"persistent://{NS}/{name}"
-    consumer = client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared,
-                                negative_ack_redelivery_delay_ms=50)
+    consumer = client.subscribe(
+        topic, "shared", consumer_type=pulsar.ConsumerType.Shared, negative_ack_redelivery_delay_ms=50
+    )
     producer = client.create_producer(topic, batching_enabled=False)
     producer.send(b"once")
     first = consumer.receive(5000)
@@ -185,4 +187,6 @@ def test_errors(brokers, client_factory, name) -> None:
             assert response.json()["reason"], url
         assert http.get(f"/{SUB}/hashes/0").status_code == 200
     response = httpx.get(f"{broker.http_url}/admin/v2/persistent/{NS}/no-such-topic/subscription/s/pendingAcks")
-    assert response.status_code == 404 and response.json()["reason"] == f"Topic persistent://{NS}/no-such-topic not found"
+    assert (
+        response.status_code == 404 and response.json()["reason"] == f"Topic persistent://{NS}/no-such-topic not found"
+    )

@@ -57,8 +57,9 @@ def test_topic_and_subscription_metrics_agree_with_what_happened(metrics_broker,
         consumer.acknowledge(message)
     labels = {"cluster": "standalone", "namespace": NS, "topic": topic}
     sub = {**labels, "subscription": "sub"}
-    samples = eventually(lambda: (s := scrape(metrics_broker))
-                         and value(s, "pulsar_subscription_unacked_messages", **sub) == 8 and s)
+    samples = eventually(
+        lambda: (s := scrape(metrics_broker)) and value(s, "pulsar_subscription_unacked_messages", **sub) == 8 and s
+    )
     assert samples, "unacked messages never reached 8"
     assert value(samples, "pulsar_in_messages_total", **labels) == 12
     assert value(samples, "pulsar_in_bytes_total", **labels) == value(samples, "pulsar_storage_size", **labels) > 0
@@ -73,8 +74,13 @@ def test_topic_and_subscription_metrics_agree_with_what_happened(metrics_broker,
     assert value(samples, "pulsar_subscription_last_acked_timestamp", **sub) > 0
     assert value(samples, "pulsar_topics_count", cluster="standalone", namespace=NS) >= 1
     # Every entry is timed once it is durable, in exactly one bucket.
-    buckets = [v for name, by_labels in samples.items() if name.startswith("pulsar_storage_write_latency_")
-               and not name.endswith(("_count", "_sum")) for found, v in by_labels.items() if ("topic", topic) in found]
+    buckets = [
+        v
+        for name, by_labels in samples.items()
+        if name.startswith("pulsar_storage_write_latency_") and not name.endswith(("_count", "_sum"))
+        for found, v in by_labels.items()
+        if ("topic", topic) in found
+    ]
     assert len(buckets) == 10 and sum(buckets) == 12 == value(samples, "pulsar_storage_write_latency_count", **labels)
     assert value(samples, "pulsar_storage_write_latency_sum", **labels) > 0
     # Shared subscriptions have no draining hashes: no such gauge for them.
@@ -105,16 +111,18 @@ def test_draining_hash_gauges_rise_while_a_consumer_holds_moved_keys_and_fall_af
     for key in moving:
         producer.send(b"later", partition_key=key)
     sub = {"topic": topic, "subscription": "key_shared"}
-    samples = eventually(lambda: (s := scrape(metrics_broker))
-                         and value(s, "pulsar_subscription_in_replay", **sub) == 2 and s)
+    samples = eventually(
+        lambda: (s := scrape(metrics_broker)) and value(s, "pulsar_subscription_in_replay", **sub) == 2 and s
+    )
     assert samples, "the later messages never waited in the replay queue"
     assert value(samples, "magnetar_subscription_draining_hashes", **sub) == 2
     assert value(samples, "magnetar_subscription_draining_hashes_unacked_messages", **sub) == 4
     assert value(samples, "magnetar_subscription_draining_hashes_cleared", **sub) == 0
     for message in held:
         c1.acknowledge(message)
-    samples = eventually(lambda: (s := scrape(metrics_broker))
-                         and value(s, "magnetar_subscription_draining_hashes", **sub) == 0 and s)
+    samples = eventually(
+        lambda: (s := scrape(metrics_broker)) and value(s, "magnetar_subscription_draining_hashes", **sub) == 0 and s
+    )
     assert value(samples, "magnetar_subscription_draining_hashes_unacked_messages", **sub) == 0
     assert value(samples, "magnetar_subscription_draining_hashes_cleared", **sub) == 2
     assert eventually(lambda: value(scrape(metrics_broker), "pulsar_subscription_in_replay", **sub) == 0)

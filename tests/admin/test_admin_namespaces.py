@@ -332,8 +332,10 @@ def test_retention_keeps_consumed_ledgers(http: httpx.Client, tenant: str, pulsa
     assert http.post(f"/namespaces/{tenant}/kept/retention", json=retention).status_code == 204
 
     def earliest(namespace: str) -> bytes:
-        response = http.get(f"/persistent/{tenant}/{namespace}/t/examinemessage",
-                            params={"initialPosition": "earliest", "messagePosition": 1})
+        response = http.get(
+            f"/persistent/{tenant}/{namespace}/t/examinemessage",
+            params={"initialPosition": "earliest", "messagePosition": 1},
+        )
         assert response.status_code == 200
         return response.content
 

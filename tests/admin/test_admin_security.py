@@ -10,6 +10,7 @@ import uuid
 import httpx
 import pytest
 from passlib.hash import apr_md5_crypt
+
 from security_helpers import token
 
 SECRET = b"magnetar-admin-secret-key-32byte"
@@ -32,7 +33,9 @@ def broker(module_broker_factory, tmp_path_factory: pytest.TempPathFactory):
 
 
 def _call(broker, method: str, path: str, credentials: str | None = ADMIN, body: object = None) -> httpx.Response:
-    headers = {} if credentials is None else {"Authorization": credentials if " " in credentials else f"Bearer {credentials}"}
+    headers = (
+        {} if credentials is None else {"Authorization": credentials if " " in credentials else f"Bearer {credentials}"}
+    )
     return httpx.request(method, f"{broker.http_url}{path}", json=body, headers=headers, timeout=10)
 
 
@@ -79,7 +82,9 @@ def test_roles_and_their_calls(broker, tenant) -> None:
     super_only = _call(broker, "GET", "/admin/v2/clusters", tenant_admin)
     assert super_only.status_code == 401
     assert super_only.json() == {"reason": "This operation requires super-user access"}
-    assert _call(broker, "PUT", f"/admin/v2/tenants/x-{tenant}", tenant_admin, {"allowedClusters": []}).status_code == 401
+    assert (
+        _call(broker, "PUT", f"/admin/v2/tenants/x-{tenant}", tenant_admin, {"allowedClusters": []}).status_code == 401
+    )
     basic = "Basic " + base64.b64encode(b"ops:ops-pw").decode()
     assert _call(broker, "GET", f"/admin/v2/namespaces/{tenant}", basic).status_code == 403
 
@@ -132,5 +137,8 @@ def test_auth_policies_in_a_namespace_body_are_kept(broker, tenant) -> None:
 def test_http_lookup_needs_a_permission(broker, tenant) -> None:
     path = f"/lookup/v2/topic/persistent/{tenant}/ns/t"
     assert _call(broker, "GET", path, token(SECRET, "frank")).status_code == 403
-    assert _call(broker, "POST", f"/admin/v2/namespaces/{tenant}/ns/permissions/frank", body=["consume"]).status_code == 204
+    assert (
+        _call(broker, "POST", f"/admin/v2/namespaces/{tenant}/ns/permissions/frank", body=["consume"]).status_code
+        == 204
+    )
     assert _call(broker, "GET", path, token(SECRET, "frank")).status_code == 200

@@ -18,7 +18,10 @@ def magnetar(
     `env` adds environment variables."""
     return subprocess.run(
         [sys.executable, "-m", "magnetar.cli.main", *args],
-        capture_output=True, text=True, timeout=timeout, env=os.environ | env if env else None,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ | env if env else None,
     )
 
 

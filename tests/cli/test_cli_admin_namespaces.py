@@ -40,7 +40,8 @@ def test_tenant_create_get_update_delete(admin, tenant) -> None:
     ok(*admin("tenants", "update", tenant, "-r", "ops,audit"))
     # What update was not given stays as it was.
     assert ok_json(*admin("tenants", "get", tenant)) == {
-        "adminRoles": ["ops", "audit"], "allowedClusters": ["standalone"],
+        "adminRoles": ["ops", "audit"],
+        "allowedClusters": ["standalone"],
     }
     ok(*admin("tenants", "delete", tenant))
     assert tenant not in ok_json(*admin("tenants", "list"))
@@ -73,11 +74,13 @@ def test_namespace_policies_set_get_and_shown_together(admin, tenant) -> None:
 
     ok(*admin("namespaces", "set-retention", namespace, "--size", "10M", "--time", "3h"))
     assert ok_json(*admin("namespaces", "get-retention", namespace)) == {
-        "retentionTimeInMinutes": 180, "retentionSizeInMB": 10,
+        "retentionTimeInMinutes": 180,
+        "retentionSizeInMB": 10,
     }
     ok(*admin("namespaces", "set-retention", namespace, "-s", "-1", "-t", "-1"))
     assert ok_json(*admin("namespaces", "get-retention", namespace)) == {
-        "retentionTimeInMinutes": -1, "retentionSizeInMB": -1,
+        "retentionTimeInMinutes": -1,
+        "retentionSizeInMB": -1,
     }
     ok(*admin("namespaces", "set-message-ttl", namespace, "-ttl", "1h"))
     assert ok_json(*admin("namespaces", "get-message-ttl", namespace)) == 3600

@@ -204,5 +204,6 @@ def test_replicated_subscription_status(admin, topic) -> None:
     ok(*admin("topics", "set-replicated-subscription-status", topic, "-s", "geo", "-e"))
     assert ok_json(*admin("topics", "stats", topic))["subscriptions"]["geo"]["isReplicated"] is True
     assert "exactly one of --enable or --disable" in fails(
-        *admin("topics", "set-replicated-subscription-status", topic, "-s", "geo"), code=2)
+        *admin("topics", "set-replicated-subscription-status", topic, "-s", "geo"), code=2
+    )
     assert "not found" in fails(*admin("topics", "get-replicated-subscription-status", topic, "-s", "nobody"))

@@ -50,14 +50,27 @@ def test_produce_files_and_separator_consume_as_text_and_hex(url, topic, tmp_pat
     binary = tmp_path / "blob.bin"
     binary.write_bytes(b"\x00\xffbin")
     result = ok(
-        "produce", topic, "-m", "one|two", "-s", "|", "-f", str(binary), "--disable-batching",
-        "--service-url", url, "--output", "text",
+        "produce",
+        topic,
+        "-m",
+        "one|two",
+        "-s",
+        "|",
+        "-f",
+        str(binary),
+        "--disable-batching",
+        "--service-url",
+        url,
+        "--output",
+        "text",
     )
     assert result.stdout.strip() == "3 messages successfully produced"
     text = ok("consume", topic, "-s", "t", "-p", "Earliest", "-n", "2", "--service-url", url, "-o", "text")
     assert text.stdout.splitlines() == [
-        "----- got message -----", "key:[null], content:one",
-        "----- got message -----", "key:[null], content:two",
+        "----- got message -----",
+        "key:[null], content:one",
+        "----- got message -----",
+        "key:[null], content:two",
     ]
     assert "2 messages successfully consumed" in text.stderr
     hexed = ok("consume", topic, "-s", "t", "-n", "1", "--hex", "--service-url", url, "-o", "text")
@@ -85,9 +98,24 @@ def test_long_produce_reports_progress_on_stderr(url, topic) -> None:
 def test_consume_forever_ends_cleanly_on_ctrl_c(url, topic) -> None:
     ok("produce", topic, "-m", "a,b,c", "--service-url", url)
     process = subprocess.Popen(
-        [sys.executable, "-m", "magnetar.cli.main", "consume", topic, "-s", "forever", "-p", "Earliest", "-n", "0",
-         "--service-url", url],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "magnetar.cli.main",
+            "consume",
+            topic,
+            "-s",
+            "forever",
+            "-p",
+            "Earliest",
+            "-n",
+            "0",
+            "--service-url",
+            url,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         lines = [json.loads(process.stdout.readline()) for _ in range(3)]

@@ -38,8 +38,18 @@ def test_sim_receives_its_arguments_untouched() -> None:
 def test_perf_runs_with_its_own_options(module_broker, tmp_path) -> None:
     assert "usage: magnetar perf produce" in ok("perf", "produce", "--help").stdout
     summary_path = tmp_path / "perf.json"
-    ok("perf", "produce", "--service-url", module_broker.url, "--topic", "cli-perf", "--messages", "50",
-       "--json", str(summary_path))
+    ok(
+        "perf",
+        "produce",
+        "--service-url",
+        module_broker.url,
+        "--topic",
+        "cli-perf",
+        "--messages",
+        "50",
+        "--json",
+        str(summary_path),
+    )
     summary = json.loads(summary_path.read_text())
     assert summary["messages"] == 50 and summary["failures"] == 0
 

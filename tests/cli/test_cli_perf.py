@@ -31,9 +31,29 @@ def test_what_it_produces_the_official_consumer_receives_in_key_order(
     )
     summary_path = tmp_path / "produce.json"
     # Small batches and few sends in flight, so that batches close on size and the pending bound bites.
-    ok("perf", "produce", "--client", "magnetar", "--service-url", module_broker.url, "--topic", topic,
-       "--messages", str(MESSAGES), "--keys", str(KEYS), "--size", str(SIZE), "--batching-max-messages", "40",
-       "--max-pending", "100", batching, "--json", str(summary_path))
+    ok(
+        "perf",
+        "produce",
+        "--client",
+        "magnetar",
+        "--service-url",
+        module_broker.url,
+        "--topic",
+        topic,
+        "--messages",
+        str(MESSAGES),
+        "--keys",
+        str(KEYS),
+        "--size",
+        str(SIZE),
+        "--batching-max-messages",
+        "40",
+        "--max-pending",
+        "100",
+        batching,
+        "--json",
+        str(summary_path),
+    )
 
     by_key: dict[str, list[int]] = defaultdict(list)
     batch_indexes = set()
@@ -67,9 +87,26 @@ def test_what_it_produces_the_official_consumer_receives_in_key_order(
 def test_a_broker_that_goes_away_fails_the_run(broker_factory) -> None:
     broker = broker_factory()
     run = subprocess.Popen(
-        [sys.executable, "-m", "magnetar.cli.main", "perf", "produce", "--client", "magnetar",
-         "--service-url", broker.url, "--topic", "perf-gone", "--messages", "1000000", "--rate", "500"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "magnetar.cli.main",
+            "perf",
+            "produce",
+            "--client",
+            "magnetar",
+            "--service-url",
+            broker.url,
+            "--topic",
+            "perf-gone",
+            "--messages",
+            "1000000",
+            "--rate",
+            "500",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert run.stdout is not None
@@ -88,8 +125,18 @@ def test_no_broker_fails_without_a_traceback() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    result = magnetar("perf", "produce", "--client", "magnetar", "--service-url", f"pulsar://127.0.0.1:{port}",
-                      "--topic", "perf-nobody", "--messages", "10")
+    result = magnetar(
+        "perf",
+        "produce",
+        "--client",
+        "magnetar",
+        "--service-url",
+        f"pulsar://127.0.0.1:{port}",
+        "--topic",
+        "perf-nobody",
+        "--messages",
+        "10",
+    )
     assert result.returncode == 1
     assert "cannot connect" in result.stderr and "Traceback" not in result.stderr
 
@@ -100,16 +147,54 @@ def consume_what_perf_produces(broker, tmp_path, consume_args: list[str], produc
     topic = f"persistent://public/default/perf-{uuid.uuid4().hex[:8]}"
     summary_path = tmp_path / "consume.json"
     consume = subprocess.Popen(
-        [sys.executable, "-m", "magnetar.cli.main", "perf", "consume", *consume_args, "--service-url", broker.url,
-         "--topic", topic, "--type", "Key_Shared", "--consumers", "2", "--messages", str(MESSAGES),
-         "--receiver-queue-size", "50", "--idle-timeout", "20", "--json", str(summary_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "magnetar.cli.main",
+            "perf",
+            "consume",
+            *consume_args,
+            "--service-url",
+            broker.url,
+            "--topic",
+            topic,
+            "--type",
+            "Key_Shared",
+            "--consumers",
+            "2",
+            "--messages",
+            str(MESSAGES),
+            "--receiver-queue-size",
+            "50",
+            "--idle-timeout",
+            "20",
+            "--json",
+            str(summary_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert consume.stdout is not None
         assert "subscribed 2 Key_Shared consumers" in consume.stdout.readline()
-        ok("perf", "produce", "--client", "magnetar", "--service-url", broker.url, "--topic", topic,
-           "--messages", str(MESSAGES), "--keys", str(KEYS), "--batching-max-messages", "40", *produce_args)
+        ok(
+            "perf",
+            "produce",
+            "--client",
+            "magnetar",
+            "--service-url",
+            broker.url,
+            "--topic",
+            topic,
+            "--messages",
+            str(MESSAGES),
+            "--keys",
+            str(KEYS),
+            "--batching-max-messages",
+            "40",
+            *produce_args,
+        )
         _out, err = consume.communicate(timeout=60)
     finally:
         if consume.poll() is None:
@@ -146,7 +231,8 @@ def test_a_partitioned_topic_is_refused(module_broker, verb: str) -> None:
     name = f"perf-{uuid.uuid4().hex[:8]}"
     created = httpx.put(f"{module_broker.http_url}/admin/v2/persistent/public/default/{name}/partitions", json=2)
     assert created.status_code == 204
-    result = magnetar("perf", verb, "--client", "magnetar", "--service-url", module_broker.url, "--topic", name,
-                      "--messages", "10")
+    result = magnetar(
+        "perf", verb, "--client", "magnetar", "--service-url", module_broker.url, "--topic", name, "--messages", "10"
+    )
     assert result.returncode == 2
     assert "non-partitioned topics only" in result.stderr

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 from cli_runner import fails, ok, ok_json
+
 from security_helpers import Certificates, tls_urls
 
 PREFIX = "org.apache.pulsar.broker.authentication."
@@ -58,11 +59,15 @@ def test_tokens_create_and_validate(secret, tmp_path) -> None:
 def test_admin_with_and_without_credentials(broker, secret, certificates) -> None:
     token = _token(secret, "admin")
     plugin = ["--auth-plugin", "org.apache.pulsar.client.impl.auth.AuthenticationToken"]
-    assert "public" in ok_json("admin", "--admin-url", broker.http_url, *plugin, "--auth-params", f"token:{token}", "tenants", "list")
+    assert "public" in ok_json(
+        "admin", "--admin-url", broker.http_url, *plugin, "--auth-params", f"token:{token}", "tenants", "list"
+    )
     assert "Authentication required" in fails("admin", "--admin-url", broker.http_url, "tenants", "list")
     _url, https = tls_urls(broker)
     trusted = ["--tls-trust-cert-path", str(certificates.ca)]
-    assert "public" in ok_json("admin", "--admin-url", https, *trusted, *plugin, "--auth-params", f"token:{token}", "tenants", "list")
+    assert "public" in ok_json(
+        "admin", "--admin-url", https, *trusted, *plugin, "--auth-params", f"token:{token}", "tenants", "list"
+    )
 
 
 def test_produce_and_consume_over_tls_with_a_token(broker, secret, certificates, tmp_path) -> None:
@@ -76,11 +81,21 @@ def test_produce_and_consume_over_tls_with_a_token(broker, secret, certificates,
     consumed = ok("consume", topic, "-s", "s", "-p", "Earliest", "-n", "2", *options).stdout.splitlines()
     assert [json.loads(line)["content"] for line in consumed] == ["a", "b"]
     stranger = ["--service-url", url, "--tls-trust-cert-path", str(certificates.ca), "--auth-plugin", "token"]
-    assert "AuthorizationError" in fails("produce", topic, "-m", "c", *stranger, "--auth-params", f"token:{_token(secret, 'x')}")
+    assert "AuthorizationError" in fails(
+        "produce", topic, "-m", "c", *stranger, "--auth-params", f"token:{_token(secret, 'x')}"
+    )
 
 
 def test_admin_grants_lists_and_revokes_permissions(broker, secret) -> None:
-    admin = ["admin", "--admin-url", broker.http_url, "--auth-plugin", "token", "--auth-params", f"token:{_token(secret, 'admin')}"]
+    admin = [
+        "admin",
+        "--admin-url",
+        broker.http_url,
+        "--auth-plugin",
+        "token",
+        "--auth-params",
+        f"token:{_token(secret, 'admin')}",
+    ]
     namespace = f"public/cli-{uuid.uuid4().hex[:8]}"
     ok(*admin, "namespaces", "create", namespace)
     ok(*admin, "namespaces", "grant-permission", namespace, "--role", "alice", "--actions", "produce,consume")

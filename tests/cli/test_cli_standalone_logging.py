@@ -23,7 +23,7 @@ START_TIMEOUT_S = 20
 READY = re.compile(r"magnetar ready in \d+ ms")
 
 
-def wait_for(broker, text: str) -> str:  # noqa: ANN001 - conftest's BrokerProcess
+def wait_for(broker, text: str) -> str:
     """The broker's output once it holds `text` (or after LOG_WAIT_S; the caller's assert says what is missing)."""
     deadline = time.monotonic() + LOG_WAIT_S
     while True:
@@ -50,9 +50,7 @@ def flat(text: str) -> str:
 def test_info_log_follows_a_client_session(broker_factory, client_factory, topic) -> None:
     broker = broker_factory()
     client = client_factory(broker.url)
-    consumer = client.subscribe(
-        topic, "billing", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="reader-1"
-    )
+    consumer = client.subscribe(topic, "billing", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="reader-1")
     producer = client.create_producer(topic, producer_name="shop-1")
     producer.send(b"order", partition_key="customer-1")
     consumer.acknowledge(consumer.receive(timeout_millis=5000))
@@ -90,7 +88,9 @@ def test_info_log_follows_a_client_session(broker_factory, client_factory, topic
 def test_broker_shutdown_closes_clients_and_says_so(broker_factory, client_factory, topic, tmp_path) -> None:
     broker = broker_factory()
     # The client reconnects to the stopped broker and logs its failure: keep that out of the test's output.
-    client = client_factory(broker.url, logger=pulsar.FileLogger(pulsar.LoggerLevel.Error, str(tmp_path / "client.log")))
+    client = client_factory(
+        broker.url, logger=pulsar.FileLogger(pulsar.LoggerLevel.Error, str(tmp_path / "client.log"))
+    )
     client.create_producer(topic, producer_name="shop-2")
     client.subscribe(topic, "billing", consumer_name="reader-2")
     assert broker.stop() == 0
@@ -135,7 +135,9 @@ def test_debug_log_shows_key_shared_ranges_draining_and_redelivery(broker_factor
 
 def test_log_level_errors_name_the_accepted_levels(tmp_path: Path) -> None:
     message = flat(fails("standalone", "--log-level", "verbose", code=2))
-    assert "--log-level" in message and "'verbose' is not a log level: use one of debug, info, warning, error" in message
+    assert (
+        "--log-level" in message and "'verbose' is not a log level: use one of debug, info, warning, error" in message
+    )
     assert "logLevel: 'loud' is not a log level" in flat(fails("standalone", "-c", "logLevel=loud", code=2))
     conf = tmp_path / "broker.conf"
     conf.write_text("logLevel=loud\n")

@@ -34,8 +34,15 @@ class JavaCompat:
         self._log = open(log_path, "w")
         self.process = subprocess.Popen(
             # Two cores are shared by the whole test run: a small heap and the client compiler only.
-            ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-             "-cp", classpath, "dev.magnetar.compat.Compat"],
+            [
+                "java",
+                "-Xmx256m",
+                "-XX:TieredStopAtLevel=1",
+                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                "-cp",
+                classpath,
+                "dev.magnetar.compat.Compat",
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,

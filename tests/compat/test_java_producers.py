@@ -54,7 +54,9 @@ def test_wait_for_exclusive_takes_over_when_the_owner_leaves(java, topic):
 
 
 @pytest.mark.parametrize("compression", ["NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"])
-def test_batches_of_every_compression_arrive_whole_and_in_order(java, topic, compression, module_broker, client_factory):
+def test_batches_of_every_compression_arrive_whole_and_in_order(
+    java, topic, compression, module_broker, client_factory
+):
     seen = java("batch_compression", topic=topic, compression=compression, count=25, batchSize=10)
     assert seen["values"] == [f"value-{i}" for i in range(25)]
     # Three entries of 10, 10 and 5 messages; the consumer's ids are the producer's.

@@ -45,9 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulsar
-from pulsar.exceptions import PulsarException, Timeout
-
 from key_shared_helpers import Ring, keys_owned
+from pulsar.exceptions import PulsarException, Timeout
 
 # Scale knobs for a soak: messages per rolling run (the other scenarios take a fraction), and seeds.
 MESSAGES = int(os.environ.get("MAGNETAR_CHURN_MESSAGES", "4000"))
@@ -154,12 +153,15 @@ def check_one_consumer_per_key(events: Sequence[Event]) -> list[str]:
             for other, held in holds[event.key].items():
                 if other != event.consumer and held:
                     first = min(held.values(), key=lambda e: e.seq)
-                    violations.append(_with_lines(
-                        f"key {event.key}: i={event.index} delivered to {event.consumer} at seq {event.seq} "
-                        f"while {other} holds i={first.index} unacked since seq {first.seq} "
-                        f"({len(held)} held)",
-                        first, event,
-                    ))
+                    violations.append(
+                        _with_lines(
+                            f"key {event.key}: i={event.index} delivered to {event.consumer} at seq {event.seq} "
+                            f"while {other} holds i={first.index} unacked since seq {first.seq} "
+                            f"({len(held)} held)",
+                            first,
+                            event,
+                        )
+                    )
                     break
             holds[event.key].setdefault(event.consumer, {})[event.index] = event
             keys_held_by[event.consumer].add(event.key)
@@ -183,11 +185,14 @@ def check_first_delivery_order(events: Sequence[Event]) -> list[str]:
         delivered.add(event.index)
         last = newest.get(event.key)
         if last is not None and event.index < last.index:
-            violations.append(_with_lines(
-                f"key {event.key}: i={event.index} first delivered to {event.consumer} at seq {event.seq} "
-                f"after i={last.index} was first delivered to {last.consumer} at seq {last.seq}",
-                last, event,
-            ))
+            violations.append(
+                _with_lines(
+                    f"key {event.key}: i={event.index} first delivered to {event.consumer} at seq {event.seq} "
+                    f"after i={last.index} was first delivered to {last.consumer} at seq {last.seq}",
+                    last,
+                    event,
+                )
+            )
         else:
             newest[event.key] = event
     return violations
@@ -208,9 +213,9 @@ def check_no_loss(events: Sequence[Event], published: dict[int, str]) -> list[st
             violations.append(f"key {published[index]}: i={index} published, never delivered")
         else:
             to = ", ".join(f"{e.consumer} at seq {e.seq}" for e in deliveries)
-            violations.append(_with_lines(
-                f"key {published[index]}: i={index} published, delivered to {to}, never acked", *deliveries
-            ))
+            violations.append(
+                _with_lines(f"key {published[index]}: i={index} published, delivered to {to}, never acked", *deliveries)
+            )
     return violations
 
 
@@ -234,7 +239,8 @@ def check_redelivered_after_close(events: Sequence[Event]) -> list[str]:
         _with_lines(
             f"key {receive.key}: i={index} held by {receive.consumer} (received at seq {receive.seq}) when it "
             f"closed at seq {closing.seq}, never delivered again",
-            receive, closing,
+            receive,
+            closing,
         )
         for index, (receive, closing) in sorted(orphaned.items())
     ]
@@ -416,7 +422,10 @@ class ConsumerWorker(threading.Thread):
         index = int(message.properties()["i"])
         key = message.partition_key()
         event = self.log.record(
-            "received", self.identity, index=index, key=key,
+            "received",
+            self.identity,
+            index=index,
+            key=key,
             message_id=f"{mid.ledger_id()}:{mid.entry_id()}:{mid.batch_index()}",
             redelivery_count=message.redelivery_count(),
         )
@@ -583,8 +592,9 @@ class Outcome:
 
     @property
     def title(self) -> str:
-        return (f"{self.scenario} mode={self.mode} batching={'keybased' if self.batching else 'unbatched'} "
-                f"seed={self.seed}")
+        return (
+            f"{self.scenario} mode={self.mode} batching={'keybased' if self.batching else 'unbatched'} seed={self.seed}"
+        )
 
     def failed_rules(self) -> list[str]:
         return [rule for rule in REQUIRED[self.mode] if self.violations.get(rule)]
@@ -696,8 +706,10 @@ class Workload:
 
     def _not_drained(self, missing: list[int], published: dict[int, str], waited_s: float) -> None:
         silent_s = time.monotonic() - self.log.last_event_at
-        detail = [f"{len(missing)} of {len(published)} published messages still unacked after waiting {waited_s:.1f} s "
-                  f"once publishing and churn stopped (last event {silent_s:.1f} s ago)"]
+        detail = [
+            f"{len(missing)} of {len(published)} published messages still unacked after waiting {waited_s:.1f} s "
+            f"once publishing and churn stopped (last event {silent_s:.1f} s ago)"
+        ]
         try:
             detail.append("stats: " + _stats_line(subscription_stats(self.http_url, self.topic)))
         except ADMIN_ERRORS as error:
@@ -737,8 +749,9 @@ def ack_delays(rnd: random.Random, low_s: float, high_s: float, immediate: float
     return draw
 
 
-def rolling_restarts(url: str, http_url: str, topic: str, *, mode: str, seed: int, batching: bool,
-                     messages: int = MESSAGES) -> Outcome:
+def rolling_restarts(
+    url: str, http_url: str, topic: str, *, mode: str, seed: int, batching: bool, messages: int = MESSAGES
+) -> Outcome:
     """Four consumers, each on its own client, one of them holding every message 0.3-1.5 s; while
     `messages` are published, one consumer at a time closes with its client and subscribes again
     under the same name on a new client, about once a second (a rolling restart of applications)."""
@@ -751,8 +764,12 @@ def rolling_restarts(url: str, http_url: str, topic: str, *, mode: str, seed: in
             delay = ack_delays(own, 0.3, 1.5) if name == holder else ack_delays(own, 0.0, 0.05, immediate=0.5)
             load.add(name, queue_size=rnd.choice(QUEUE_SIZES), ack_delay_s=delay, new_client_per_incarnation=True)
         load.start()
-        load.notes.append("plan: holder " + holder + ", receiver queues "
-                          + ", ".join(f"{w.consumer_name}={w.queue_size}" for w in load.workers.values()))
+        load.notes.append(
+            "plan: holder "
+            + holder
+            + ", receiver queues "
+            + ", ".join(f"{w.consumer_name}={w.queue_size}" for w in load.workers.values())
+        )
         load.publisher.publish(random_keys(rnd, messages), PUBLISH_RATE_PER_S)
         order = names[:]
         rnd.shuffle(order)
@@ -764,8 +781,9 @@ def rolling_restarts(url: str, http_url: str, topic: str, *, mode: str, seed: in
         return load.finish("rolling-restarts", mode, seed)
 
 
-def slow_consumer(url: str, http_url: str, topic: str, *, mode: str, seed: int, batching: bool,
-                  messages: int = MESSAGES // 2) -> Outcome:
+def slow_consumer(
+    url: str, http_url: str, topic: str, *, mode: str, seed: int, batching: bool, messages: int = MESSAGES // 2
+) -> Outcome:
     """testMakingProgressWithSlowerConsumer: ten consumers on their own clients (queue 100); the one
     that owns `slow-key` blocks its application on that key's first message and holds it unacked;
     everything of the other nine must still be acked; no consumer joins or leaves."""
@@ -779,8 +797,11 @@ def slow_consumer(url: str, http_url: str, topic: str, *, mode: str, seed: int, 
         for n, name in enumerate(names):
             own = random.Random(seed * 1000 + n)
             load.add(
-                name, queue_size=100, ack_delay_s=ack_delays(own, 0.0, 0.01),
-                block_on_key=slow_key if name == slow_owner else None, release=release,
+                name,
+                queue_size=100,
+                ack_delay_s=ack_delays(own, 0.0, 0.01),
+                block_on_key=slow_key if name == slow_owner else None,
+                release=release,
             )
         load.start()
         keys = [slow_key] + random_keys(rnd, messages - 1)
@@ -793,16 +814,20 @@ def slow_consumer(url: str, http_url: str, topic: str, *, mode: str, seed: int, 
             load.extra["progress"].append(
                 f"{len(stalled)} of {len(others)} messages of keys owned by the other nine consumers unacked "
                 f"{PROGRESS_S} s after publishing while {slow_owner} blocks on {slow_key}; first: "
-                + ", ".join(f"i={i} key={load.publisher.published[i]} owner={ring.owner(load.publisher.published[i])}"
-                            for i in stalled[:5])
-                + "\n      " + explain_key(http_url, topic, load.publisher.published[stalled[0]])
+                + ", ".join(
+                    f"i={i} key={load.publisher.published[i]} owner={ring.owner(load.publisher.published[i])}"
+                    for i in stalled[:5]
+                )
+                + "\n      "
+                + explain_key(http_url, topic, load.publisher.published[stalled[0]])
             )
         release.set()
         return load.finish("slow-consumer", mode, seed)
 
 
-def rolling_reconnects(url: str, http_url: str, topic: str, *, mode: str, seed: int, batching: bool,
-                       messages: int = MESSAGES // 2) -> Outcome:
+def rolling_reconnects(
+    url: str, http_url: str, topic: str, *, mode: str, seed: int, batching: bool, messages: int = MESSAGES // 2
+) -> Outcome:
     """testOrderingAfterReconnects (#23307): c1 and c3 paused (queue 10), c2 (queue 500) gets a quarter
     of the messages, all of its keys; c2 closes, c1 and c3 resume, c2 comes back (queue 10), c1 and c3
     reconnect in turn; then the rest, random keys, while one consumer at a time closes and subscribes
@@ -813,8 +838,9 @@ def rolling_reconnects(url: str, http_url: str, topic: str, *, mode: str, seed: 
     with Workload(url, http_url, topic, batching) as load:
         for n, name in enumerate(names):
             own = random.Random(seed * 1000 + n)
-            worker = load.add(name, queue_size=500 if name == "c2" else 10,
-                              ack_delay_s=ack_delays(own, 0.0, 0.02, immediate=0.7))
+            worker = load.add(
+                name, queue_size=500 if name == "c2" else 10, ack_delay_s=ack_delays(own, 0.0, 0.02, immediate=0.7)
+            )
             if name != "c2":
                 worker.paused.set()
         load.start()
@@ -886,14 +912,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             for scenario in scenarios:
                 for batching in batchings:
                     for seed in parse_seeds(args.seeds):
-                        broker = BrokerProcess(Path(scratch) / f"data-{mode}-{scenario}-{batching}-{seed}",
-                                               {"keySharedOrderingMode": mode})
+                        broker = BrokerProcess(
+                            Path(scratch) / f"data-{mode}-{scenario}-{batching}-{seed}", {"keySharedOrderingMode": mode}
+                        )
                         broker.start()
                         try:
                             messages = args.messages if scenario == "rolling-restarts" else args.messages // 2
                             outcome = SCENARIOS[scenario](
-                                broker.url, broker.http_url, f"persistent://public/default/churn-{seed}",
-                                mode=mode, seed=seed, batching=batching, messages=messages,
+                                broker.url,
+                                broker.http_url,
+                                f"persistent://public/default/churn-{seed}",
+                                mode=mode,
+                                seed=seed,
+                                batching=batching,
+                                messages=messages,
                             )
                         finally:
                             broker.stop()

@@ -23,7 +23,7 @@ class Publisher(threading.Thread):
         self.lock = threading.Lock()
         self.stop = threading.Event()
 
-    def _callback(self, seq: int):  # noqa: ANN202
+    def _callback(self, seq: int):
         def done(result: pulsar.Result, _message_id: pulsar.MessageId) -> None:
             with self.lock:
                 if result == pulsar.Result.Ok:
@@ -38,7 +38,8 @@ class Publisher(threading.Thread):
             seq = self.next_seq
             try:
                 self.producer.send_async(
-                    f"{self.tag}:{seq}".encode(), self._callback(seq),
+                    f"{self.tag}:{seq}".encode(),
+                    self._callback(seq),
                     partition_key=f"{self.tag}{seq % KEYS_PER_PRODUCER}",
                 )
             except pulsar.PulsarException as error:  # e.g. the pending queue is full while disconnected

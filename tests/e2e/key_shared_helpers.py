@@ -107,8 +107,12 @@ def make_producer(client: pulsar.Client, topic: str, batching: bool = False, **o
     return client.create_producer(topic, **options)
 
 
-def send_all(producer: pulsar.Producer, items: Iterable[tuple[int, str | None]], batching: bool = False,
-             ordering_key: bool = False) -> None:
+def send_all(
+    producer: pulsar.Producer,
+    items: Iterable[tuple[int, str | None]],
+    batching: bool = False,
+    ordering_key: bool = False,
+) -> None:
     """Send (value, key) pairs; the key is the partition key, or the ordering key with `ordering_key`."""
     errors: list[object] = []
 
@@ -131,9 +135,18 @@ def send_all(producer: pulsar.Producer, items: Iterable[tuple[int, str | None]],
     assert not errors, errors
 
 
-def key_shared(client: pulsar.Client, topic: str, name: str, *, receiver_queue_size: int = 1000,
-               policy: pulsar.ConsumerKeySharedPolicy | None = None, listener: Callable | None = None,
-               ack_timeout_ms: int | None = None, subscription: str = SUB, **options: object) -> pulsar.Consumer:
+def key_shared(
+    client: pulsar.Client,
+    topic: str,
+    name: str,
+    *,
+    receiver_queue_size: int = 1000,
+    policy: pulsar.ConsumerKeySharedPolicy | None = None,
+    listener: Callable | None = None,
+    ack_timeout_ms: int | None = None,
+    subscription: str = SUB,
+    **options: object,
+) -> pulsar.Consumer:
     return client.subscribe(
         topic,
         subscription,
@@ -158,8 +171,9 @@ def sticky(*ranges: tuple[int, int], allow_out_of_order: bool = False) -> pulsar
 # ---------------------------------------------------------------------------------------- receiving
 
 
-def receive_n(consumers: dict[str, pulsar.Consumer], count: int, timeout_s: float = WAIT_S,
-              ack: bool = True) -> dict[str, list[pulsar.Message]]:
+def receive_n(
+    consumers: dict[str, pulsar.Consumer], count: int, timeout_s: float = WAIT_S, ack: bool = True
+) -> dict[str, list[pulsar.Message]]:
     """Poll the consumers in turn until `count` messages arrived in total (or the deadline)."""
     got: dict[str, list[pulsar.Message]] = {name: [] for name in consumers}
     total = 0
@@ -261,8 +275,9 @@ class Collector:
         self._last_pos: dict[str, tuple[int, int, int]] = {}
         self._seen: set[int] = set()
 
-    def listener(self, name: str, ack: bool = True, before: Callable[[pulsar.Message], None] | None = None
-                 ) -> Callable[[pulsar.Consumer, pulsar.Message], None]:
+    def listener(
+        self, name: str, ack: bool = True, before: Callable[[pulsar.Message], None] | None = None
+    ) -> Callable[[pulsar.Consumer, pulsar.Message], None]:
         def on_message(consumer: pulsar.Consumer, message: pulsar.Message) -> None:
             if before is not None:
                 before(message)

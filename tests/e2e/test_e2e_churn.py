@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 import churn
+import pytest
 from churn import (
     DeliveryLog,
     check_first_delivery_order,
@@ -28,8 +27,12 @@ from churn import (
 BATCHING = {"unbatched": False, "keybased": True}
 
 
-def cases(pip379_seeds: int, other_seeds: int, other_batchings: tuple[str, ...] = ("unbatched",),
-          pip379_batchings: tuple[str, ...] = ("unbatched", "keybased")) -> list:
+def cases(
+    pip379_seeds: int,
+    other_seeds: int,
+    other_batchings: tuple[str, ...] = ("unbatched",),
+    pip379_batchings: tuple[str, ...] = ("unbatched", "keybased"),
+) -> list:
     """(mode, batching, seed): the default run samples more seeds for pip379, the mode that must keep
     every rule; MAGNETAR_CHURN_SEEDS replaces the seeds of every mode and batching."""
     found = []
@@ -37,15 +40,17 @@ def cases(pip379_seeds: int, other_seeds: int, other_batchings: tuple[str, ...] 
         batchings = pip379_batchings if mode == "pip379" else other_batchings
         default = range(1, 1 + (pip379_seeds if mode == "pip379" else other_seeds))
         for batching in batchings:
-            found += [pytest.param(mode, batching, seed, id=f"{mode}-{batching}-{seed}")
-                      for seed in churn.seeds(default)]
+            found += [
+                pytest.param(mode, batching, seed, id=f"{mode}-{batching}-{seed}") for seed in churn.seeds(default)
+            ]
     return found
 
 
 def run(scenario: str, broker_factory, topic: str, tmp_path: Path, mode: str, batching: str, seed: int) -> None:
     broker = broker_factory(keySharedOrderingMode=mode)
-    outcome = churn.SCENARIOS[scenario](broker.url, broker.http_url, topic, mode=mode, seed=seed,
-                                        batching=BATCHING[batching])
+    outcome = churn.SCENARIOS[scenario](
+        broker.url, broker.http_url, topic, mode=mode, seed=seed, batching=BATCHING[batching]
+    )
     log_path = tmp_path / f"churn-{scenario}-{mode}-{batching}-{seed}.log"
     outcome.write_log(log_path)
     print(outcome.report())

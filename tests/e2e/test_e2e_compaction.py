@@ -75,7 +75,12 @@ def test_compaction_keeps_the_latest_value_per_key_and_tombstones_delete(broker,
     # A reader that does not ask for the compacted view reads everything, the tombstone included.
     everything = read_all(earliest_reader(client, topic, compacted=False))
     assert [(key, value) for key, value, _ in everything] == [
-        ("k1", b"a"), ("k2", b"b"), ("k1", b"c"), (None, b"no key"), ("k3", b"d"), ("k3", b""),
+        ("k1", b"a"),
+        ("k2", b"b"),
+        ("k1", b"c"),
+        (None, b"no key"),
+        ("k3", b"d"),
+        ("k3", b""),
     ]
 
     # After the horizon a compacted reader reads the live entries, all of them.
@@ -149,7 +154,10 @@ def test_a_compacted_consumer_and_a_table_view(broker, client, topic) -> None:
     compact(broker, topic)
 
     consumer = client.subscribe(
-        topic, "compacted", consumer_type=pulsar.ConsumerType.Exclusive, is_read_compacted=True,
+        topic,
+        "compacted",
+        consumer_type=pulsar.ConsumerType.Exclusive,
+        is_read_compacted=True,
         initial_position=pulsar.InitialPosition.Earliest,
     )
     message = consumer.receive(RECEIVE_TIMEOUT_MS)
@@ -170,8 +178,12 @@ def test_read_compacted_is_refused_on_shared_subscriptions(broker, client, topic
     with wire.Connection(broker.url) as connection:
         request_id = connection.next_id()
         subscribe = {
-            "topic": topic, "subscription": "shared", "subType": CommandSubscribe.Shared,
-            "consumer_id": connection.next_id(), "request_id": request_id, "read_compacted": True,
+            "topic": topic,
+            "subscription": "shared",
+            "subType": CommandSubscribe.Shared,
+            "consumer_id": connection.next_id(),
+            "request_id": request_id,
+            "read_compacted": True,
         }
         with pytest.raises(wire.BrokerError) as refused:
             connection.request(BaseCommand(type=BaseCommand.SUBSCRIBE, subscribe=subscribe), request_id)

@@ -20,7 +20,6 @@ import uuid
 from collections import defaultdict
 
 import pulsar
-
 from crash_workload import KEYS_PER_PRODUCER, Publisher, Receiver
 
 ROUNDS = int(os.environ.get("MAGNETAR_E2E_CRASH_ROUNDS", "3"))
@@ -37,10 +36,14 @@ def start_workload(client_factory, url: str, topic: str, log: list, log_lock: th
     receivers = [
         Receiver(
             consumer_client.subscribe(
-                topic, "crash", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=f"c{i}",
+                topic,
+                "crash",
+                consumer_type=pulsar.ConsumerType.KeyShared,
+                consumer_name=f"c{i}",
                 receiver_queue_size=100,
             ),
-            log, log_lock,
+            log,
+            log_lock,
         )
         for i in range(CONSUMERS)
     ]
@@ -49,8 +52,12 @@ def start_workload(client_factory, url: str, topic: str, log: list, log_lock: th
         Publisher(producer_client.create_producer(topic, block_if_queue_full=True, max_pending_messages=500), "p"),
         Publisher(
             producer_client.create_producer(
-                topic, block_if_queue_full=True, max_pending_messages=500, batching_enabled=True,
-                batching_type=pulsar.BatchingType.KeyBased, batching_max_publish_delay_ms=5,
+                topic,
+                block_if_queue_full=True,
+                max_pending_messages=500,
+                batching_enabled=True,
+                batching_type=pulsar.BatchingType.KeyBased,
+                batching_max_publish_delay_ms=5,
             ),
             "b",
         ),

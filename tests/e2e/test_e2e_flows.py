@@ -52,9 +52,22 @@ def ids(message_id: pulsar.MessageId) -> tuple[int, int]:
 def create_partitioned(broker, name: str, partitions: int) -> None:
     """Declare a partitioned topic with the CLI over the running broker's admin API."""
     result = subprocess.run(
-        [sys.executable, "-m", "magnetar.cli.main", "admin", "--admin-url", broker.http_url,
-         "topics", "create-partitioned-topic", name, "-p", str(partitions)],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "magnetar.cli.main",
+            "admin",
+            "--admin-url",
+            broker.http_url,
+            "topics",
+            "create-partitioned-topic",
+            name,
+            "-p",
+            str(partitions),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
 
@@ -86,22 +99,31 @@ def test_produce_subscribe_key_shared_receive_ack_close(client, topic) -> None:
 
 def test_key_based_batching_sticky_consumers_and_nack_redelivery(client, topic) -> None:
     low = client.subscribe(
-        topic, "sub", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="low",
+        topic,
+        "sub",
+        consumer_type=pulsar.ConsumerType.KeyShared,
+        consumer_name="low",
         negative_ack_redelivery_delay_ms=300,
         key_shared_policy=pulsar.ConsumerKeySharedPolicy(
             pulsar.KeySharedMode.Sticky, allow_out_of_order_delivery=False, sticky_ranges=[(0, 32767)]
         ),
     )
     high = client.subscribe(
-        topic, "sub", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="high",
+        topic,
+        "sub",
+        consumer_type=pulsar.ConsumerType.KeyShared,
+        consumer_name="high",
         negative_ack_redelivery_delay_ms=300,
         key_shared_policy=pulsar.ConsumerKeySharedPolicy(
             pulsar.KeySharedMode.Sticky, allow_out_of_order_delivery=False, sticky_ranges=[(32768, 65535)]
         ),
     )
     producer = client.create_producer(
-        topic, batching_enabled=True, batching_type=pulsar.BatchingType.KeyBased,
-        batching_max_messages=100, batching_max_publish_delay_ms=50,
+        topic,
+        batching_enabled=True,
+        batching_type=pulsar.BatchingType.KeyBased,
+        batching_max_messages=100,
+        batching_max_publish_delay_ms=50,
     )
     keys = [f"key-{i}" for i in range(8)]
     assert {sticky_slot(k) <= 32767 for k in keys} == {True, False}, "keys must land in both ranges"
@@ -149,11 +171,18 @@ def test_key_shared_replays_beyond_what_the_broker_holds_arrive_whole_and_in_key
     messages of 150 KB go past that, so some replays are served from what it holds and the rest read
     again from storage. Every message arrives once, byte for byte, in order per key."""
     slow = client.subscribe(
-        topic, "sub", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="slow", receiver_queue_size=1,
+        topic,
+        "sub",
+        consumer_type=pulsar.ConsumerType.KeyShared,
+        consumer_name="slow",
+        receiver_queue_size=1,
         key_shared_policy=pulsar.ConsumerKeySharedPolicy(pulsar.KeySharedMode.Sticky, sticky_ranges=[(0, 32767)]),
     )
     fast = client.subscribe(
-        topic, "sub", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="fast",
+        topic,
+        "sub",
+        consumer_type=pulsar.ConsumerType.KeyShared,
+        consumer_name="fast",
         key_shared_policy=pulsar.ConsumerKeySharedPolicy(pulsar.KeySharedMode.Sticky, sticky_ranges=[(32768, 65535)]),
     )
     producer = client.create_producer(topic, batching_enabled=False)
@@ -184,12 +213,16 @@ def test_key_shared_replays_beyond_what_the_broker_holds_arrive_whole_and_in_key
 
 def test_different_key_shared_policy_is_refused_while_consumers_are_connected(client, topic) -> None:
     client.subscribe(
-        topic, "sub", consumer_type=pulsar.ConsumerType.KeyShared,
+        topic,
+        "sub",
+        consumer_type=pulsar.ConsumerType.KeyShared,
         key_shared_policy=pulsar.ConsumerKeySharedPolicy(pulsar.KeySharedMode.Sticky, sticky_ranges=[(0, 100)]),
     )
     with pytest.raises(pulsar.PulsarException):
         client.subscribe(
-            topic, "sub", consumer_type=pulsar.ConsumerType.KeyShared,
+            topic,
+            "sub",
+            consumer_type=pulsar.ConsumerType.KeyShared,
             key_shared_policy=pulsar.ConsumerKeySharedPolicy(
                 pulsar.KeySharedMode.Sticky, allow_out_of_order_delivery=True, sticky_ranges=[(200, 300)]
             ),
@@ -209,8 +242,11 @@ def test_sticky_range_conflict_is_refused(client, topic) -> None:
 
 def test_batch_index_ack_then_ack_timeout_redelivers_only_unacked_indexes(client, topic) -> None:
     consumer = client.subscribe(
-        topic, "sub", consumer_type=pulsar.ConsumerType.Shared,
-        batch_index_ack_enabled=True, unacked_messages_timeout_ms=10000,
+        topic,
+        "sub",
+        consumer_type=pulsar.ConsumerType.Shared,
+        batch_index_ack_enabled=True,
+        unacked_messages_timeout_ms=10000,
     )
     producer = client.create_producer(
         topic, batching_enabled=True, batching_max_messages=4, batching_max_publish_delay_ms=60000
@@ -447,7 +483,10 @@ def test_string_schema_producer_and_consumer(client, topic) -> None:
 
 def test_dead_letter_queue_after_max_redeliveries(client, topic) -> None:
     consumer = client.subscribe(
-        topic, "dl", consumer_type=pulsar.ConsumerType.Shared, negative_ack_redelivery_delay_ms=200,
+        topic,
+        "dl",
+        consumer_type=pulsar.ConsumerType.Shared,
+        negative_ack_redelivery_delay_ms=200,
         dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(max_redeliver_count=1),
     )
     dlq = client.subscribe(f"{topic}-dl-DLQ", "dlq-reader", initial_position=pulsar.InitialPosition.Earliest)
@@ -601,7 +640,9 @@ def test_deduplication_drops_a_resent_sequence_id(broker_factory, client_factory
     assert texts(drain(consumer)) == ["s0", "s1", "s2", "s3"]
 
 
-def test_deduplication_returns_last_sequence_id_to_a_reconnecting_producer(broker_factory, client_factory, topic) -> None:
+def test_deduplication_returns_last_sequence_id_to_a_reconnecting_producer(
+    broker_factory, client_factory, topic
+) -> None:
     broker = broker_factory(brokerDeduplicationEnabled="true")
     client = client_factory(broker.url)
     consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)

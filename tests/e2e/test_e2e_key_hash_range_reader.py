@@ -13,10 +13,10 @@ import time
 import pulsar
 import pytest
 
+from magnetar.client import wire
 from magnetar.core.sticky_key import key_hash, range_slot
 from magnetar.protocol.messages import encode_batch, encode_entry
 from magnetar.protocol.pulsar_api_pb2 import MessageMetadata, SingleMessageMetadata
-from magnetar.client import wire
 
 QUARTERS = [((0, 16383),), ((16384, 32767),), ((32768, 49151),), ((49152, 65535),)]
 
@@ -48,7 +48,7 @@ def test_readers_with_key_hash_ranges_split_a_topic_on_the_broker(broker, client
     seen: dict[tuple[int, int], int] = {}
     messages = 0
     for index, ranges in enumerate(QUARTERS):
-        (low, high), = ranges
+        ((low, high),) = ranges
         # read_range passes on every MESSAGE the broker sends: an entry outside the range here was sent.
         for received in wire.read_range(broker.url, topic, wire.EARLIEST, end, ranges):
             slot = range_slot(received.entry.key_hash)

@@ -26,8 +26,6 @@ from datetime import timedelta
 
 import pulsar
 import pytest
-from pulsar.exceptions import ConsumerAssignError, CumulativeAcknowledgementNotAllowedError, PulsarException
-
 from key_shared_helpers import (
     MODES,
     NUMBER_OF_KEYS,
@@ -49,6 +47,7 @@ from key_shared_helpers import (
     sticky_slot,
     values,
 )
+from pulsar.exceptions import ConsumerAssignError, CumulativeAcknowledgementNotAllowedError, PulsarException
 
 NAMES = ["c1", "c2", "c3"]
 EXCLUSIVE_RANGES = {"c1": [(0, 20000)], "c2": [(20001, 40000)], "c3": [(40001, 65535)]}
@@ -375,8 +374,9 @@ def test_sticky_ranges_restart_consumers(broker_factory, client_factory, topic, 
     collector = Collector()
 
     def subscribe() -> dict[str, pulsar.Consumer]:
-        return {n: key_shared(client, topic, n, policy=sticky(r), listener=collector.listener(n))
-                for n, r in halves.items()}
+        return {
+            n: key_shared(client, topic, n, policy=sticky(r), listener=collector.listener(n)) for n, r in halves.items()
+        }
 
     consumers = subscribe()
     producer = make_producer(client_factory(broker.url), topic)
@@ -416,8 +416,9 @@ def test_read_ahead_limit_delivers_everything_in_order(broker_factory, client_fa
     collector = Collector()
     consumers = {}
     for name in NAMES:
-        consumers[name] = key_shared(client, topic, name, receiver_queue_size=500 if name == "c2" else 10,
-                                     listener=collector.listener(name))
+        consumers[name] = key_shared(
+            client, topic, name, receiver_queue_size=500 if name == "c2" else 10, listener=collector.listener(name)
+        )
         if name != "c2":
             consumers[name].pause_message_listener()
     producer = make_producer(client, topic)
@@ -473,8 +474,9 @@ def test_ordering_after_reconnects(broker_factory, client_factory, topic, mode) 
         consumers: dict[str, pulsar.Consumer] = {}
 
         def connect(name: str, queue: int) -> None:
-            consumers[name] = key_shared(client, iteration_topic, name, receiver_queue_size=queue,
-                                         listener=collector.listener(name))
+            consumers[name] = key_shared(
+                client, iteration_topic, name, receiver_queue_size=queue, listener=collector.listener(name)
+            )
 
         for name in NAMES:
             connect(name, 500 if name == "c2" else 10)
@@ -659,8 +661,9 @@ def test_message_ttl_unblocks_held_keys(broker_factory, client_factory, topic) -
     expires what c1 holds, those keys flow to c2 again although c1 never acks."""
     errors: dict[str, BaseException] = {}
     clients = {
-        mode: start(broker_factory, client_factory, mode, ttlDurationDefaultInSeconds=3,
-                    messageExpiryCheckIntervalInMinutes=1)
+        mode: start(
+            broker_factory, client_factory, mode, ttlDurationDefaultInSeconds=3, messageExpiryCheckIntervalInMinutes=1
+        )
         for mode in MODES
     }
 
@@ -718,9 +721,7 @@ def test_redeliver_requests_in_quick_succession_are_served(broker_factory, clien
         if got < 60:
             send_all(producer, [(1000, "unrelated")])
             after = sum(len(m) for m in receive_n(consumers, 61 - got, timeout_s=5).values())
-            pytest.fail(
-                f"round {round_}: {got} of 60 redelivered within 5 s; one more publish released {after} more"
-            )
+            pytest.fail(f"round {round_}: {got} of 60 redelivered within 5 s; one more publish released {after} more")
         for consumer in consumers.values():
             consumer.close()
         producer.close()

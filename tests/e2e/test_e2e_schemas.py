@@ -147,7 +147,9 @@ def test_namespace_strategy_overrides_the_brokers(mclient, topic, admin) -> None
     namespace = f"public/schemas-{uuid.uuid4().hex[:6]}"
     assert admin.put(f"/namespaces/{namespace}").status_code == 204
     assert admin.get(f"/namespaces/{namespace}/schemaCompatibilityStrategy").json() == "UNDEFINED"
-    assert admin.put(f"/namespaces/{namespace}/schemaCompatibilityStrategy", json="ALWAYS_COMPATIBLE").status_code == 204
+    assert (
+        admin.put(f"/namespaces/{namespace}/schemaCompatibilityStrategy", json="ALWAYS_COMPATIBLE").status_code == 204
+    )
     assert admin.get(f"/namespaces/{namespace}").json()["schema_compatibility_strategy"] == "ALWAYS_COMPATIBLE"
     local = f"persistent://{namespace}/{topic.rsplit('/', 1)[-1]}"
     mclient.create_producer(local, schema=AvroSchema(user_v1()))

@@ -9,16 +9,15 @@ import re
 import socket
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import pulsar
 import pytest
 from passlib.hash import apr_md5_crypt
-from security_helpers import token
 
 from magnetar.protocol.framing import FrameDecoder, encode_frame
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand, ServerError
+from security_helpers import token
 
 SECRET = b"magnetar-e2e-secret-key-32-bytes"
 PREFIX = "org.apache.pulsar.broker.authentication."
@@ -87,7 +86,9 @@ def test_valid_token_and_basic_credentials_are_accepted(secured, client_factory)
             id="tampered",
         ),
         pytest.param(
-            lambda: pulsar.AuthenticationBasic("root", "wrong"), "wrong password for user root", id="basic-wrong-password"
+            lambda: pulsar.AuthenticationBasic("root", "wrong"),
+            "wrong password for user root",
+            id="basic-wrong-password",
         ),
     ],
 )
@@ -118,7 +119,7 @@ def test_refusal_on_the_wire_is_an_authentication_error(secured) -> None:
     ]
 
 
-def _eventually_refused(send) -> None:  # noqa: ANN001
+def _eventually_refused(send) -> None:
     deadline = time.monotonic() + WAIT_S
     while True:
         try:
@@ -137,15 +138,24 @@ def test_namespace_permissions_granted_and_revoked(secured, client_factory) -> N
     with pytest.raises(pulsar.AuthorizationError):
         alice.create_producer(topic)
 
-    assert _admin(secured, "POST", f"/admin/v2/namespaces/{namespace}/permissions/alice", ["produce"]).status_code == 204
+    assert (
+        _admin(secured, "POST", f"/admin/v2/namespaces/{namespace}/permissions/alice", ["produce"]).status_code == 204
+    )
     producer = alice.create_producer(topic, send_timeout_millis=3000)
     producer.send(b"one")
     with pytest.raises(pulsar.AuthorizationError):
         alice.subscribe(topic, "sub")
-    assert _admin(secured, "POST", f"/admin/v2/namespaces/{namespace}/permissions/alice", ["produce", "consume"]).status_code == 204
+    assert (
+        _admin(
+            secured, "POST", f"/admin/v2/namespaces/{namespace}/permissions/alice", ["produce", "consume"]
+        ).status_code
+        == 204
+    )
     consumer = alice.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
     assert consumer.receive(timeout_millis=5000).data() == b"one"
-    assert _admin(secured, "GET", f"/admin/v2/namespaces/{namespace}/permissions").json() == {"alice": ["consume", "produce"]}
+    assert _admin(secured, "GET", f"/admin/v2/namespaces/{namespace}/permissions").json() == {
+        "alice": ["consume", "produce"]
+    }
 
     # Revoked: the live producer is closed by the broker and cannot come back; new ones are refused.
     assert _admin(secured, "DELETE", f"/admin/v2/namespaces/{namespace}/permissions/alice").status_code == 204
@@ -167,7 +177,12 @@ def test_topic_and_subscription_permissions(secured, client_factory) -> None:
     with pytest.raises(pulsar.AuthorizationError):
         carol.create_producer(other)
     # A subscription that lists roles is theirs alone.
-    assert _admin(secured, "POST", f"/admin/v2/namespaces/{namespace}/permissions/subscription/private", ["dave"]).status_code == 204
+    assert (
+        _admin(
+            secured, "POST", f"/admin/v2/namespaces/{namespace}/permissions/subscription/private", ["dave"]
+        ).status_code
+        == 204
+    )
     with pytest.raises(pulsar.AuthorizationError):
         carol.subscribe(granted, "private")
     carol.subscribe(granted, "open")
@@ -210,7 +225,9 @@ def test_listing_a_namespace_needs_a_namespace_permission(secured, client_factor
     """A pattern consumer lists the namespace's topics (GET_TOPICS_OF_NAMESPACE): a topic grant is not enough."""
     namespace = f"public/ns-{uuid.uuid4().hex[:8]}"
     assert _admin(secured, "PUT", f"/admin/v2/namespaces/{namespace}").status_code == 204
-    assert _admin(secured, "POST", f"/admin/v2/persistent/{namespace}/a/permissions/erin", ["consume"]).status_code == 204
+    assert (
+        _admin(secured, "POST", f"/admin/v2/persistent/{namespace}/a/permissions/erin", ["consume"]).status_code == 204
+    )
     erin = _client(client_factory, secured, pulsar.AuthenticationToken(token(SECRET, "erin")))
     pattern = re.compile(f"persistent://{namespace}/.*")
     # The C++ client reports any failed listing as a LookupError; the broker's log names the refusal.

@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pulsar
 import pytest
-from security_helpers import Certificates, tls_urls
 
 from magnetar.protocol.framing import encode_frame
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand
+from security_helpers import Certificates, tls_urls
 
 PREFIX = "org.apache.pulsar.broker.authentication."
 
@@ -195,7 +195,9 @@ def test_client_certificates_authenticate_and_authorize(mtls_broker, certificate
     with pytest.raises(pulsar.PulsarException):
         anonymous.create_producer(_topic())
     untrusted_cert, untrusted_key = certificates.untrusted("admin")
-    forged = client_factory(url, authentication=pulsar.AuthenticationTLS(str(untrusted_cert), str(untrusted_key)), **trust)
+    forged = client_factory(
+        url, authentication=pulsar.AuthenticationTLS(str(untrusted_cert), str(untrusted_key)), **trust
+    )
     with pytest.raises(pulsar.PulsarException):
         forged.create_producer(_topic())
     assert "Authenticated with role admin (method tls)" in mtls_broker.output()

@@ -7,10 +7,10 @@ import base64
 import uuid
 
 import pytest
-from security_helpers import Certificates, tls_urls, token
 
 from magnetar.client.security import ClientSecurity
 from magnetar.client.wire import BrokerError, Connection, ConnectionLost
+from security_helpers import Certificates, tls_urls, token
 
 SECRET = b"magnetar-wire-secret-key-32bytes"
 PREFIX = "org.apache.pulsar.broker.authentication."
@@ -41,6 +41,8 @@ def test_tls_and_token(url, certificates, tmp_path) -> None:
     with pytest.raises(BrokerError) as refused:
         Connection(url, 10, ClientSecurity.from_options("token", "token:not-a-jwt", str(certificates.ca)))
     assert refused.value.code == "AuthenticationError"
-    untrusted = ClientSecurity.from_options("token", f"token:{token(SECRET, 'admin')}", str(Certificates(tmp_path / "x").ca))
+    untrusted = ClientSecurity.from_options(
+        "token", f"token:{token(SECRET, 'admin')}", str(Certificates(tmp_path / "x").ca)
+    )
     with pytest.raises(ConnectionLost):
         Connection(url, 10, untrusted)

@@ -29,9 +29,7 @@ def test_regex_subscription_sees_the_topics_of_its_mode(module_broker, client_fa
         b"durable": client.create_producer(f"persistent://public/default/{prefix}-a"),
         b"volatile": client.create_producer(f"non-persistent://public/default/{prefix}-b"),
     }
-    consumer = client.subscribe(
-        re.compile(f"public/default/{prefix}-.*"), "sub", regex_subscription_mode=mode
-    )
+    consumer = client.subscribe(re.compile(f"public/default/{prefix}-.*"), "sub", regex_subscription_mode=mode)
     for payload, producer in producers.items():
         producer.send(payload)
     received = set()

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from geo_helpers import Geo
 
 CLUSTERS = ("r1", "r2", "r3")

@@ -57,7 +57,7 @@ def admin(broker: Any, method: str, path: str, body: Any = None, expect: Iterabl
 def topic_path(topic: str) -> str:
     """`persistent://geo/ns/t` -> `/admin/v2/persistent/geo/ns/t`."""
     assert topic.startswith("persistent://"), topic
-    return "/admin/v2/persistent/" + topic[len("persistent://"):]
+    return "/admin/v2/persistent/" + topic[len("persistent://") :]
 
 
 def topic_stats(broker: Any, topic: str) -> dict[str, Any] | None:
@@ -96,8 +96,13 @@ def dump(value: Any) -> str:
     return json.dumps(value, indent=1, sort_keys=True, default=str)[:6000]
 
 
-def wait_until(check: Callable[[], Any], what: str, details: Callable[[], str] | None = None,
-               timeout_s: float = WAIT_S, interval_s: float = 0.1) -> Any:
+def wait_until(
+    check: Callable[[], Any],
+    what: str,
+    details: Callable[[], str] | None = None,
+    timeout_s: float = WAIT_S,
+    interval_s: float = 0.1,
+) -> Any:
     """Poll `check` until it returns something truthy; after `timeout_s` fail with `what` and `details()`."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -153,8 +158,13 @@ class Geo:
             assert sorted(got) == sorted(clusters), f"replication of {TENANT}/{namespace} on {cluster}: {got}"
 
     def set_namespace_replication(self, cluster: str, namespace: str, clusters: list[str]) -> None:
-        admin(self.brokers[cluster], "POST", f"/admin/v2/namespaces/{TENANT}/{namespace}/replication",
-              clusters, expect=(204,))
+        admin(
+            self.brokers[cluster],
+            "POST",
+            f"/admin/v2/namespaces/{TENANT}/{namespace}/replication",
+            clusters,
+            expect=(204,),
+        )
 
     def log_tails(self, lines: int = 40) -> str:
         parts = []
@@ -204,13 +214,24 @@ def message(stream: str, seq: int, keys: int = 7) -> tuple[Sent, dict[str, Any]]
         event_timestamp=EVENT_TIME_BASE_MS + seq,
         partition=-1,
     )
-    kwargs = {"properties": sent.properties, "partition_key": sent.key, "ordering_key": sent.ordering_key,
-              "event_timestamp": sent.event_timestamp}
+    kwargs = {
+        "properties": sent.properties,
+        "partition_key": sent.key,
+        "ordering_key": sent.ordering_key,
+        "event_timestamp": sent.event_timestamp,
+    }
     return sent, kwargs
 
 
-def publish(producer: pulsar.Producer, stream: str, count: int, *, start: int = 0, keys: int = 7,
-            send_kwargs: Callable[[int], dict[str, Any]] | None = None) -> list[Sent]:
+def publish(
+    producer: pulsar.Producer,
+    stream: str,
+    count: int,
+    *,
+    start: int = 0,
+    keys: int = 7,
+    send_kwargs: Callable[[int], dict[str, Any]] | None = None,
+) -> list[Sent]:
     """`count` keyed messages with properties, ordering key and event time, sent asynchronously (so a
     batching producer makes batches); returns them once the broker acknowledged every one."""
     lock = threading.Lock()
@@ -221,6 +242,7 @@ def publish(producer: pulsar.Producer, stream: str, count: int, *, start: int = 
         def done(result: Any, message_id: Any) -> None:
             with lock:
                 results[seq] = (result, message_id)
+
         return done
 
     for seq in range(start, start + count):
@@ -229,8 +251,11 @@ def publish(producer: pulsar.Producer, stream: str, count: int, *, start: int = 
         producer.send_async(record.payload.encode(), callback_for(seq), **kwargs)
         sent.append((seq, record))
     producer.flush()
-    wait_until(lambda: len(results) == count, f"the broker acknowledged {count} sends of {stream}",
-               lambda: f"acknowledged {len(results)}")
+    wait_until(
+        lambda: len(results) == count,
+        f"the broker acknowledged {count} sends of {stream}",
+        lambda: f"acknowledged {len(results)}",
+    )
     failed = {seq: str(result) for seq, (result, _) in results.items() if result != pulsar.Result.Ok}
     assert not failed, f"sends of {stream} failed: {dict(list(failed.items())[:10])}"
     return [replace(record, partition=results[seq][1].partition()) for seq, record in sent]
@@ -299,7 +324,9 @@ class Collector:
 
     def __post_init__(self) -> None:
         self.consumer = self.client.subscribe(
-            self.topic, self.subscription, initial_position=pulsar.InitialPosition.Earliest,
+            self.topic,
+            self.subscription,
+            initial_position=pulsar.InitialPosition.Earliest,
             receiver_queue_size=1000,
         )
 
@@ -336,8 +363,9 @@ class Collector:
             pass
 
 
-def collect(client: pulsar.Client, topic: str, cluster: str, count: int, timeout_s: float = WAIT_S,
-            linger_s: float = LINGER_S) -> list[Received]:
+def collect(
+    client: pulsar.Client, topic: str, cluster: str, count: int, timeout_s: float = WAIT_S, linger_s: float = LINGER_S
+) -> list[Received]:
     """Every message of `topic` in one cluster: a new subscription at Earliest, until `count` (or the
     timeout), then `linger_s` more to catch duplicates."""
     collector = Collector(client, topic, cluster)
@@ -368,7 +396,7 @@ def check_exactly_once(received: list[Received], expected: Iterable[str], where:
             f"{where}: received {len(received)} messages ({len(counts)} distinct), expected {len(wanted)} "
             f"exactly once; per stream received {dict(by_stream)}\n"
             f"  missing {len(missing)}: {_first(missing)}\n"
-            f"  duplicated {len(duplicates)}: {dict(list(sorted(duplicates.items()))[:10])}\n"
+            f"  duplicated {len(duplicates)}: {dict(sorted(duplicates.items())[:10])}\n"
             f"  unexpected {len(unexpected)}: {_first(unexpected)}"
         )
 
@@ -380,7 +408,7 @@ def check_order(received: list[Received], where: str, per_key: bool = False) -> 
         group = (record.stream, record.partition_key if per_key else "")
         before = last.get(group)
         if before is not None and record.seq <= before.seq:
-            around = [r.payload for r in received[max(0, index - 5): index + 3]]
+            around = [r.payload for r in received[max(0, index - 5) : index + 3]]
             raise AssertionError(
                 f"{where}: out of order in {group}: {record.payload} (#{index}) after {before.payload}; "
                 f"around it: {around}"
@@ -399,8 +427,9 @@ def check_metadata(received: list[Received], origin: dict[str, Received], where:
         fields = ("partition_key", "ordering_key", "event_timestamp", "publish_timestamp", "producer_name")
         for name in fields:
             if getattr(record, name) != getattr(source, name):
-                problems.append(f"{record.payload}: {name} {getattr(record, name)!r} != origin's "
-                                f"{getattr(source, name)!r}")
+                problems.append(
+                    f"{record.payload}: {name} {getattr(record, name)!r} != origin's {getattr(source, name)!r}"
+                )
         kept = {k: v for k, v in record.properties.items() if not k.startswith(BROKER_PROPERTY_PREFIX)}
         if kept != source.properties:
             problems.append(f"{record.payload}: properties {record.properties} != origin's {source.properties}")
@@ -419,10 +448,12 @@ def check_sent_metadata(received: list[Received], sent: list[Sent], where: str) 
         expected = (source.key, source.ordering_key, source.properties, source.event_timestamp)
         actual = (record.partition_key, record.ordering_key, kept, record.event_timestamp)
         if actual != expected:
-            problems.append(f"{record.payload}: (key, ordering key, properties, event time) {actual} "
-                            f"!= sent {expected}")
-    assert not problems, (f"{where}: {len(problems)} messages differ from what was sent, first: "
-                          + "\n  ".join(problems[:10]))
+            problems.append(
+                f"{record.payload}: (key, ordering key, properties, event time) {actual} != sent {expected}"
+            )
+    assert not problems, f"{where}: {len(problems)} messages differ from what was sent, first: " + "\n  ".join(
+        problems[:10]
+    )
 
 
 def entry_groups(received: list[Received], stream: str | None = None) -> set[tuple[str, ...]]:
@@ -436,6 +467,7 @@ def entry_groups(received: list[Received], stream: str | None = None) -> set[tup
 
 def replication_details(geo: Geo, topic: str) -> Callable[[], str]:
     """For failure messages: every cluster's stats of the topic (replication, publishers, subscriptions)."""
+
     def details() -> str:
         parts = []
         for cluster, broker in geo.brokers.items():
@@ -447,6 +479,7 @@ def replication_details(geo: Geo, topic: str) -> Callable[[], str]:
                 stats = {k: stats.get(k) for k in ("replication", "publishers", "subscriptions", "msgInCounter")}
             parts.append(f"{cluster} stats of {topic}: {dump(stats)}")
         return "\n".join(parts)
+
     return details
 
 

@@ -17,7 +17,6 @@ from collections import Counter
 
 import pulsar
 import pytest
-
 from geo_helpers import Geo, admin, new_topic, topic_path, wait_until
 
 FREQUENCY_MS = 100
@@ -107,7 +106,9 @@ def drain(consumer: pulsar.Consumer, quiet_ms: int = 1000) -> list[str]:
         consumer.acknowledge(message)
 
 
-def fail_over(geo: Geo, client_factory, consumer_type: pulsar.ConsumerType, choose_acked) -> tuple[list[str], set[str], list[str]]:
+def fail_over(
+    geo: Geo, client_factory, consumer_type: pulsar.ConsumerType, choose_acked
+) -> tuple[list[str], set[str], list[str]]:
     """Messages from both clusters; two consumers of `consumer_type` in r1 receive them all and acknowledge
     `choose_acked(sent)`; once r2 has settled, r1's consumers go and one consumer in r2 drains the
     subscription. Returns (sent, acknowledged in r1, received in r2)."""
@@ -119,8 +120,9 @@ def fail_over(geo: Geo, client_factory, consumer_type: pulsar.ConsumerType, choo
     sent = publish(r1, topic, "a", FROM_R1) + publish(r2, topic, "b", FROM_R2)
     acked = choose_acked(sent)
     consumers = [
-        r1.subscribe(topic, name, consumer_type=consumer_type, replicate_subscription_state_enabled=True,
-                     consumer_name=f"c{i}")
+        r1.subscribe(
+            topic, name, consumer_type=consumer_type, replicate_subscription_state_enabled=True, consumer_name=f"c{i}"
+        )
         for i in range(2)
     ]
     received_r1 = consume_acking(consumers, len(sent), acked)
@@ -128,7 +130,9 @@ def fail_over(geo: Geo, client_factory, consumer_type: pulsar.ConsumerType, choo
     wait_stable(lambda: backlog(geo["r2"], topic, name), "r2's subscription settled")
     for consumer in consumers:
         consumer.close()
-    received_r2 = drain(r2.subscribe(topic, name, consumer_type=consumer_type, replicate_subscription_state_enabled=True))
+    received_r2 = drain(
+        r2.subscribe(topic, name, consumer_type=consumer_type, replicate_subscription_state_enabled=True)
+    )
     return sent, acked, received_r2
 
 
@@ -149,7 +153,9 @@ def seeded_subset(sent: list[str]) -> set[str]:
 
 @pytest.mark.parametrize("choose_acked", [every_other, seeded_subset])
 @pytest.mark.parametrize("consumer_type", [pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared])
-def test_failing_over_delivers_exactly_what_was_left_unacknowledged(pair, client_factory, consumer_type, choose_acked) -> None:
+def test_failing_over_delivers_exactly_what_was_left_unacknowledged(
+    pair, client_factory, consumer_type, choose_acked
+) -> None:
     sent, acked, received = fail_over(pair, client_factory, consumer_type, choose_acked)
     unacked = sorted(set(sent) - acked)
     duplicates = [p for p, n in Counter(received).items() if n > 1]
@@ -160,7 +166,9 @@ def test_failing_over_delivers_exactly_what_was_left_unacknowledged(pair, client
     )
 
 
-def test_without_the_feature_pulsars_rule_delivers_everything_above_the_mark_delete_position(pulsar_pair, client_factory) -> None:
+def test_without_the_feature_pulsars_rule_delivers_everything_above_the_mark_delete_position(
+    pulsar_pair, client_factory
+) -> None:
     """The first message stays unacknowledged, so r1's mark-delete position passes no snapshot: r2 delivers
     every message, the ones acknowledged in r1 as duplicates (Pulsar #10054)."""
     sent, acked, received = fail_over(pulsar_pair, client_factory, pulsar.ConsumerType.Shared, every_other)

@@ -61,7 +61,9 @@ def _batch(producer: str, first_sequence_id: int, key: str, bodies: list[bytes])
     return replicated_section(encode_entry(metadata, payload), "a"), first_sequence_id, last, len(bodies)
 
 
-def _recording(url: str, topic: str, name: str = NAME, **options: object) -> tuple[RemoteProducer, list[tuple[int, int]]]:
+def _recording(
+    url: str, topic: str, name: str = NAME, **options: object
+) -> tuple[RemoteProducer, list[tuple[int, int]]]:
     """A producer whose receipts (the remote's message ids) collect in the list returned with it."""
     received: list[tuple[int, int]] = []
     return RemoteProducer(url, topic, name, on_receipts=received.extend, **options), received  # type: ignore[arg-type]
@@ -458,7 +460,9 @@ def test_a_receipt_for_another_sequence_id_closes_the_connection() -> None:
     async def scenario() -> None:
         wrong = lambda send: commands.send_receipt(send.producer_id, send.sequence_id + 1, 7, 0)  # noqa: E731
         async with FakeRemote(receipt=wrong) as remote:
-            producer, received = _recording(remote.url, "persistent://public/default/t", on_disconnect=disconnects.append)
+            producer, received = _recording(
+                remote.url, "persistent://public/default/t", on_disconnect=disconnects.append
+            )
             await producer.start()
             await producer.wait_for_room()
             producer.send(*_single("p", 4, "k", b"x"))
@@ -498,7 +502,9 @@ def test_close_leaves_what_is_unanswered_unanswered() -> None:
 
     async def scenario() -> None:
         async with FakeRemote(receipt=lambda _send: b"") as remote:
-            producer, received = _recording(remote.url, "persistent://public/default/t", on_disconnect=disconnects.append)
+            producer, received = _recording(
+                remote.url, "persistent://public/default/t", on_disconnect=disconnects.append
+            )
             await producer.start()
             await producer.wait_for_room()
             for i in range(3):
@@ -534,7 +540,9 @@ def test_a_replicator_may_forward_markers_and_a_client_may_not(broker_factory, t
     """Markers (PIP-33) are the broker's own entries: another cluster's replicator forwards them, while a
     client that sends one loses its connection."""
     broker = broker_factory()
-    metadata = MessageMetadata(producer_name="pulsar.marker", sequence_id=0, publish_time=PUBLISH_TIME_MS, marker_type=10)
+    metadata = MessageMetadata(
+        producer_name="pulsar.marker", sequence_id=0, publish_time=PUBLISH_TIME_MS, marker_type=10
+    )
     marker = (replicated_section(encode_entry(metadata, b""), "a"), 0, None, 1)
 
     async def scenario() -> tuple[list[tuple[int, int]], bool]:

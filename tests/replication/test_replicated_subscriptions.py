@@ -22,7 +22,6 @@ import uuid
 
 import pulsar
 import pytest
-
 from geo_helpers import Geo, admin, metric_samples, new_topic, publish, start_again, topic_path, wait_until
 
 FREQUENCY_MS = 100
@@ -98,6 +97,7 @@ def set_status(broker, topic: str, subscription: str, enabled: bool) -> None:
 
 def settle(geo: Geo, topics: list[str]) -> dict[tuple[str, str], int]:
     """Wait until no cluster writes anything to `topics` for QUIET_S; returns the entry counts then."""
+
     def counts() -> dict[tuple[str, str], int]:
         return {(cluster, t): entries(broker, t) for cluster, broker in geo.brokers.items() for t in topics}
 
@@ -173,8 +173,11 @@ def test_a_consumer_failing_over_resumes_at_the_last_snapshot_it_acknowledged(pa
     send(producer, sent[3:])
     consumer = r1.subscribe(topic, name, replicate_subscription_state_enabled=True)
     assert receive(consumer, 3) == sent[:3]
-    wait_until(lambda: moved(pair["r2"], topic, name), "r2's subscription moved",
-               lambda: f"r1 {mark_delete(pair['r1'], topic, name)}, r2 {mark_delete(pair['r2'], topic, name)}")
+    wait_until(
+        lambda: moved(pair["r2"], topic, name),
+        "r2's subscription moved",
+        lambda: f"r1 {mark_delete(pair['r1'], topic, name)}, r2 {mark_delete(pair['r2'], topic, name)}",
+    )
     consumer.close()
     assert drain(r2.subscribe(topic, name, replicate_subscription_state_enabled=True)) == sent[3:]
 
@@ -230,8 +233,13 @@ def test_subscribe_and_switch_to_standby_cluster(pair, client_factory) -> None:
     topic = new_topic("rs", "standby")
     name = subscription_name()
     r1_broker, r2_broker = pair["r1"], pair["r2"]
-    admin(r1_broker, "PUT", f"{topic_path(topic)}/subscription/{name}?replicated=true",
-          {"ledgerId": -1, "entryId": -1}, expect=(204,))
+    admin(
+        r1_broker,
+        "PUT",
+        f"{topic_path(topic)}/subscription/{name}?replicated=true",
+        {"ledgerId": -1, "entryId": -1},
+        expect=(204,),
+    )
     assert status(r1_broker, topic, name) == {topic: True}
     snapshots_before = metric(r1_broker, SNAPSHOT_COUNT)
     r1 = client_factory(r1_broker.url)
@@ -288,8 +296,10 @@ def test_replicated_subscription_rest_api(pair, client_factory, partitions) -> N
     r1_broker, r2_broker = pair["r1"], pair["r2"]
     if partitions:
         admin(r1_broker, "PUT", f"{topic_path(topic)}/partitions", partitions, expect=(204,))
-        wait_until(lambda: admin(r2_broker, "GET", f"{topic_path(topic)}/partitions").json()["partitions"] == 2,
-                   "r2 has the partitioned topic")
+        wait_until(
+            lambda: admin(r2_broker, "GET", f"{topic_path(topic)}/partitions").json()["partitions"] == 2,
+            "r2 has the partitioned topic",
+        )
     names = [f"{topic}-partition-{i}" for i in range(partitions)] or [topic]
     r1, r2 = client_factory(r1_broker.url), client_factory(r2_broker.url)
     for client in (r1, r2):
@@ -363,9 +373,10 @@ def test_get_replicated_subscription_status(pair, client_factory) -> None:
     assert "not found" in admin(broker, "GET", path, expect=(404,)).json()["reason"]
     admin(broker, "POST", path, True, expect=(404,))
     admin(broker, "POST", f"{topic_path(topic)}/subscription/{name}/{STATUS}", "yes", expect=(400,))
-    non_persistent = f"/admin/v2/non-persistent/{topic[len('persistent://'):]}/subscription/{name}/{STATUS}"
+    non_persistent = f"/admin/v2/non-persistent/{topic[len('persistent://') :]}/subscription/{name}/{STATUS}"
     assert admin(broker, "GET", non_persistent, expect=(405,)).json() == {
-        "reason": "Cannot get replicated subscriptions on non-persistent topics"}
+        "reason": "Cannot get replicated subscriptions on non-persistent topics"
+    }
 
 
 def test_subscription_comes_back_when_the_replicator_producer_was_closed(pair, client_factory) -> None:
@@ -406,8 +417,10 @@ def test_a_consumer_group_fails_over_without_loss(pair, client_factory, consumer
     r1, r2 = client_factory(pair["r1"].url), client_factory(pair["r2"].url)
     replicated_subscription(r2, topic, name, consumer_type=kind)
     before = mark_delete(pair["r2"], topic, name)
-    group = [r1.subscribe(topic, name, consumer_type=kind, replicate_subscription_state_enabled=True,
-                          consumer_name=f"c{i}") for i in range(1 if consumer_type == "Exclusive" else 2)]
+    group = [
+        r1.subscribe(topic, name, consumer_type=kind, replicate_subscription_state_enabled=True, consumer_name=f"c{i}")
+        for i in range(1 if consumer_type == "Exclusive" else 2)
+    ]
     producer = r1.create_producer(topic, batching_enabled=False)
     first = publish(producer, "s", 10)
     settle(pair, [topic])
@@ -463,8 +476,10 @@ def test_one_way_peer_gets_one_request_per_timeout(geo_factory, client_factory) 
     timed out (2 s), not one per tick. On r2 (Pulsar's testReplicatedSubscriptionRestApi3 and #9523)
     enabling the status is refused, and a consumer's flag is ignored."""
     geo = geo_factory(
-        {"r1": {**SETTINGS, "replicatedSubscriptionsSnapshotTimeoutSeconds": "2"},
-         "r2": {**SETTINGS, "enableReplicatedSubscriptions": "false"}},
+        {
+            "r1": {**SETTINGS, "replicatedSubscriptionsSnapshotTimeoutSeconds": "2"},
+            "r2": {**SETTINGS, "enableReplicatedSubscriptions": "false"},
+        },
         {"oneway": ["r1", "r2"]},
     )
     topic = new_topic("oneway", "oneway")
@@ -480,13 +495,19 @@ def test_one_way_peer_gets_one_request_per_timeout(geo_factory, client_factory) 
     assert status(geo["r2"], topic, name) == {topic: False}
 
     send(r1.create_producer(topic), ["m0"])
-    wait_until(lambda: entries(geo["r2"], topic) == 2, "r2 stored the message and one REQUEST",
-               lambda: f"r2 entries {entries(geo['r2'], topic)}")
+    wait_until(
+        lambda: entries(geo["r2"], topic) == 2,
+        "r2 stored the message and one REQUEST",
+        lambda: f"r2 entries {entries(geo['r2'], topic)}",
+    )
     time.sleep(5 * FREQUENCY_MS / 1000)  # 5 ticks: a REQUEST per tick would show; well before the timeout
     assert entries(geo["r2"], topic) == 2
     assert (metric(geo["r1"], PENDING), metric(geo["r1"], TIMED_OUT)) == (1, 0)
-    wait_until(lambda: entries(geo["r2"], topic) == 3, "a second REQUEST after the timeout",
-               lambda: f"r2 entries {entries(geo['r2'], topic)}")
+    wait_until(
+        lambda: entries(geo["r2"], topic) == 3,
+        "a second REQUEST after the timeout",
+        lambda: f"r2 entries {entries(geo['r2'], topic)}",
+    )
     assert (metric(geo["r1"], PENDING), metric(geo["r1"], TIMED_OUT)) == (1, 1)
     assert metric(geo["r1"], SNAPSHOT_COUNT) == 0
 
@@ -513,8 +534,10 @@ def test_three_clusters_a_cluster_down_and_a_restart(geo_factory, client_factory
         wait_until(lambda: moved(geo[cluster], topic, name), f"{cluster}'s subscription moved")
 
     geo["r3"].stop()
-    wait_until(lambda: not admin(geo["r1"], "GET", topic_path(topic) + "/stats").json()["replication"]["r3"]
-               ["connected"], "r1's replicator to r3 disconnected")
+    wait_until(
+        lambda: not admin(geo["r1"], "GET", topic_path(topic) + "/stats").json()["replication"]["r3"]["connected"],
+        "r1's replicator to r3 disconnected",
+    )
     before = {c: entries(geo[c], topic) for c in ("r1", "r2")}
     snapshots = metric(geo["r1"], SNAPSHOT_COUNT)
     send(producer, sent[10:])
@@ -544,9 +567,9 @@ def test_auto_cluster_failover_moves_a_consumer_to_where_it_left_off(geo_factory
     topic = new_topic("acf", "auto-failover")
     name = subscription_name()
     replicated_subscription(client_factory(geo["r2"].url), topic, name)
-    failover = pulsar.AutoClusterFailover(primary=pulsar.ServiceInfo(geo["r1"].url),
-                                          secondary=[pulsar.ServiceInfo(geo["r2"].url)],
-                                          check_interval_ms=200)
+    failover = pulsar.AutoClusterFailover(
+        primary=pulsar.ServiceInfo(geo["r1"].url), secondary=[pulsar.ServiceInfo(geo["r2"].url)], check_interval_ms=200
+    )
     consumer = client_factory(failover).subscribe(topic, name, replicate_subscription_state_enabled=True)
     producer = client_factory(geo["r1"].url).create_producer(topic)
     sent = [f"m{i:02d}" for i in range(20)]

@@ -13,7 +13,6 @@ import uuid
 
 import pulsar
 import pytest
-
 from geo_helpers import (
     WAIT_S,
     admin,
@@ -41,8 +40,11 @@ def replicator(geo, topic: str, remote: str = "r2") -> dict:
 
 
 def backlog_metric(geo, topic: str, remote: str = "r2") -> list[float]:
-    return [value for labels, value in metric_samples(geo["r1"], "pulsar_replication_backlog")
-            if labels.get("topic") == topic and labels.get("remote_cluster") == remote]
+    return [
+        value
+        for labels, value in metric_samples(geo["r1"], "pulsar_replication_backlog")
+        if labels.get("topic") == topic and labels.get("remote_cluster") == remote
+    ]
 
 
 def test_remote_down_backlog_grows_then_drains_and_nothing_is_lost(geo_factory, client_factory) -> None:
@@ -57,30 +59,46 @@ def test_remote_down_backlog_grows_then_drains_and_nothing_is_lost(geo_factory, 
     first = publish(producer, "down", 50)
     r2_client = client_factory(geo["r2"].url)
     with explained(details):
-        check_exactly_once(collect(r2_client, topic, "r2", 50, linger_s=0.2), [s.payload for s in first],
-                           "r2 before it was stopped")
-    wait_until(lambda: replicator(geo, topic).get("replicationBacklog") == 0
-               and replicator(geo, topic).get("connected") is True,
-               "r1's replicator to r2 is connected with an empty backlog", details)
+        check_exactly_once(
+            collect(r2_client, topic, "r2", 50, linger_s=0.2), [s.payload for s in first], "r2 before it was stopped"
+        )
+    wait_until(
+        lambda: (
+            replicator(geo, topic).get("replicationBacklog") == 0 and replicator(geo, topic).get("connected") is True
+        ),
+        "r1's replicator to r2 is connected with an empty backlog",
+        details,
+    )
     r2_client.close()
 
     geo["r2"].stop()
     second = publish(producer, "down", 40, start=50)
-    wait_until(lambda: replicator(geo, topic).get("connected") is False
-               and replicator(geo, topic).get("replicationBacklog") == 40,
-               "r1 shows r2 disconnected with replicationBacklog 40", details)
+    wait_until(
+        lambda: (
+            replicator(geo, topic).get("connected") is False and replicator(geo, topic).get("replicationBacklog") == 40
+        ),
+        "r1 shows r2 disconnected with replicationBacklog 40",
+        details,
+    )
     third = publish(producer, "down", 60, start=90)
-    wait_until(lambda: replicator(geo, topic).get("replicationBacklog") == 100,
-               "r1's replicationBacklog to r2 grew to 100", details)
+    wait_until(
+        lambda: replicator(geo, topic).get("replicationBacklog") == 100,
+        "r1's replicationBacklog to r2 grew to 100",
+        details,
+    )
     assert replicator(geo, topic).get("connected") is False, details()
     metric = backlog_metric(geo, topic)
-    assert metric == [100.0], f"r1's pulsar_replication_backlog{{remote_cluster=\"r2\"}} for {topic}: {metric}"
+    assert metric == [100.0], f'r1\'s pulsar_replication_backlog{{remote_cluster="r2"}} for {topic}: {metric}'
 
     start_again(geo["r2"])
-    wait_until(lambda: replicator(geo, topic).get("connected") is True
-               and replicator(geo, topic).get("replicationBacklog") == 0,
-               "r2 is back: r1's replicator reconnected and its backlog drained to 0", details,
-               timeout_s=RECONNECT_WAIT_S)
+    wait_until(
+        lambda: (
+            replicator(geo, topic).get("connected") is True and replicator(geo, topic).get("replicationBacklog") == 0
+        ),
+        "r2 is back: r1's replicator reconnected and its backlog drained to 0",
+        details,
+        timeout_s=RECONNECT_WAIT_S,
+    )
     expected = [s.payload for s in first + second + third]
     with explained(details):
         in_r2 = collect(client_factory(geo["r2"].url), topic, "r2", len(expected))
@@ -123,7 +141,8 @@ def test_broker_killed_mid_stream_no_duplicate_and_no_loss(geo_factory, client_f
     topic = new_topic("ns", f"kill-{victim}")
     details = replication_details(geo, topic)
     producer = client_factory(geo["r1"].url).create_producer(
-        topic, producer_name=f"kill-{uuid.uuid4().hex[:6]}", send_timeout_millis=60_000)
+        topic, producer_name=f"kill-{uuid.uuid4().hex[:6]}", send_timeout_millis=60_000
+    )
     stream = Stream(producer, "kill", 400)
     stream.start()
     wait_until(lambda: len(stream.acked) >= 150 or not stream.is_alive(), "150 sends acknowledged")
@@ -131,10 +150,14 @@ def test_broker_killed_mid_stream_no_duplicate_and_no_loss(geo_factory, client_f
     stream.join(timeout=120)
     assert not stream.is_alive(), f"the stream is stuck after {len(stream.acked)} acknowledged sends"
 
-    wait_until(lambda: replicator(geo, topic).get("connected") is True
-               and replicator(geo, topic).get("replicationBacklog") == 0,
-               "r1's replicator to r2 is connected and drained after the crash", details,
-               timeout_s=RECONNECT_WAIT_S)
+    wait_until(
+        lambda: (
+            replicator(geo, topic).get("connected") is True and replicator(geo, topic).get("replicationBacklog") == 0
+        ),
+        "r1's replicator to r2 is connected and drained after the crash",
+        details,
+        timeout_s=RECONNECT_WAIT_S,
+    )
     with explained(details):
         in_r1 = collect(client_factory(geo["r1"].url), topic, "r1", len(stream.acked))
         stored = [r.payload for r in in_r1]
@@ -157,23 +180,33 @@ def test_skip_all_on_replicator_clears_its_backlog_while_remote_down(geo_factory
     before = publish(producer, "skip", 10)
     r2_client = client_factory(geo["r2"].url)
     with explained(details):
-        check_exactly_once(collect(r2_client, topic, "r2", 10, linger_s=0.2), [s.payload for s in before],
-                           "r2 before it was stopped")
-    wait_until(lambda: replicator(geo, topic).get("replicationBacklog") == 0,
-               "r1's replicator to r2 drained", details)
+        check_exactly_once(
+            collect(r2_client, topic, "r2", 10, linger_s=0.2), [s.payload for s in before], "r2 before it was stopped"
+        )
+    wait_until(lambda: replicator(geo, topic).get("replicationBacklog") == 0, "r1's replicator to r2 drained", details)
     r2_client.close()
 
     geo["r2"].stop()
     skipped = publish(producer, "skip", 20, start=10)
-    wait_until(lambda: replicator(geo, topic).get("replicationBacklog") == 20,
-               "r1's replicationBacklog to r2 is 20 while r2 is down", details)
+    wait_until(
+        lambda: replicator(geo, topic).get("replicationBacklog") == 20,
+        "r1's replicationBacklog to r2 is 20 while r2 is down",
+        details,
+    )
     admin(geo["r1"], "POST", f"{topic_path(topic)}/subscription/pulsar.repl.r2/skip_all", expect=(204,))
-    wait_until(lambda: replicator(geo, topic).get("replicationBacklog") == 0,
-               "skip_all on pulsar.repl.r2 cleared r1's replicationBacklog to r2", details)
+    wait_until(
+        lambda: replicator(geo, topic).get("replicationBacklog") == 0,
+        "skip_all on pulsar.repl.r2 cleared r1's replicationBacklog to r2",
+        details,
+    )
 
     start_again(geo["r2"])
-    wait_until(lambda: replicator(geo, topic).get("connected") is True,
-               "r1's replicator reconnected to r2", details, timeout_s=RECONNECT_WAIT_S)
+    wait_until(
+        lambda: replicator(geo, topic).get("connected") is True,
+        "r1's replicator reconnected to r2",
+        details,
+        timeout_s=RECONNECT_WAIT_S,
+    )
     after = publish(producer, "skip", 10, start=30)
     with explained(details):
         in_r2 = collect(client_factory(geo["r2"].url), topic, "r2", 20)

@@ -14,7 +14,6 @@ import uuid
 
 import pulsar
 import pytest
-
 from geo_helpers import (
     Collector,
     admin,
@@ -40,8 +39,15 @@ from geo_helpers import (
 
 CLUSTERS = ("r1", "r2", "r3")
 REPLICATOR_STATS_FIELDS = (
-    "msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut", "replicationBacklog", "connected",
-    "replicationDelayInSeconds", "inboundConnection", "outboundConnection",
+    "msgRateIn",
+    "msgRateOut",
+    "msgThroughputIn",
+    "msgThroughputOut",
+    "replicationBacklog",
+    "connected",
+    "replicationDelayInSeconds",
+    "inboundConnection",
+    "outboundConnection",
 )
 
 
@@ -57,8 +63,9 @@ def replicates_to(entry: dict | None) -> bool:
     replicator producer."""
     if not entry:
         return False
-    return entry.get("connected") is True or bool(entry.get("outboundConnection")) or \
-        bool(entry.get("replicationBacklog"))
+    return (
+        entry.get("connected") is True or bool(entry.get("outboundConnection")) or bool(entry.get("replicationBacklog"))
+    )
 
 
 def unique(prefix: str) -> str:
@@ -123,8 +130,9 @@ def test_producer_overrides_disable_replication_and_replication_clusters(mesh, c
         return kinds[seq % 3]
 
     def overrides(seq: int) -> dict[str, object]:
-        return {"local": {"disable_replication": True}, "r1r3": {"replication_clusters": ["r1", "r3"]},
-                "all": {}}[kind(seq)]
+        return {"local": {"disable_replication": True}, "r1r3": {"replication_clusters": ["r1", "r3"]}, "all": {}}[
+            kind(seq)
+        ]
 
     # 60 interleaved; the last one is a default one, so once r2 has it every earlier one had its chance.
     sent = publish(producer, "ovr", 60, send_kwargs=overrides)
@@ -157,8 +165,9 @@ def test_batches_travel_as_entries_and_arrive_whole_everywhere(mesh, clients) ->
     topic = new_topic("ns", "batches")
     batching = {"batching_enabled": True, "batching_max_messages": 10, "batching_max_publish_delay_ms": 1000}
     p1 = clients["r1"].create_producer(topic, producer_name=unique("batch-r1"), **batching)
-    p2 = clients["r2"].create_producer(topic, producer_name=unique("batch-r2"),
-                                       batching_type=pulsar.BatchingType.KeyBased, **batching)
+    p2 = clients["r2"].create_producer(
+        topic, producer_name=unique("batch-r2"), batching_type=pulsar.BatchingType.KeyBased, **batching
+    )
     sent = publish(p1, "r1-default", 100, keys=5) + publish(p2, "r2-keybased", 100, keys=5)
     expected = [s.payload for s in sent]
     origin_of = {"r1-default": "r1", "r2-keybased": "r2"}
@@ -169,8 +178,9 @@ def test_batches_travel_as_entries_and_arrive_whole_everywhere(mesh, clients) ->
             check_exactly_once(received[cluster], expected, f"cluster {cluster}")
             check_order([r for r in received[cluster] if r.stream == "r1-default"], f"{cluster}, r1's batches")
             # KeyBased batching groups by key: only per-key order is the producer's.
-            check_order([r for r in received[cluster] if r.stream == "r2-keybased"], f"{cluster}, r2's batches",
-                        per_key=True)
+            check_order(
+                [r for r in received[cluster] if r.stream == "r2-keybased"], f"{cluster}, r2's batches", per_key=True
+            )
         for stream, origin in origin_of.items():
             groups = entry_groups(received[origin], stream)
             assert max(len(g) for g in groups) > 1, f"{stream} was not batched in {origin}: {sorted(groups)[:5]}"
@@ -200,9 +210,11 @@ def test_topic_level_replication_clusters_override_the_namespace(mesh, clients) 
     admin(r1, "POST", f"{path}/replication", ["r1", "r3"], expect=(204,))
     got = admin(r1, "GET", f"{path}/replication").json()
     assert sorted(got) == ["r1", "r3"], f"topic-level replication clusters read back as {got}"
-    wait_until(lambda: (lambda s: not replicates_to(s.get("r2")) and replicates_to(s.get("r3")))(
-                   replication_stats(r1, topic)),
-               "r1's topic replicates to r3 only (stats.replication: r3 connected, no outbound r2)", details)
+    wait_until(
+        lambda: (lambda s: not replicates_to(s.get("r2")) and replicates_to(s.get("r3")))(replication_stats(r1, topic)),
+        "r1's topic replicates to r3 only (stats.replication: r3 connected, no outbound r2)",
+        details,
+    )
     # Checked at the end, so that what replication does is reported first.
     listed_under_topic_policy = replication_stats(r1, topic)
 
@@ -212,13 +224,19 @@ def test_topic_level_replication_clusters_override_the_namespace(mesh, clients) 
         in_r3 = collect(clients["r3"], topic, "r3", len(first))
         check_exactly_once(in_r3, [s.payload for s in first], "r3 while the topic policy is [r1, r3]")
         in_r2 = collect(clients["r2"], topic, "r2", 0, linger_s=1.5)
-        assert not in_r2, f"r2 received {len(in_r2)} messages while the topic policy excludes it: " \
-                          f"{[r.payload for r in in_r2[:10]]}"
+        assert not in_r2, (
+            f"r2 received {len(in_r2)} messages while the topic policy excludes it: {[r.payload for r in in_r2[:10]]}"
+        )
 
     admin(r1, "DELETE", f"{path}/replication", expect=(204,))
-    wait_until(lambda: set(replication_stats(r1, topic)) == {"r2", "r3"}
-               and replication_stats(r1, topic)["r2"].get("connected") is True,
-               "r1's topic replicates to r2 and r3 again after the topic policy was removed", details)
+    wait_until(
+        lambda: (
+            set(replication_stats(r1, topic)) == {"r2", "r3"}
+            and replication_stats(r1, topic)["r2"].get("connected") is True
+        ),
+        "r1's topic replicates to r2 and r3 again after the topic policy was removed",
+        details,
+    )
     second = publish(producer, "tp", 30, start=30)
     with explained(details):
         in_r2 = collect(clients["r2"], topic, "r2", len(second))
@@ -254,22 +272,33 @@ def test_namespace_policy_removed_then_readded_stops_then_resumes(mesh, clients)
             check_exactly_once(in_r2.records, [s.payload for s in before], "r2 while geo/policy is [r1, r2]")
 
             mesh.set_namespace_replication("r1", "policy", ["r1"])
-            wait_until(lambda: not replicates_to(replication_stats(r1, topic).get("r2")),
-                       "r1 removed its replicator to r2 (no outbound r2 in stats.replication)", details)
+            wait_until(
+                lambda: not replicates_to(replication_stats(r1, topic).get("r2")),
+                "r1 removed its replicator to r2 (no outbound r2 in stats.replication)",
+                details,
+            )
             during = publish(producer, "pol", 30, start=30)
             in_r2.linger(2.0)
             stray = [r.payload for r in in_r2.records if r.seq >= 30]
-            assert not stray, f"r2 received {len(stray)} messages published while r2 was not a replication " \
-                              f"cluster of geo/policy: {stray[:10]}"
+            assert not stray, (
+                f"r2 received {len(stray)} messages published while r2 was not a replication "
+                f"cluster of geo/policy: {stray[:10]}"
+            )
 
             mesh.set_namespace_replication("r1", "policy", ["r1", "r2"])
-            wait_until(lambda: replication_stats(r1, topic).get("r2", {}).get("connected") is True,
-                       "r1 replicates to r2 again (stats.replication.r2.connected)", details)
+            wait_until(
+                lambda: replication_stats(r1, topic).get("r2", {}).get("connected") is True,
+                "r1 replicates to r2 again (stats.replication.r2.connected)",
+                details,
+            )
             after = publish(producer, "pol", 30, start=60)
             in_r2.until(60)
             # The re-created replicator starts at the end of the topic, as Pulsar's new cursor does.
-            check_exactly_once(in_r2.records, [s.payload for s in before + after],
-                               f"r2 after re-adding (the {len(during)} published meanwhile must not come)")
+            check_exactly_once(
+                in_r2.records,
+                [s.payload for s in before + after],
+                f"r2 after re-adding (the {len(during)} published meanwhile must not come)",
+            )
             check_order(in_r2.records, "r2")
     finally:
         in_r2.close()
@@ -312,9 +341,11 @@ def test_partitioned_topic_created_everywhere_and_each_partition_replicates(mesh
     details = replication_details(mesh, topic)
     admin(mesh["r1"], "PUT", f"{topic_path(topic)}/partitions", 3, expect=(204,))
     for cluster in ("r2", "r3"):
-        wait_until(lambda: partitions_of(mesh[cluster], topic) == 3,
-                   f"{cluster} has {topic} as a partitioned topic of 3 partitions",
-                   lambda: f"GET partitions on {cluster}: {partitions_of(mesh[cluster], topic)}")
+        wait_until(
+            lambda: partitions_of(mesh[cluster], topic) == 3,
+            f"{cluster} has {topic} as a partitioned topic of 3 partitions",
+            lambda: f"GET partitions on {cluster}: {partitions_of(mesh[cluster], topic)}",
+        )
 
     producer = clients["r1"].create_producer(topic, producer_name=unique("partitioned"))
     sent = publish(producer, "part", 150, keys=10)
@@ -329,8 +360,11 @@ def test_partitioned_topic_created_everywhere_and_each_partition_replicates(mesh
             received = collect(clients[cluster], topic, cluster, len(expected))
             check_exactly_once(received, expected, f"cluster {cluster}")
             check_order(received, f"cluster {cluster}", per_key=True)
-            moved = [(r.payload, partition_in_r1[r.payload], r.topic_name) for r in received
-                     if r.topic_name != partition_in_r1.get(r.payload, r.topic_name)]
+            moved = [
+                (r.payload, partition_in_r1[r.payload], r.topic_name)
+                for r in received
+                if r.topic_name != partition_in_r1.get(r.payload, r.topic_name)
+            ]
             assert not moved, f"{cluster}: messages on another partition than in r1 (payload, r1, there): {moved[:10]}"
         for index in range(3):
             partition = f"{topic}-partition-{index}"
@@ -367,26 +401,41 @@ def test_replication_stats_and_metrics(mesh, clients) -> None:
     try:
         for remote, broker in (("r2", r2), ("r3", r3)):
             wait_until(
-                lambda: (lambda s: s.get("connected") is True and s.get("msgRateOut", 0) > 0
-                         and s.get("msgThroughputOut", 0) > 0)(replication_stats(r1, topic).get(remote, {})),
+                lambda: (
+                    lambda s: (
+                        s.get("connected") is True and s.get("msgRateOut", 0) > 0 and s.get("msgThroughputOut", 0) > 0
+                    )
+                )(replication_stats(r1, topic).get(remote, {})),
                 f"r1's stats.replication.{remote} is connected with msgRateOut > 0 and msgThroughputOut > 0",
-                details)
+                details,
+            )
             wait_until(
-                lambda: (lambda s: s.get("msgRateIn", 0) > 0 and s.get("msgThroughputIn", 0) > 0
-                         and bool(s.get("inboundConnection")))(replication_stats(broker, topic).get("r1", {})),
+                lambda: (
+                    lambda s: (
+                        s.get("msgRateIn", 0) > 0
+                        and s.get("msgThroughputIn", 0) > 0
+                        and bool(s.get("inboundConnection"))
+                    )
+                )(replication_stats(broker, topic).get("r1", {})),
                 f"{remote}'s stats.replication.r1 has msgRateIn > 0, msgThroughputIn > 0 and an inboundConnection",
-                details)
+                details,
+            )
             name = f"pulsar.repl.r1-->{remote}"
-            wait_until(lambda: name in publisher_names(broker, topic),
-                       f"{remote}'s publishers include the replicator producer {name}", details)
+            wait_until(
+                lambda: name in publisher_names(broker, topic),
+                f"{remote}'s publishers include the replicator producer {name}",
+                details,
+            )
     finally:
         stop.set()
         publisher.join(timeout=30)
 
     def drained() -> bool:
         stats = replication_stats(r1, topic)
-        return all(stats.get(c, {}).get("replicationBacklog") == 0 and stats.get(c, {}).get("connected") is True
-                   for c in ("r2", "r3"))
+        return all(
+            stats.get(c, {}).get("replicationBacklog") == 0 and stats.get(c, {}).get("connected") is True
+            for c in ("r2", "r3")
+        )
 
     wait_until(drained, "r1's replicationBacklog to r2 and r3 is 0", details)
     with explained(details):
@@ -406,8 +455,11 @@ def test_replication_stats_and_metrics(mesh, clients) -> None:
             absent = [f for f in REPLICATOR_STATS_FIELDS if f not in inbound]
             assert not absent, f"{remote} stats.replication.r1 lacks {absent}: {dump(inbound)}"
 
-        samples = [(labels, value) for labels, value in metric_samples(r1, "pulsar_replication_backlog")
-                   if labels.get("topic") == topic]
+        samples = [
+            (labels, value)
+            for labels, value in metric_samples(r1, "pulsar_replication_backlog")
+            if labels.get("topic") == topic
+        ]
         by_remote = {labels.get("remote_cluster"): value for labels, value in samples}
         assert by_remote == {"r2": 0.0, "r3": 0.0}, (
             f"r1's pulsar_replication_backlog for {topic} by remote_cluster: {by_remote} "

@@ -95,7 +95,9 @@ class Script:
 
     # ------------------------------------------------------------------ steps
 
-    def add(self, name: str, permits: int = 0, meta: KeySharedMeta | None = None, consumer_name: str | None = None) -> None:
+    def add(
+        self, name: str, permits: int = 0, meta: KeySharedMeta | None = None, consumer_name: str | None = None
+    ) -> None:
         """Subscribe `name` (the test's handle; `consumer_name` is what the client calls itself)."""
         consumer_id = self.next_id
         self.next_id += 1

@@ -7,6 +7,7 @@ end-to-end versions with the official client come with the broker; these pin the
 from __future__ import annotations
 
 import pytest
+from scripted import Script, keys_routed
 
 from magnetar.core.errors import ConsumerAssignError, NotAllowedError
 from magnetar.core.events import (
@@ -23,9 +24,8 @@ from magnetar.core.events import (
     Tick,
     WakeUp,
 )
-from magnetar.core.sticky_key import key_hash
 from magnetar.core.positions import Position
-from scripted import Script, keys_routed
+from magnetar.core.sticky_key import key_hash
 
 P = Position
 MODES = ["pip379", "pip282", "classic"]
@@ -49,7 +49,7 @@ def test_ordering_when_adding_consumers(mode: str) -> None:
     assert s.received["c2"] == []
     s.remove("c1")
     # c2 acks as it goes (classic and pip282 hold what lies past its join position until then).
-    while (unacked := [p for p in s.received["c2"] if p not in s.acked]):
+    while unacked := [p for p in s.received["c2"] if p not in s.acked]:
         s.ack("c2", *unacked)
     assert s.received["c2"] == [p for p, _k in first + second]
 

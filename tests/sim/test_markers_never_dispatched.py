@@ -96,7 +96,9 @@ def run(tmp_path: Path, scenario: Callable[[Harness], Awaitable[None]]) -> None:
 
     async def main() -> None:
         engine = SimEngine(str(tmp_path), random.Random(2), (0.1, 1.0), (0.1, 1.0))
-        service = BrokerService(load_config(), tmp_path, clock_ms=lambda: int(loop.time() * 1000), storage_engine=engine)
+        service = BrokerService(
+            load_config(), tmp_path, clock_ms=lambda: int(loop.time() * 1000), storage_engine=engine
+        )
         await service.start()
         try:
             await scenario(Harness(service, loop))
@@ -130,7 +132,9 @@ def test_consumers_receive_the_data_and_no_marker(tmp_path: Path, subscription_t
     async def scenario(harness: Harness) -> None:
         consumers = []
         for n in range(1 if subscription_type == "Exclusive" else 2):
-            consumer = SimConsumer(await harness.client(f"c{n}"), f"c{n}", f"c{n}#1", "sub", subscription_type, 100, 0, TOPIC)
+            consumer = SimConsumer(
+                await harness.client(f"c{n}"), f"c{n}", f"c{n}#1", "sub", subscription_type, 100, 0, TOPIC
+            )
             await consumer.subscribe()
             _acking(consumer)
             consumers.append(consumer)
@@ -218,7 +222,9 @@ def test_a_topic_of_markers_alone_has_no_last_message(tmp_path: Path) -> None:
         assert last[1] == -1
         await asyncio.sleep(1)
         assert not reader.queue
-        data = encode_entry(MessageMetadata(producer_name=markers.MARKER_PRODUCER_NAME, sequence_id=0, publish_time=0), b"")
+        data = encode_entry(
+            MessageMetadata(producer_name=markers.MARKER_PRODUCER_NAME, sequence_id=0, publish_time=0), b""
+        )
         with pytest.raises(ValueError):
             harness.topic.append_marker(data)
 
@@ -255,4 +261,3 @@ def test_a_client_cannot_store_a_marker(tmp_path: Path) -> None:
         assert harness.topic.ledger.number_of_entries == 0
 
     run(tmp_path, scenario)
-

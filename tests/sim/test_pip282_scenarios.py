@@ -6,11 +6,12 @@ A classic test that shows the reordering passes: it proves the scenario reaches 
 
 from __future__ import annotations
 
+from scripted import Script, keys_routed
+
 from magnetar.core.dispatchers import KeySharedDispatcher
 from magnetar.core.events import Entry
 from magnetar.core.positions import Position
 from magnetar.core.settings import DispatcherSettings
-from scripted import Script, keys_routed
 
 P = Position
 # key-a: c1 while {c1, c2}, then c3 once c3 joins; key-b: c2 throughout (the document's selector).

@@ -33,7 +33,9 @@ class Harness:
         await client.connected
         return client
 
-    async def consumer(self, client: SimClient, name: str, subscription_type: str, queue_size: int = 100) -> SimConsumer:
+    async def consumer(
+        self, client: SimClient, name: str, subscription_type: str, queue_size: int = 100
+    ) -> SimConsumer:
         consumer = SimConsumer(client, name, f"{name}#1", "sub", subscription_type, queue_size, 0, TOPIC)
         await consumer.subscribe()
         return consumer
@@ -111,7 +113,8 @@ def test_consumers_subscribing_at_once_share_one_dispatcher(tmp_path: Path) -> N
     async def scenario(harness: Harness) -> None:
         clients = [await harness.client(f"client-{n}") for n in range(5)]
         consumers = [
-            SimConsumer(client, f"c{n}", f"c{n}#1", "sub", "Key_Shared", 100, 0, TOPIC) for n, client in enumerate(clients)
+            SimConsumer(client, f"c{n}", f"c{n}#1", "sub", "Key_Shared", 100, 0, TOPIC)
+            for n, client in enumerate(clients)
         ]
         await asyncio.gather(*(consumer.subscribe() for consumer in consumers))
         for consumer in consumers:
@@ -203,7 +206,9 @@ def test_get_or_create_schema_and_get_schema_by_version(tmp_path: Path) -> None:
         async def ask(command: BaseCommand) -> object:
             body = getattr(command, "getOrCreateSchema" if command.HasField("getOrCreateSchema") else "getSchema")
             answer = await client.request(command, body)
-            return answer.getOrCreateSchemaResponse if command.HasField("getOrCreateSchema") else answer.getSchemaResponse
+            return (
+                answer.getOrCreateSchemaResponse if command.HasField("getOrCreateSchema") else answer.getSchemaResponse
+            )
 
         missing = await ask(get_or_create("persistent://public/default/nowhere", strings))
         assert (ServerError.Name(missing.error_code), missing.error_message) == ("TopicNotFound", "Topic not found")

@@ -27,7 +27,9 @@ def keyed_messages(count: int, keys: int, prefix: str = "m") -> list[Sent]:
     return [Sent(f"key-{i % keys}", f"{prefix}{i}".encode()) for i in range(count)]
 
 
-def produce(client: pulsar.Client, topic: str, messages: list[Sent], batched: bool = True, batch_max: int = 100) -> None:
+def produce(
+    client: pulsar.Client, topic: str, messages: list[Sent], batched: bool = True, batch_max: int = 100
+) -> None:
     """Publish with the official client: batched by key (as Key_Shared users must) or one per entry."""
     producer = client.create_producer(
         topic,
@@ -95,7 +97,9 @@ def read_back(broker: Any, topic: str) -> list[tuple[tuple[int, int], Any]]:
     with wire.Connection(broker.url) as connection:
         consumer_id = connection.subscribe(topic, f"probe-{uuid.uuid4().hex[:6]}", durable=False)
         last, _mark_delete = connection.last_message_id(consumer_id)
-    return [(e.position, e.entry) for e in wire.read_range(broker.url, topic, wire.EARLIEST, last, wire.FULL_HASH_RANGE)]
+    return [
+        (e.position, e.entry) for e in wire.read_range(broker.url, topic, wire.EARLIEST, last, wire.FULL_HASH_RANGE)
+    ]
 
 
 def run_available_now(query_builder: Any, timeout_s: float = 120) -> Any:

@@ -89,7 +89,9 @@ def test_bad_options_name_themselves(extra: dict, option: str, fragment: str) ->
 def test_sink_options() -> None:
     options = parse_sink_options({"serviceUrl": "pulsar://h:6650", "topic": "out", "batchingMaxMessages": "10"})
     assert (options.topic, options.batching_max_messages, options.admin_url) == (
-        "persistent://public/default/out", 10, "http://h:8080",
+        "persistent://public/default/out",
+        10,
+        "http://h:8080",
     )
 
 
@@ -167,7 +169,8 @@ def test_ranges_and_budgets() -> None:
 
 
 def arrow_schema() -> pa.Schema:
-    from magnetar.spark.schema import arrow_schema as to_arrow, spark_schema
+    from magnetar.spark.schema import arrow_schema as to_arrow
+    from magnetar.spark.schema import spark_schema
 
     return to_arrow(spark_schema())
 
@@ -175,7 +178,11 @@ def arrow_schema() -> pa.Schema:
 def test_rows_of_single_and_batch_entries() -> None:
     builder = RowBuilder(arrow_schema(), "persistent://public/default/t-partition-2", 2)
     single = MessageMetadata(
-        producer_name="p", sequence_id=7, publish_time=1000, partition_key="k", event_time=5,
+        producer_name="p",
+        sequence_id=7,
+        publish_time=1000,
+        partition_key="k",
+        event_time=5,
         properties=[KeyValue(key="a", value="b")],
     )
     builder.add((4, 0), parse_entry(encode_entry(single, b"one")))
@@ -184,7 +191,9 @@ def test_rows_of_single_and_batch_entries() -> None:
         (SingleMessageMetadata(ordering_key=b"o", properties=[KeyValue(key="c", value="d")]), b"y"),
         (SingleMessageMetadata(partition_key=""), b"z"),
     ]
-    batch = MessageMetadata(producer_name="q", sequence_id=20, publish_time=2000, num_messages_in_batch=3, partition_key="k2")
+    batch = MessageMetadata(
+        producer_name="q", sequence_id=20, publish_time=2000, num_messages_in_batch=3, partition_key="k2"
+    )
     builder.add((4, 1), parse_entry(encode_entry(batch, encode_batch(singles))))
     rows = builder.take().to_pylist()
     assert [r["messageId"] for r in rows] == ["4:0:2:-1", "4:1:2:0", "4:1:2:1", "4:1:2:2"]
@@ -208,8 +217,12 @@ def test_compressed_batches_are_unpacked() -> None:
         (CompressionType.ZSTD, pa.Codec("zstd").compress(payload, asbytes=True)),
     ]:
         metadata = MessageMetadata(
-            producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=2,
-            compression=codec, uncompressed_size=len(payload),
+            producer_name="p",
+            sequence_id=0,
+            publish_time=1,
+            num_messages_in_batch=2,
+            compression=codec,
+            uncompressed_size=len(payload),
         )
         builder = RowBuilder(arrow_schema(), "t", -1)
         builder.add((1, 0), parse_entry(encode_entry(metadata, compressed)))

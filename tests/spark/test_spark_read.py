@@ -71,7 +71,11 @@ def test_every_key_in_exactly_one_partition_in_order(spark, module_broker, clien
     produce(client, topic, keyed_messages(300, keys=50, prefix="late"), batched=False)
     frame = source(spark, module_broker, topic, keyHashRanges=4)
     assert frame.rdd.getNumPartitions() == 4
-    rows = frame.withColumn("partition", F.spark_partition_id()).select("partition", "key", "ledgerId", "entryId", "batchIndex", "keyHash").collect()
+    rows = (
+        frame.withColumn("partition", F.spark_partition_id())
+        .select("partition", "key", "ledgerId", "entryId", "batchIndex", "keyHash")
+        .collect()
+    )
     assert len(rows) == 2300
     partitions_of = collections.defaultdict(set)
     last_of: dict[str, tuple[int, int, int]] = {}
@@ -103,21 +107,40 @@ def test_partitioned_topics_expand_to_their_partitions(spark, module_broker, cli
 @pytest.mark.parametrize(
     ("options", "named"),
     [
-        ({"topic": "persistent://public/default/no-such-topic-anywhere"}, "topic: topic persistent://public/default/no-such-topic-anywhere does not exist"),
+        (
+            {"topic": "persistent://public/default/no-such-topic-anywhere"},
+            "topic: topic persistent://public/default/no-such-topic-anywhere does not exist",
+        ),
         ({"startingOffsets": "{not json"}, "startingOffsets"),
         ({"startingOffsets": '{"persistent://public/default/x": {"ledgerId": "one"}}'}, "startingOffsets"),
-        ({"keyHashRanges": "0-100,200-65535"}, "keyHashRanges: the ranges must cover 0-65535 exactly once: hashes 101-199"),
+        (
+            {"keyHashRanges": "0-100,200-65535"},
+            "keyHashRanges: the ranges must cover 0-65535 exactly once: hashes 101-199",
+        ),
         ({"keyHashRanges": "two"}, "keyHashRanges"),
         ({"keyHashRanges": "0"}, "keyHashRanges"),
         ({"serviceUrl": "http://127.0.0.1:1"}, "serviceUrl"),
         ({"maxEntriesPerTrigger": "-5"}, "maxEntriesPerTrigger"),
     ],
-    ids=["unknown-topic", "malformed-json", "bad-message-id", "ranges-gap", "ranges-word", "ranges-zero", "service-url", "negative-limit"],
+    ids=[
+        "unknown-topic",
+        "malformed-json",
+        "bad-message-id",
+        "ranges-gap",
+        "ranges-word",
+        "ranges-zero",
+        "service-url",
+        "negative-limit",
+    ],
 )
-def test_bad_options_fail_at_planning_naming_the_option(spark, module_broker, client_factory, topic, options, named) -> None:
+def test_bad_options_fail_at_planning_naming_the_option(
+    spark, module_broker, client_factory, topic, options, named
+) -> None:
     client = client_factory(module_broker.url)
     produce(client, topic, keyed_messages(3, keys=1), batched=False)
-    read = spark.read.format("magnetar").option("serviceUrl", module_broker.url).option("adminUrl", module_broker.http_url)
+    read = (
+        spark.read.format("magnetar").option("serviceUrl", module_broker.url).option("adminUrl", module_broker.http_url)
+    )
     read = read.option("topic", topic)
     for name, value in options.items():
         read = read.option(name, value)
@@ -128,7 +151,9 @@ def test_bad_options_fail_at_planning_naming_the_option(spark, module_broker, cl
 
 def test_streaming_bad_options_fail_when_the_query_starts(spark, module_broker, tmp_path) -> None:
     stream = source(spark, module_broker, "persistent://public/default/never-created-x", streaming=True)
-    query = stream.writeStream.format("memory").queryName("bad_start").option("checkpointLocation", str(tmp_path)).start()
+    query = (
+        stream.writeStream.format("memory").queryName("bad_start").option("checkpointLocation", str(tmp_path)).start()
+    )
     with pytest.raises(PySparkException) as failed:
         query.awaitTermination(60)
     assert "topic: topic persistent://public/default/never-created-x does not exist" in str(failed.value)
@@ -143,5 +168,7 @@ def test_partitions_nobody_wrote_to_are_not_an_error(spark, module_broker, clien
     produce(client, f"{topic}-partition-0", keyed_messages(12, keys=1), batched=False)
     assert source(spark, module_broker, topic).count() == 12
     stream = source(spark, module_broker, topic, streaming=True, startingOffsets="earliest")
-    query = run_available_now(stream.writeStream.format("memory").queryName("one_partition").option("checkpointLocation", str(tmp_path)))
+    query = run_available_now(
+        stream.writeStream.format("memory").queryName("one_partition").option("checkpointLocation", str(tmp_path))
+    )
     assert sum(p["numInputRows"] for p in query.recentProgress) == 12

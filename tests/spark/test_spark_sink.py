@@ -36,7 +36,7 @@ def sink(frame, broker, topic: str | None, streaming: bool = False, **options):
 
 
 def test_columns_round_trip_through_a_topic(spark, dedup_broker, topic) -> None:
-    moment = datetime.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.timezone.utc)
+    moment = datetime.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.UTC)
     rows = [
         ("k1", b"v1", None, {"a": "1"}, moment),
         (None, b"v2", b"ok", {}, None),
@@ -73,11 +73,15 @@ def test_a_target_without_deduplication_is_refused_at_planning(spark, dedup_brok
     with pytest.raises(PySparkException, match="needs a value column"):
         sink(spark.createDataFrame([("x",)], "key string"), dedup_broker, "persistent://public/default/x").save()
     with pytest.raises(PySparkException, match="drop or fold into properties"):
-        sink(spark.createDataFrame([("x", 1)], "value string, n int"), dedup_broker, "persistent://public/default/x").save()
+        sink(
+            spark.createDataFrame([("x", 1)], "value string, n int"), dedup_broker, "persistent://public/default/x"
+        ).save()
 
 
 @pytest.mark.parametrize("failure", ["fail", "kill"])
-def test_replaying_a_failed_write_stores_each_row_once(spark, dedup_broker, client_factory, topic, tmp_path: Path, failure) -> None:
+def test_replaying_a_failed_write_stores_each_row_once(
+    spark, dedup_broker, client_factory, topic, tmp_path: Path, failure
+) -> None:
     """A write task sends some entries, then fails (an exception) or its input worker dies (kill -9
     of the Python worker); the query stops, restarts on its checkpoint and replays the micro-batch with
     the same producer names and sequence ids: the broker drops what the first attempt stored."""
@@ -120,11 +124,19 @@ def test_replaying_a_failed_write_stores_each_row_once(spark, dedup_broker, clie
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "16")
     try:
         with pytest.raises(PySparkException):
-            run_available_now(sink(copied, dedup_broker, target, streaming=True, batchingMaxMessages=4).option("checkpointLocation", checkpoint))
+            run_available_now(
+                sink(copied, dedup_broker, target, streaming=True, batchingMaxMessages=4).option(
+                    "checkpointLocation", checkpoint
+                )
+            )
         assert marker.exists()
         first_attempt = sum(entry.num_messages for _position, entry in read_back(dedup_broker, target))
         assert 0 < first_attempt < 300, "the failed attempt should have stored part of the batch"
-        run_available_now(sink(copied, dedup_broker, target, streaming=True, batchingMaxMessages=4).option("checkpointLocation", checkpoint))
+        run_available_now(
+            sink(copied, dedup_broker, target, streaming=True, batchingMaxMessages=4).option(
+                "checkpointLocation", checkpoint
+            )
+        )
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     values = [r.value for r in source(spark, dedup_broker, target).collect()]

@@ -17,16 +17,18 @@ from spark_helpers import (
     wait_for,
 )
 
+from magnetar.client import wire
 from magnetar.protocol.messages import encode_batch, encode_entry
 from magnetar.protocol.pulsar_api_pb2 import MessageMetadata, SingleMessageMetadata
-from magnetar.client import wire
 
 
 def batches_with_rows(query) -> list[int]:
     return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
 
 
-def test_available_now_reads_everything_in_max_entries_batches(spark, module_broker, client_factory, topic, tmp_path) -> None:
+def test_available_now_reads_everything_in_max_entries_batches(
+    spark, module_broker, client_factory, topic, tmp_path
+) -> None:
     client = client_factory(module_broker.url)
     keep(client, topic)
     produce(client, topic, keyed_messages(25, keys=5), batched=False)
@@ -45,7 +47,9 @@ def test_max_records_per_trigger_counts_messages_of_batch_entries(spark, module_
         for entry in range(10):  # 10 entries of exactly 10 messages
             first = entry * 10
             singles = [(SingleMessageMetadata(partition_key="k"), f"r{first + i}".encode()) for i in range(10)]
-            metadata = MessageMetadata(producer_name="tens", sequence_id=first, publish_time=1, num_messages_in_batch=10)
+            metadata = MessageMetadata(
+                producer_name="tens", sequence_id=first, publish_time=1, num_messages_in_batch=10
+            )
             producer.send(first, first + 9, 10, encode_entry(metadata, encode_batch(singles)))
         producer.flush()
     stream = source(spark, module_broker, topic, streaming=True, startingOffsets="earliest", maxRecordsPerTrigger=25)
@@ -55,7 +59,9 @@ def test_max_records_per_trigger_counts_messages_of_batch_entries(spark, module_
     assert spark.sql("select count(distinct value) from records_limit").first()[0] == 100
 
 
-def test_processing_time_trigger_keeps_up_with_live_publishing(spark, module_broker, client_factory, topic, tmp_path) -> None:
+def test_processing_time_trigger_keeps_up_with_live_publishing(
+    spark, module_broker, client_factory, topic, tmp_path
+) -> None:
     client = client_factory(module_broker.url)
     keep(client, topic)
     stream = source(spark, module_broker, topic, streaming=True, keyHashRanges=2)
@@ -72,7 +78,9 @@ def test_processing_time_trigger_keeps_up_with_live_publishing(spark, module_bro
     assert spark.sql("select count(distinct messageId) from live").first()[0] == 100
 
 
-def test_restart_on_the_checkpoint_reads_only_what_is_new(spark, module_broker, client_factory, topic, tmp_path) -> None:
+def test_restart_on_the_checkpoint_reads_only_what_is_new(
+    spark, module_broker, client_factory, topic, tmp_path
+) -> None:
     client = client_factory(module_broker.url)
     keep(client, topic)
     produce(client, topic, keyed_messages(50, keys=5, prefix="old"), batched=True, batch_max=7)
@@ -80,7 +88,9 @@ def test_restart_on_the_checkpoint_reads_only_what_is_new(spark, module_broker, 
 
     def run() -> None:
         stream = source(spark, module_broker, topic, streaming=True, startingOffsets="earliest", keyHashRanges=3)
-        run_available_now(stream.writeStream.format("parquet").option("path", output).option("checkpointLocation", checkpoint))
+        run_available_now(
+            stream.writeStream.format("parquet").option("path", output).option("checkpointLocation", checkpoint)
+        )
 
     run()
     produce(client, topic, keyed_messages(30, keys=5, prefix="new"), batched=False)
@@ -93,7 +103,9 @@ def test_restart_on_the_checkpoint_reads_only_what_is_new(spark, module_broker, 
     }
 
 
-def test_a_failed_batch_is_replayed_with_the_same_offsets_and_rows(spark, module_broker, client_factory, topic, tmp_path) -> None:
+def test_a_failed_batch_is_replayed_with_the_same_offsets_and_rows(
+    spark, module_broker, client_factory, topic, tmp_path
+) -> None:
     client = client_factory(module_broker.url)
     keep(client, topic)
     produce(client, topic, keyed_messages(15, keys=3), batched=False)
@@ -123,14 +135,23 @@ def test_a_failed_batch_is_replayed_with_the_same_offsets_and_rows(spark, module
     assert len(seen) == len(set(seen)) == 15
 
 
-def test_the_durable_subscription_follows_committed_batches(spark, module_broker, client_factory, topic, tmp_path) -> None:
+def test_the_durable_subscription_follows_committed_batches(
+    spark, module_broker, client_factory, topic, tmp_path
+) -> None:
     client = client_factory(module_broker.url)
     produce(client, topic, keyed_messages(15, keys=3), batched=False)
     stream = source(
-        spark, module_broker, topic, streaming=True, startingOffsets="earliest", maxEntriesPerTrigger=5,
+        spark,
+        module_broker,
+        topic,
+        streaming=True,
+        startingOffsets="earliest",
+        maxEntriesPerTrigger=5,
         subscriptionName="pipeline",
     )
-    run_available_now(stream.writeStream.format("memory").queryName("subscribed").option("checkpointLocation", str(tmp_path)))
+    run_available_now(
+        stream.writeStream.format("memory").queryName("subscribed").option("checkpointLocation", str(tmp_path))
+    )
     stats = admin_get(module_broker, f"/admin/v2/persistent/{topic.split('://')[1]}/stats")
     # Spark commits a batch to its source when it plans the next one, so the last batch is not acked yet.
     assert stats["subscriptions"]["pipeline"]["msgBacklog"] == 5
@@ -147,7 +168,14 @@ def test_fail_on_data_loss(spark, broker_factory, client_factory, topic, tmp_pat
     values: list[bytes] = []
 
     def run(fail_on_data_loss: bool):
-        stream = source(spark, broker, topic, streaming=True, startingOffsets="earliest", failOnDataLoss=str(fail_on_data_loss).lower())
+        stream = source(
+            spark,
+            broker,
+            topic,
+            streaming=True,
+            startingOffsets="earliest",
+            failOnDataLoss=str(fail_on_data_loss).lower(),
+        )
         writer = stream.writeStream.foreachBatch(lambda frame, _id: values.extend(r.value for r in frame.collect()))
         return run_available_now(writer.option("checkpointLocation", checkpoint))
 

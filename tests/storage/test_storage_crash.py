@@ -28,7 +28,16 @@ def _run_child(tmp_path: Path, facts: dict, round_: int, seed: int, mode: str) -
     facts_path.write_text(json.dumps(facts))
     out_path = tmp_path / f"out-{round_}.txt"
     process = subprocess.Popen(
-        [sys.executable, str(CHILD), str(tmp_path / "data"), str(facts_path), str(out_path), str(round_), str(seed), mode],
+        [
+            sys.executable,
+            str(CHILD),
+            str(tmp_path / "data"),
+            str(facts_path),
+            str(out_path),
+            str(round_),
+            str(seed),
+            mode,
+        ],
         stderr=subprocess.PIPE,
     )
     return process, out_path
@@ -41,7 +50,7 @@ def _wait_verified(process: subprocess.Popen, out_path: Path, context: str) -> N
         if "FAIL " in text:
             process.kill()
             process.wait()
-            raise AssertionError(f"{context}: {text[text.index('FAIL '):].strip()}")
+            raise AssertionError(f"{context}: {text[text.index('FAIL ') :].strip()}")
         if "VERIFIED" in text:
             return
         if process.poll() is not None:
@@ -59,7 +68,9 @@ def _absorb(out_path: Path, facts: dict, round_: int) -> int:
         kind, *rest = line.split()
         if kind == "A":
             topic, ledger_id, entry_id, writer, seq = rest
-            facts["completed"].setdefault(topic, []).append([int(ledger_id), int(entry_id), round_, int(writer), int(seq)])
+            facts["completed"].setdefault(topic, []).append(
+                [int(ledger_id), int(entry_id), round_, int(writer), int(seq)]
+            )
             appends += 1
         elif kind == "I":
             topic, ledger_id, entry_id = rest
@@ -87,7 +98,9 @@ def test_sigkill_many_times_loses_no_completed_append_and_no_cursor_position(tmp
         time.sleep(generator.uniform(0.02, 0.6))
         process.send_signal(signal.SIGKILL)
         process.wait()
-        assert process.returncode == -signal.SIGKILL, f"{context}: child ended by itself: {process.stderr.read().decode()}"
+        assert process.returncode == -signal.SIGKILL, (
+            f"{context}: child ended by itself: {process.stderr.read().decode()}"
+        )
         completed += _absorb(out_path, facts, round_)
     process, out_path = _run_child(tmp_path, facts, ROUNDS, seed, "verify")
     _wait_verified(process, out_path, f"final check (reproduce with MAGNETAR_STORAGE_CRASH_SEED={seed})")

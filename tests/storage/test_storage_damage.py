@@ -22,8 +22,7 @@ import crc32c
 import pytest
 
 from magnetar.core.positions import EARLIEST
-from magnetar.storage import ManagedLedgerFactory, StorageConfig, StorageCorruptionError, StorageError
-from magnetar.storage import sqlite_engine
+from magnetar.storage import ManagedLedgerFactory, StorageConfig, StorageCorruptionError, StorageError, sqlite_engine
 from magnetar.storage.sqlite_engine import COMMIT_SEQ_FILE, DB_FILE
 
 TOPIC = "persistent://public/default/damage"

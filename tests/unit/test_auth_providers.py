@@ -89,10 +89,14 @@ def test_role_claim_is_configurable() -> None:
 
 @pytest.mark.parametrize("kind", ["rsa-der", "rsa-pem", "ec-der"])
 def test_public_key_tokens(tmp_path: Path, kind: str) -> None:
-    private = rsa.generate_private_key(65537, 2048) if kind.startswith("rsa") else ec.generate_private_key(ec.SECP256R1())
+    private = (
+        rsa.generate_private_key(65537, 2048) if kind.startswith("rsa") else ec.generate_private_key(ec.SECP256R1())
+    )
     encoding = serialization.Encoding.PEM if kind.endswith("pem") else serialization.Encoding.DER
     public_file = tmp_path / "public.key"
-    public_file.write_bytes(private.public_key().public_bytes(encoding, serialization.PublicFormat.SubjectPublicKeyInfo))
+    public_file.write_bytes(
+        private.public_key().public_bytes(encoding, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     provider = _token_provider(tokenPublicKey=f"file://{public_file}")
     algorithm = "RS256" if kind.startswith("rsa") else "ES256"
     assert provider.authenticate(jwt.encode({"sub": "dave"}, private, algorithm).encode()).role == "dave"

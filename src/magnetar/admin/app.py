@@ -113,7 +113,7 @@ def _error_page(status: int, message: str, path: str) -> str:
 class _InLoopServer(uvicorn.Server):
     """uvicorn without its signal handlers: the broker's own handlers run the staged shutdown."""
 
-    def capture_signals(self):  # noqa: ANN201 - a context manager that leaves signals alone
+    def capture_signals(self):
         return _NoSignals()
 
 

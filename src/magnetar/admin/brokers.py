@@ -111,8 +111,11 @@ async def get_active_brokers(request: Request, cluster: str) -> list[str]:
     return [broker_id(_service(request))]
 
 
-@router.get("/{cluster}/{broker}/ownedNamespaces", response_model=dict[str, NamespaceOwnershipStatus],
-            responses=error_responses(404))
+@router.get(
+    "/{cluster}/{broker}/ownedNamespaces",
+    response_model=dict[str, NamespaceOwnershipStatus],
+    responses=error_responses(404),
+)
 async def get_owned_namespaces(request: Request, cluster: str, broker: str) -> dict[str, NamespaceOwnershipStatus]:
     """Every namespace, whole. Pulsar redirects a request naming another broker to that broker; in a
     cluster of one there is no other broker to go to, so magnetar answers 404 instead of sending the

@@ -244,8 +244,13 @@ async def get_clusters(request: Request) -> list[str]:
     return _service(request).metadata.clusters()
 
 
-@router.get("/clusters/{cluster}", tags=["clusters"], response_model=ClusterData, response_model_exclude_none=True,
-            responses=error_responses(404, 412))
+@router.get(
+    "/clusters/{cluster}",
+    tags=["clusters"],
+    response_model=ClusterData,
+    response_model_exclude_none=True,
+    responses=error_responses(404, 412),
+)
 async def get_cluster(request: Request, cluster: str) -> ClusterData:
     _check_name(cluster, "Cluster")
     service = _service(request)
@@ -260,8 +265,9 @@ async def get_cluster(request: Request, cluster: str) -> ClusterData:
     return data
 
 
-@router.put("/clusters/{cluster}", tags=["clusters"], status_code=204,
-            responses=_NO_CONTENT | error_responses(409, 412))
+@router.put(
+    "/clusters/{cluster}", tags=["clusters"], status_code=204, responses=_NO_CONTENT | error_responses(409, 412)
+)
 async def create_cluster(
     request: Request, cluster: str, data: Annotated[ClusterData | None, Body()] = None
 ) -> Response:
@@ -275,8 +281,9 @@ async def create_cluster(
     return Response(status_code=204)
 
 
-@router.post("/clusters/{cluster}", tags=["clusters"], status_code=204,
-             responses=_NO_CONTENT | error_responses(404, 412))
+@router.post(
+    "/clusters/{cluster}", tags=["clusters"], status_code=204, responses=_NO_CONTENT | error_responses(404, 412)
+)
 async def update_cluster(request: Request, cluster: str, data: ClusterData) -> Response:
     _check_name(cluster, "Cluster")
     service = _service(request)
@@ -315,8 +322,9 @@ async def create_tenant(request: Request, tenant: str, info: Annotated[TenantInf
     return Response(status_code=204)
 
 
-@router.post("/tenants/{tenant}", tags=["tenants"], status_code=204,
-             responses=_NO_CONTENT | error_responses(404, 409, 412))
+@router.post(
+    "/tenants/{tenant}", tags=["tenants"], status_code=204, responses=_NO_CONTENT | error_responses(404, 409, 412)
+)
 async def update_tenant(request: Request, tenant: str, info: TenantInfo) -> Response:
     service = _service(request)
     _check_allowed_clusters(service, info)
@@ -332,8 +340,9 @@ async def update_tenant(request: Request, tenant: str, info: TenantInfo) -> Resp
     return Response(status_code=204)
 
 
-@router.delete("/tenants/{tenant}", tags=["tenants"], status_code=204,
-               responses=_NO_CONTENT | error_responses(404, 409, 412))
+@router.delete(
+    "/tenants/{tenant}", tags=["tenants"], status_code=204, responses=_NO_CONTENT | error_responses(404, 409, 412)
+)
 async def delete_tenant(request: Request, tenant: str, force: bool = False) -> Response:
     _check_name(tenant, "Tenant")
     service = _service(request)
@@ -357,8 +366,12 @@ async def get_namespaces(request: Request, tenant: str) -> list[str]:
     return service.metadata.namespaces(tenant)
 
 
-@router.put("/namespaces/{tenant}/{namespace}", tags=["namespaces"], status_code=204,
-            responses=_NO_CONTENT | error_responses(403, 404, 409, 412))
+@router.put(
+    "/namespaces/{tenant}/{namespace}",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(403, 404, 409, 412),
+)
 async def create_namespace(
     request: Request, tenant: str, namespace: str, policies: Annotated[NamespaceCreation | None, Body()] = None
 ) -> Response:
@@ -395,8 +408,12 @@ async def create_namespace(
     return Response(status_code=204)
 
 
-@router.delete("/namespaces/{tenant}/{namespace}", tags=["namespaces"], status_code=204,
-               responses=_NO_CONTENT | error_responses(404, 409, 412))
+@router.delete(
+    "/namespaces/{tenant}/{namespace}",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 409, 412),
+)
 async def delete_namespace(request: Request, tenant: str, namespace: str, force: bool = False) -> Response:
     service = _service(request)
     full = check_namespace(service, tenant, namespace)
@@ -407,8 +424,13 @@ async def delete_namespace(request: Request, tenant: str, namespace: str, force:
     return Response(status_code=204)
 
 
-@router.get("/namespaces/{tenant}/{namespace}", tags=["namespaces"], response_model=NamespacePolicies,
-            response_model_exclude_none=True, responses=error_responses(404, 412))
+@router.get(
+    "/namespaces/{tenant}/{namespace}",
+    tags=["namespaces"],
+    response_model=NamespacePolicies,
+    response_model_exclude_none=True,
+    responses=error_responses(404, 412),
+)
 async def get_policies(request: Request, tenant: str, namespace: str) -> NamespacePolicies:
     service = _service(request)
     stored = service.metadata.namespace_policies(check_namespace(service, tenant, namespace))
@@ -439,8 +461,12 @@ async def get_policies(request: Request, tenant: str, namespace: str) -> Namespa
     )
 
 
-@router.get("/namespaces/{tenant}/{namespace}/topics", tags=["namespaces"], response_model=list[str],
-            responses=error_responses(404, 412))
+@router.get(
+    "/namespaces/{tenant}/{namespace}/topics",
+    tags=["namespaces"],
+    response_model=list[str],
+    responses=error_responses(404, 412),
+)
 async def get_topics(
     request: Request, tenant: str, namespace: str, mode: Literal["PERSISTENT", "NON_PERSISTENT", "ALL"] = "PERSISTENT"
 ) -> list[str]:
@@ -467,36 +493,56 @@ async def _set_policy(request: Request, tenant: str, namespace: str, key: str, v
     return Response(status_code=204)
 
 
-@router.get("/namespaces/{tenant}/{namespace}/retention", tags=["namespaces"], response_model=RetentionPolicies,
-            responses=_UNSET | error_responses(404, 412))
+@router.get(
+    "/namespaces/{tenant}/{namespace}/retention",
+    tags=["namespaces"],
+    response_model=RetentionPolicies,
+    responses=_UNSET | error_responses(404, 412),
+)
 async def get_retention(request: Request, tenant: str, namespace: str) -> Any:
     retention = _policy(request, tenant, namespace, "retention_policies")
     return Response(status_code=204) if retention is None else RetentionPolicies.model_validate(retention)
 
 
-@router.post("/namespaces/{tenant}/{namespace}/retention", tags=["namespaces"], status_code=204,
-             responses=_NO_CONTENT | error_responses(404, 412))
+@router.post(
+    "/namespaces/{tenant}/{namespace}/retention",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def set_retention(request: Request, tenant: str, namespace: str, retention: RetentionPolicies) -> Response:
     check_namespace(_service(request), tenant, namespace)
     _check_retention(retention)
     return await _set_policy(request, tenant, namespace, "retention_policies", retention.model_dump())
 
 
-@router.delete("/namespaces/{tenant}/{namespace}/retention", tags=["namespaces"], status_code=204,
-               responses=_NO_CONTENT | error_responses(404, 412))
+@router.delete(
+    "/namespaces/{tenant}/{namespace}/retention",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def remove_retention(request: Request, tenant: str, namespace: str) -> Response:
     return await _set_policy(request, tenant, namespace, "retention_policies", None)
 
 
-@router.get("/namespaces/{tenant}/{namespace}/messageTTL", tags=["namespaces"], response_model=int,
-            responses=_UNSET | error_responses(404, 412))
+@router.get(
+    "/namespaces/{tenant}/{namespace}/messageTTL",
+    tags=["namespaces"],
+    response_model=int,
+    responses=_UNSET | error_responses(404, 412),
+)
 async def get_message_ttl(request: Request, tenant: str, namespace: str) -> Any:
     ttl = _policy(request, tenant, namespace, "message_ttl_in_seconds")
     return Response(status_code=204) if ttl is None else ttl
 
 
-@router.post("/namespaces/{tenant}/{namespace}/messageTTL", tags=["namespaces"], status_code=204,
-             responses=_NO_CONTENT | error_responses(404, 412))
+@router.post(
+    "/namespaces/{tenant}/{namespace}/messageTTL",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def set_message_ttl(request: Request, tenant: str, namespace: str, ttl: Annotated[Int32, Body()]) -> Response:
     check_namespace(_service(request), tenant, namespace)
     if ttl < 0:
@@ -504,41 +550,65 @@ async def set_message_ttl(request: Request, tenant: str, namespace: str, ttl: An
     return await _set_policy(request, tenant, namespace, "message_ttl_in_seconds", ttl)
 
 
-@router.delete("/namespaces/{tenant}/{namespace}/messageTTL", tags=["namespaces"], status_code=204,
-               responses=_NO_CONTENT | error_responses(404, 412))
+@router.delete(
+    "/namespaces/{tenant}/{namespace}/messageTTL",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def remove_message_ttl(request: Request, tenant: str, namespace: str) -> Response:
     return await _set_policy(request, tenant, namespace, "message_ttl_in_seconds", None)
 
 
-@router.get("/namespaces/{tenant}/{namespace}/deduplication", tags=["namespaces"], response_model=bool,
-            responses=_UNSET | error_responses(404, 412))
+@router.get(
+    "/namespaces/{tenant}/{namespace}/deduplication",
+    tags=["namespaces"],
+    response_model=bool,
+    responses=_UNSET | error_responses(404, 412),
+)
 async def get_deduplication(request: Request, tenant: str, namespace: str) -> Any:
     enabled = _policy(request, tenant, namespace, "deduplicationEnabled")
     return Response(status_code=204) if enabled is None else enabled
 
 
-@router.post("/namespaces/{tenant}/{namespace}/deduplication", tags=["namespaces"], status_code=204,
-             responses=_NO_CONTENT | error_responses(404, 412))
+@router.post(
+    "/namespaces/{tenant}/{namespace}/deduplication",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def set_deduplication(
     request: Request, tenant: str, namespace: str, enabled: Annotated[bool, Body(strict=True)]
 ) -> Response:
     return await _set_policy(request, tenant, namespace, "deduplicationEnabled", enabled)
 
 
-@router.delete("/namespaces/{tenant}/{namespace}/deduplication", tags=["namespaces"], status_code=204,
-               responses=_NO_CONTENT | error_responses(404, 412))
+@router.delete(
+    "/namespaces/{tenant}/{namespace}/deduplication",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def remove_deduplication(request: Request, tenant: str, namespace: str) -> Response:
     return await _set_policy(request, tenant, namespace, "deduplicationEnabled", None)
 
 
-@router.get("/namespaces/{tenant}/{namespace}/replication", tags=["namespaces"], response_model=list[str],
-            responses=error_responses(404, 412))
+@router.get(
+    "/namespaces/{tenant}/{namespace}/replication",
+    tags=["namespaces"],
+    response_model=list[str],
+    responses=error_responses(404, 412),
+)
 async def get_replication_clusters(request: Request, tenant: str, namespace: str) -> list[str]:
     return list(_policy(request, tenant, namespace, "replication_clusters") or [])
 
 
-@router.post("/namespaces/{tenant}/{namespace}/replication", tags=["namespaces"], status_code=204,
-             responses=_NO_CONTENT | error_responses(403, 404, 412))
+@router.post(
+    "/namespaces/{tenant}/{namespace}/replication",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(403, 404, 412),
+)
 async def set_replication_clusters(
     request: Request, tenant: str, namespace: str, clusters: Annotated[list[str], Body()]
 ) -> Response:
@@ -547,21 +617,33 @@ async def set_replication_clusters(
     return await _set_policy(request, tenant, namespace, "replication_clusters", sorted(set(clusters)))
 
 
-@router.get("/namespaces/{tenant}/{namespace}/subscriptionTypesEnabled", tags=["namespaces"],
-            response_model=list[SubscriptionType], responses=error_responses(404, 412))
+@router.get(
+    "/namespaces/{tenant}/{namespace}/subscriptionTypesEnabled",
+    tags=["namespaces"],
+    response_model=list[SubscriptionType],
+    responses=error_responses(404, 412),
+)
 async def get_subscription_types_enabled(request: Request, tenant: str, namespace: str) -> list[str]:
     return list(_policy(request, tenant, namespace, "subscription_types_enabled") or [])
 
 
-@router.post("/namespaces/{tenant}/{namespace}/subscriptionTypesEnabled", tags=["namespaces"], status_code=204,
-             responses=_NO_CONTENT | error_responses(404, 412))
+@router.post(
+    "/namespaces/{tenant}/{namespace}/subscriptionTypesEnabled",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def set_subscription_types_enabled(
     request: Request, tenant: str, namespace: str, types: Annotated[list[SubscriptionType], Body()]
 ) -> Response:
     return await _set_policy(request, tenant, namespace, "subscription_types_enabled", sorted(set(types)) or None)
 
 
-@router.delete("/namespaces/{tenant}/{namespace}/subscriptionTypesEnabled", tags=["namespaces"], status_code=204,
-               responses=_NO_CONTENT | error_responses(404, 412))
+@router.delete(
+    "/namespaces/{tenant}/{namespace}/subscriptionTypesEnabled",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def remove_subscription_types_enabled(request: Request, tenant: str, namespace: str) -> Response:
     return await _set_policy(request, tenant, namespace, "subscription_types_enabled", None)

@@ -26,8 +26,12 @@ _UNSET = {204: {"description": "The policy is not set"}}
 _TOPIC = "/persistent/{tenant}/{namespace}/{topic}"
 
 
-@router.put(_TOPIC + "/compaction", tags=["persistent topic"], status_code=204,
-            responses=_NO_CONTENT | error_responses(404, 409, 412))
+@router.put(
+    _TOPIC + "/compaction",
+    tags=["persistent topic"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 409, 412),
+)
 async def trigger_compaction(request: Request, tenant: str, namespace: str, topic: str) -> Response:
     """Start compacting the topic (each partition of a partitioned topic); 409 while one runs."""
     name = _existing_namespace_topic(request, tenant, namespace, topic)
@@ -47,8 +51,12 @@ async def compaction_status(request: Request, tenant: str, namespace: str, topic
     return {"status": loaded.compaction.status, "lastError": loaded.compaction.last_error}
 
 
-@router.get(_TOPIC + "/compactionThreshold", tags=["persistent topic"], response_model=Int64,
-            responses=_UNSET | error_responses(404, 412))
+@router.get(
+    _TOPIC + "/compactionThreshold",
+    tags=["persistent topic"],
+    response_model=Int64,
+    responses=_UNSET | error_responses(404, 412),
+)
 async def get_topic_threshold(request: Request, tenant: str, namespace: str, topic: str, applied: bool = False) -> Any:
     """The topic's own threshold; with `applied`, the one in force (topic, else namespace, else broker)."""
     service = _service(request)
@@ -62,35 +70,53 @@ async def get_topic_threshold(request: Request, tenant: str, namespace: str, top
     return Response(status_code=204) if threshold is None else threshold
 
 
-@router.post(_TOPIC + "/compactionThreshold", tags=["persistent topic"], status_code=204,
-             responses=_NO_CONTENT | error_responses(404, 412))
+@router.post(
+    _TOPIC + "/compactionThreshold",
+    tags=["persistent topic"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def set_topic_threshold(
     request: Request, tenant: str, namespace: str, topic: str, threshold: Annotated[Int64, Body()]
 ) -> Response:
     if threshold < 0:
         raise precondition_failed("compactionThreshold must be 0 or more")
     service = _service(request)
-    await service.set_topic_policies(_policy_topic(request, tenant, namespace, topic), {"compactionThreshold": threshold})
+    await service.set_topic_policies(
+        _policy_topic(request, tenant, namespace, topic), {"compactionThreshold": threshold}
+    )
     return Response(status_code=204)
 
 
-@router.delete(_TOPIC + "/compactionThreshold", tags=["persistent topic"], status_code=204,
-               responses=_NO_CONTENT | error_responses(404, 412))
+@router.delete(
+    _TOPIC + "/compactionThreshold",
+    tags=["persistent topic"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def remove_topic_threshold(request: Request, tenant: str, namespace: str, topic: str) -> Response:
     service = _service(request)
     await service.set_topic_policies(_policy_topic(request, tenant, namespace, topic), {"compactionThreshold": None})
     return Response(status_code=204)
 
 
-@router.get("/namespaces/{tenant}/{namespace}/compactionThreshold", tags=["namespaces"], response_model=Int64,
-            responses=_UNSET | error_responses(404, 412))
+@router.get(
+    "/namespaces/{tenant}/{namespace}/compactionThreshold",
+    tags=["namespaces"],
+    response_model=Int64,
+    responses=_UNSET | error_responses(404, 412),
+)
 async def get_namespace_threshold(request: Request, tenant: str, namespace: str) -> Any:
     threshold = _policy(request, tenant, namespace, "compaction_threshold")
     return Response(status_code=204) if threshold is None else threshold
 
 
-@router.put("/namespaces/{tenant}/{namespace}/compactionThreshold", tags=["namespaces"], status_code=204,
-            responses=_NO_CONTENT | error_responses(404, 412))
+@router.put(
+    "/namespaces/{tenant}/{namespace}/compactionThreshold",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def set_namespace_threshold(
     request: Request, tenant: str, namespace: str, threshold: Annotated[Int64, Body()]
 ) -> Response:
@@ -99,7 +125,11 @@ async def set_namespace_threshold(
     return await _set_policy(request, tenant, namespace, "compaction_threshold", threshold)
 
 
-@router.delete("/namespaces/{tenant}/{namespace}/compactionThreshold", tags=["namespaces"], status_code=204,
-               responses=_NO_CONTENT | error_responses(404, 412))
+@router.delete(
+    "/namespaces/{tenant}/{namespace}/compactionThreshold",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def remove_namespace_threshold(request: Request, tenant: str, namespace: str) -> Response:
     return await _set_policy(request, tenant, namespace, "compaction_threshold", None)

@@ -45,8 +45,7 @@ REASONS = {
     "unacknowledged messages.",
     "RECENTLY_JOINED": "The owner joined recently: it gets only messages up to its join position until the "
     "mark-delete position passes it.",
-    "IN_REPLAY_QUEUE": "Messages of this hash wait in the replay queue; newer messages of their keys wait "
-    "behind them.",
+    "IN_REPLAY_QUEUE": "Messages of this hash wait in the replay queue; newer messages of their keys wait behind them.",
     "LOOK_AHEAD_LIMIT": "The replay queue is at its look-ahead limit: no new messages are read for any key "
     "until it shrinks.",
     "DELAYED": "Messages of this hash carry a deliver-at time still ahead.",

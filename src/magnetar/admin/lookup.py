@@ -36,8 +36,7 @@ class LookupData(BaseModel):
     nativeUrl: str
 
 
-@router.get("/{domain}/{tenant}/{namespace}/{topic}", response_model=LookupData,
-            responses=error_responses(404, 412))
+@router.get("/{domain}/{tenant}/{namespace}/{topic}", response_model=LookupData, responses=error_responses(404, 412))
 async def lookup_topic(
     request: Request, domain: str, tenant: str, namespace: str, topic: str, authoritative: bool = False
 ) -> LookupData:

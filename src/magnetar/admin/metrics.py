@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.exposition import choose_encoder
 
 from magnetar.admin.stats import backlog_size, consumer_rates, producer_rates, replication_stats
 from magnetar.core.dispatchers import SharedDispatcher
@@ -112,21 +112,32 @@ class BrokerCollector:
         cluster = service.config["clusterName"]
         now_s = time.time()
         topic_gauges = _gauges(_TOPIC_GAUGES, _TOPIC)
-        latency = {name: GaugeMetricFamily(name, "Entries made durable within this bound of storage write "
-                                           "latency (ms) since the topic loaded.", labels=_TOPIC)
-                   for name in _LATENCY_NAMES}
+        latency = {
+            name: GaugeMetricFamily(
+                name,
+                "Entries made durable within this bound of storage write latency (ms) since the topic loaded.",
+                labels=_TOPIC,
+            )
+            for name in _LATENCY_NAMES
+        }
         latency_count = GaugeMetricFamily("pulsar_storage_write_latency_count", "Entries timed.", labels=_TOPIC)
-        latency_sum = GaugeMetricFamily("pulsar_storage_write_latency_sum", "Sum of their latencies (ms).",
-                                        labels=_TOPIC)
+        latency_sum = GaugeMetricFamily(
+            "pulsar_storage_write_latency_sum", "Sum of their latencies (ms).", labels=_TOPIC
+        )
         in_bytes = CounterMetricFamily("pulsar_in_bytes", "Bytes published since the topic loaded.", labels=_TOPIC)
-        in_messages = CounterMetricFamily("pulsar_in_messages", "Messages published since the topic loaded.",
-                                          labels=_TOPIC)
+        in_messages = CounterMetricFamily(
+            "pulsar_in_messages", "Messages published since the topic loaded.", labels=_TOPIC
+        )
         subscription_gauges = _gauges(_SUBSCRIPTION_GAUGES, _SUBSCRIPTION)
-        out_bytes = CounterMetricFamily("pulsar_out_bytes", "Bytes dispatched by the subscription.", labels=_SUBSCRIPTION)
-        out_messages = CounterMetricFamily("pulsar_out_messages", "Messages dispatched by the subscription.",
-                                           labels=_SUBSCRIPTION)
-        topics_count = GaugeMetricFamily("pulsar_topics_count", "Loaded topics of the namespace.",
-                                         labels=["cluster", "namespace"])
+        out_bytes = CounterMetricFamily(
+            "pulsar_out_bytes", "Bytes dispatched by the subscription.", labels=_SUBSCRIPTION
+        )
+        out_messages = CounterMetricFamily(
+            "pulsar_out_messages", "Messages dispatched by the subscription.", labels=_SUBSCRIPTION
+        )
+        topics_count = GaugeMetricFamily(
+            "pulsar_topics_count", "Loaded topics of the namespace.", labels=["cluster", "namespace"]
+        )
         replication_gauges = _gauges(_REPLICATION_GAUGES, _REPLICATION)
         per_namespace: dict[str, int] = {}
         for topic in list(service.topics.values()):
@@ -188,17 +199,25 @@ def _replicated_subscriptions_families(service: BrokerService, cluster: str) -> 
         count += controller.snapshot_ms_count
         total_ms += controller.snapshot_ms_sum
     labels = ["cluster"]
-    gauge = GaugeMetricFamily("pulsar_replicated_subscriptions_pending_snapshots",
-                              "Snapshots started and neither complete nor timed out.", labels=labels)
+    gauge = GaugeMetricFamily(
+        "pulsar_replicated_subscriptions_pending_snapshots",
+        "Snapshots started and neither complete nor timed out.",
+        labels=labels,
+    )
     gauge.add_metric([cluster], pending)
     yield gauge
-    counter = CounterMetricFamily("pulsar_replicated_subscriptions_timedout_snapshots",
-                                  "Snapshots that timed out (replicatedSubscriptionsSnapshotTimeoutSeconds).",
-                                  labels=labels)
+    counter = CounterMetricFamily(
+        "pulsar_replicated_subscriptions_timedout_snapshots",
+        "Snapshots that timed out (replicatedSubscriptionsSnapshotTimeoutSeconds).",
+        labels=labels,
+    )
     counter.add_metric([cluster], timed_out)
     yield counter
-    summary = SummaryMetricFamily("pulsar_replicated_subscriptions_snapshot_ms",
-                                  "Time taken to complete a snapshot across the clusters (ms).", labels=labels)
+    summary = SummaryMetricFamily(
+        "pulsar_replicated_subscriptions_snapshot_ms",
+        "Time taken to complete a snapshot across the clusters (ms).",
+        labels=labels,
+    )
     summary.add_metric([cluster], count_value=count, sum_value=total_ms)
     yield summary
 

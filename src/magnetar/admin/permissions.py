@@ -63,16 +63,24 @@ def _close_unauthorized(service: BrokerService, namespace: str) -> None:
 # ------------------------------------------------------------------------------- namespaces
 
 
-@router.get("/namespaces/{tenant}/{namespace}/permissions", tags=["namespaces"],
-            response_model=dict[str, list[str]], responses=error_responses(401, 403, 404, 412))
+@router.get(
+    "/namespaces/{tenant}/{namespace}/permissions",
+    tags=["namespaces"],
+    response_model=dict[str, list[str]],
+    responses=error_responses(401, 403, 404, 412),
+)
 async def get_namespace_permissions(request: Request, tenant: str, namespace: str) -> dict[str, list[str]]:
     service = _service(request)
     full = check_namespace(service, tenant, namespace)
     return service.authorization.auth_policies(full)["namespace_auth"]
 
 
-@router.post("/namespaces/{tenant}/{namespace}/permissions/{role}", tags=["namespaces"], status_code=204,
-             responses=_NO_CONTENT | error_responses(401, 403, 404, 412))
+@router.post(
+    "/namespaces/{tenant}/{namespace}/permissions/{role}",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(401, 403, 404, 412),
+)
 async def grant_namespace_permission(
     request: Request, tenant: str, namespace: str, role: str, actions: Annotated[list[Action], Body()]
 ) -> Response:
@@ -82,8 +90,12 @@ async def grant_namespace_permission(
     return Response(status_code=204)
 
 
-@router.delete("/namespaces/{tenant}/{namespace}/permissions/{role}", tags=["namespaces"], status_code=204,
-               responses=_NO_CONTENT | error_responses(401, 403, 404, 412))
+@router.delete(
+    "/namespaces/{tenant}/{namespace}/permissions/{role}",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(401, 403, 404, 412),
+)
 async def revoke_namespace_permission(request: Request, tenant: str, namespace: str, role: str) -> Response:
     service = _service(request)
     full = check_namespace(service, tenant, namespace)
@@ -91,16 +103,24 @@ async def revoke_namespace_permission(request: Request, tenant: str, namespace: 
     return Response(status_code=204)
 
 
-@router.get("/namespaces/{tenant}/{namespace}/permissions/subscription", tags=["namespaces"],
-            response_model=dict[str, list[str]], responses=error_responses(401, 403, 404, 412))
+@router.get(
+    "/namespaces/{tenant}/{namespace}/permissions/subscription",
+    tags=["namespaces"],
+    response_model=dict[str, list[str]],
+    responses=error_responses(401, 403, 404, 412),
+)
 async def get_subscription_permissions(request: Request, tenant: str, namespace: str) -> dict[str, list[str]]:
     service = _service(request)
     full = check_namespace(service, tenant, namespace)
     return service.authorization.auth_policies(full)["subscription_auth_roles"]
 
 
-@router.post("/namespaces/{tenant}/{namespace}/permissions/subscription/{subscription}", tags=["namespaces"],
-             status_code=204, responses=_NO_CONTENT | error_responses(401, 403, 404, 412))
+@router.post(
+    "/namespaces/{tenant}/{namespace}/permissions/subscription/{subscription}",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(401, 403, 404, 412),
+)
 async def grant_subscription_permission(
     request: Request, tenant: str, namespace: str, subscription: str, roles: Annotated[list[str], Body()]
 ) -> Response:
@@ -113,8 +133,12 @@ async def grant_subscription_permission(
     return Response(status_code=204)
 
 
-@router.delete("/namespaces/{tenant}/{namespace}/permissions/{subscription}/{role}", tags=["namespaces"],
-               status_code=204, responses=_NO_CONTENT | error_responses(401, 403, 404, 412))
+@router.delete(
+    "/namespaces/{tenant}/{namespace}/permissions/{subscription}/{role}",
+    tags=["namespaces"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(401, 403, 404, 412),
+)
 async def revoke_subscription_permission(
     request: Request, tenant: str, namespace: str, subscription: str, role: str
 ) -> Response:
@@ -145,8 +169,12 @@ def _topic(service: BrokerService, domain: str, tenant: str, namespace: str, top
     return name
 
 
-@router.get("/{domain}/{tenant}/{namespace}/{topic}/permissions", tags=["persistent topic"],
-            response_model=dict[str, list[str]], responses=error_responses(401, 403, 404, 412))
+@router.get(
+    "/{domain}/{tenant}/{namespace}/{topic}/permissions",
+    tags=["persistent topic"],
+    response_model=dict[str, list[str]],
+    responses=error_responses(401, 403, 404, 412),
+)
 async def get_topic_permissions(
     request: Request, domain: str, tenant: str, namespace: str, topic: str
 ) -> dict[str, list[str]]:
@@ -160,10 +188,19 @@ async def get_topic_permissions(
     return {role: sorted(actions) for role, actions in merged.items()}
 
 
-@router.post("/{domain}/{tenant}/{namespace}/{topic}/permissions/{role}", tags=["persistent topic"],
-             status_code=204, responses=_NO_CONTENT | error_responses(401, 403, 404, 412))
+@router.post(
+    "/{domain}/{tenant}/{namespace}/{topic}/permissions/{role}",
+    tags=["persistent topic"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(401, 403, 404, 412),
+)
 async def grant_topic_permission(
-    request: Request, domain: str, tenant: str, namespace: str, topic: str, role: str,
+    request: Request,
+    domain: str,
+    tenant: str,
+    namespace: str,
+    topic: str,
+    role: str,
     actions: Annotated[list[Action], Body()],
 ) -> Response:
     service = _service(request)
@@ -173,8 +210,12 @@ async def grant_topic_permission(
     return Response(status_code=204)
 
 
-@router.delete("/{domain}/{tenant}/{namespace}/{topic}/permissions/{role}", tags=["persistent topic"],
-               status_code=204, responses=_NO_CONTENT | error_responses(401, 403, 404, 412))
+@router.delete(
+    "/{domain}/{tenant}/{namespace}/{topic}/permissions/{role}",
+    tags=["persistent topic"],
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(401, 403, 404, 412),
+)
 async def revoke_topic_permission(
     request: Request, domain: str, tenant: str, namespace: str, topic: str, role: str
 ) -> Response:

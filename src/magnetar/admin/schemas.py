@@ -151,8 +151,9 @@ def _schema_data(payload: PostSchemaPayload) -> SchemaData:
 # ---------------------------------------------------------------------------------- schemas
 
 
-@router.get("/{tenant}/{namespace}/{topic}/schema", response_model=GetSchemaResponse,
-            responses=error_responses(404, 412))
+@router.get(
+    "/{tenant}/{namespace}/{topic}/schema", response_model=GetSchemaResponse, responses=error_responses(404, 412)
+)
 async def get_schema(request: Request, tenant: str, namespace: str, topic: str) -> GetSchemaResponse:
     name = _topic(request, tenant, namespace, topic)
     stored = _service(request).schemas.latest(name)
@@ -161,8 +162,11 @@ async def get_schema(request: Request, tenant: str, namespace: str, topic: str) 
     return _response(stored)
 
 
-@router.get("/{tenant}/{namespace}/{topic}/schema/{version}", response_model=GetSchemaResponse,
-            responses=error_responses(404, 412))
+@router.get(
+    "/{tenant}/{namespace}/{topic}/schema/{version}",
+    response_model=GetSchemaResponse,
+    responses=error_responses(404, 412),
+)
 async def get_schema_version(
     request: Request, tenant: str, namespace: str, topic: str, version: PathLong
 ) -> GetSchemaResponse:
@@ -173,15 +177,21 @@ async def get_schema_version(
     return _response(stored)
 
 
-@router.get("/{tenant}/{namespace}/{topic}/schemas", response_model=GetAllVersionsSchemaResponse,
-            responses=error_responses(404, 412))
+@router.get(
+    "/{tenant}/{namespace}/{topic}/schemas",
+    response_model=GetAllVersionsSchemaResponse,
+    responses=error_responses(404, 412),
+)
 async def get_all_schemas(request: Request, tenant: str, namespace: str, topic: str) -> GetAllVersionsSchemaResponse:
     name = _topic(request, tenant, namespace, topic)
-    return GetAllVersionsSchemaResponse(getSchemaResponses=[_response(v) for v in _service(request).schemas.versions(name)])
+    return GetAllVersionsSchemaResponse(
+        getSchemaResponses=[_response(v) for v in _service(request).schemas.versions(name)]
+    )
 
 
-@router.delete("/{tenant}/{namespace}/{topic}/schema", response_model=DeleteSchemaResponse,
-               responses=error_responses(404, 412))
+@router.delete(
+    "/{tenant}/{namespace}/{topic}/schema", response_model=DeleteSchemaResponse, responses=error_responses(404, 412)
+)
 async def delete_schema(
     request: Request, tenant: str, namespace: str, topic: str, force: bool = False
 ) -> DeleteSchemaResponse:
@@ -191,8 +201,12 @@ async def delete_schema(
     return DeleteSchemaResponse(version=await _service(request).schemas.delete(name, force))
 
 
-@router.post("/{tenant}/{namespace}/{topic}/schema", status_code=202, response_model=PostSchemaResponse,
-             responses=error_responses(404, 409, 412, 422))
+@router.post(
+    "/{tenant}/{namespace}/{topic}/schema",
+    status_code=202,
+    response_model=PostSchemaResponse,
+    responses=error_responses(404, 409, 412, 422),
+)
 async def post_schema(
     request: Request, tenant: str, namespace: str, topic: str, payload: PostSchemaPayload
 ) -> PostSchemaResponse:
@@ -209,8 +223,12 @@ async def post_schema(
     return PostSchemaResponse(version=LongSchemaVersion(version=version))
 
 
-@router.post("/{tenant}/{namespace}/{topic}/compatibility", status_code=202, response_model=IsCompatibilityResponse,
-             responses=error_responses(404, 412, 422))
+@router.post(
+    "/{tenant}/{namespace}/{topic}/compatibility",
+    status_code=202,
+    response_model=IsCompatibilityResponse,
+    responses=error_responses(404, 412, 422),
+)
 async def check_compatibility(
     request: Request, tenant: str, namespace: str, topic: str, payload: PostSchemaPayload
 ) -> IsCompatibilityResponse:
@@ -226,8 +244,12 @@ async def check_compatibility(
     return IsCompatibilityResponse(compatibility=True, schemaCompatibilityStrategy=strategy)
 
 
-@router.post("/{tenant}/{namespace}/{topic}/version", status_code=202, response_model=LongSchemaVersion,
-             responses=error_responses(404, 412, 422))
+@router.post(
+    "/{tenant}/{namespace}/{topic}/version",
+    status_code=202,
+    response_model=LongSchemaVersion,
+    responses=error_responses(404, 412, 422),
+)
 async def get_version_by_schema(
     request: Request, tenant: str, namespace: str, topic: str, payload: PostSchemaPayload
 ) -> LongSchemaVersion:
@@ -253,14 +275,18 @@ async def _set_policy(request: Request, tenant: str, namespace: str, key: str, v
     return Response(status_code=204)
 
 
-@namespace_router.get("/{tenant}/{namespace}/schemaCompatibilityStrategy", response_model=Strategy,
-                      responses=error_responses(404, 412))
+@namespace_router.get(
+    "/{tenant}/{namespace}/schemaCompatibilityStrategy", response_model=Strategy, responses=error_responses(404, 412)
+)
 async def get_schema_compatibility_strategy(request: Request, tenant: str, namespace: str) -> str:
     return _policy(request, tenant, namespace, "schema_compatibility_strategy") or "UNDEFINED"
 
 
-@namespace_router.put("/{tenant}/{namespace}/schemaCompatibilityStrategy", status_code=204,
-                      responses=_NO_CONTENT | error_responses(404, 412))
+@namespace_router.put(
+    "/{tenant}/{namespace}/schemaCompatibilityStrategy",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def set_schema_compatibility_strategy(
     request: Request, tenant: str, namespace: str, strategy: Annotated[Strategy, Body()]
 ) -> Response:
@@ -269,31 +295,35 @@ async def set_schema_compatibility_strategy(
     return await _set_policy(request, tenant, namespace, "schema_compatibility_strategy", value)
 
 
-@namespace_router.get("/{tenant}/{namespace}/isAllowAutoUpdateSchema", response_model=bool,
-                      responses=_UNSET | error_responses(404, 412))
+@namespace_router.get(
+    "/{tenant}/{namespace}/isAllowAutoUpdateSchema", response_model=bool, responses=_UNSET | error_responses(404, 412)
+)
 async def get_is_allow_auto_update_schema(request: Request, tenant: str, namespace: str) -> Any:
     allowed = _policy(request, tenant, namespace, "is_allow_auto_update_schema")
     return Response(status_code=204) if allowed is None else allowed
 
 
-@namespace_router.post("/{tenant}/{namespace}/isAllowAutoUpdateSchema", status_code=204,
-                       responses=_NO_CONTENT | error_responses(404, 412))
+@namespace_router.post(
+    "/{tenant}/{namespace}/isAllowAutoUpdateSchema", status_code=204, responses=_NO_CONTENT | error_responses(404, 412)
+)
 async def set_is_allow_auto_update_schema(
     request: Request, tenant: str, namespace: str, allowed: Annotated[bool, Body(strict=True)]
 ) -> Response:
     return await _set_policy(request, tenant, namespace, "is_allow_auto_update_schema", allowed)
 
 
-@namespace_router.get("/{tenant}/{namespace}/schemaValidationEnforced", response_model=bool,
-                      responses=error_responses(404, 412))
+@namespace_router.get(
+    "/{tenant}/{namespace}/schemaValidationEnforced", response_model=bool, responses=error_responses(404, 412)
+)
 async def get_schema_validation_enforced(request: Request, tenant: str, namespace: str, applied: bool = False) -> bool:
     """The namespace's flag; `applied` adds the broker's isSchemaValidationEnforced, which also applies."""
     enforced = bool(_policy(request, tenant, namespace, "schema_validation_enforced"))
     return enforced or (applied and bool(_service(request).config["isSchemaValidationEnforced"]))
 
 
-@namespace_router.post("/{tenant}/{namespace}/schemaValidationEnforced", status_code=204,
-                       responses=_NO_CONTENT | error_responses(404, 412))
+@namespace_router.post(
+    "/{tenant}/{namespace}/schemaValidationEnforced", status_code=204, responses=_NO_CONTENT | error_responses(404, 412)
+)
 async def set_schema_validation_enforced(
     request: Request, tenant: str, namespace: str, enforced: Annotated[bool, Body(strict=True)]
 ) -> Response:

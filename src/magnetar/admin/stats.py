@@ -412,7 +412,9 @@ async def topic_stats(
         "subscriptions": subscriptions,
         "replication": replication_stats(topic, now_s, publishers),
         "deduplicationStatus": "Enabled" if topic.deduplication_enabled else "Disabled",
-        "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subscriptions.values()),
+        "nonContiguousDeletedMessagesRanges": sum(
+            s["nonContiguousDeletedMessagesRanges"] for s in subscriptions.values()
+        ),
         "nonContiguousDeletedMessagesRangesSerializedSize": sum(
             s["nonContiguousDeletedMessagesRangesSerializedSize"] for s in subscriptions.values()
         ),
@@ -445,8 +447,17 @@ def topic_internal_stats(topic: PersistentTopic) -> dict[str, Any]:
 
 
 def _add_consumer(into: dict[str, Any], stats: dict[str, Any]) -> None:
-    for key in ("msgRateOut", "msgThroughputOut", "bytesOutCounter", "msgOutCounter", "msgRateRedeliver",
-                "messageAckRate", "availablePermits", "unackedMessages", *_DRAINING_KEYS):
+    for key in (
+        "msgRateOut",
+        "msgThroughputOut",
+        "bytesOutCounter",
+        "msgOutCounter",
+        "msgRateRedeliver",
+        "messageAckRate",
+        "availablePermits",
+        "unackedMessages",
+        *_DRAINING_KEYS,
+    ):
         into[key] += stats[key]
     into["blockedConsumerOnUnackedMsgs"] |= stats["blockedConsumerOnUnackedMsgs"]
     for key in ("lastAckedTimestamp", "lastConsumedTimestamp", "lastConsumedFlowTimestamp"):
@@ -458,9 +469,19 @@ def _add_consumer(into: dict[str, Any], stats: dict[str, Any]) -> None:
 _PER_PARTITION_CONSUMER_KEYS = ("drainingHashes", "keyHashRangeArrays", "keyHashRanges")
 
 _SUBSCRIPTION_SUMS = (
-    "msgRateOut", "msgThroughputOut", "bytesOutCounter", "msgOutCounter", "msgRateRedeliver", "messageAckRate",
-    "msgBacklog", "msgBacklogNoDelayed", "msgDelayed", "msgInReplay", "unackedMessages",
-    "nonContiguousDeletedMessagesRanges", "nonContiguousDeletedMessagesRangesSerializedSize",
+    "msgRateOut",
+    "msgThroughputOut",
+    "bytesOutCounter",
+    "msgOutCounter",
+    "msgRateRedeliver",
+    "messageAckRate",
+    "msgBacklog",
+    "msgBacklogNoDelayed",
+    "msgDelayed",
+    "msgInReplay",
+    "unackedMessages",
+    "nonContiguousDeletedMessagesRanges",
+    "nonContiguousDeletedMessagesRangesSerializedSize",
     *_DRAINING_KEYS,
 )
 
@@ -471,8 +492,12 @@ def _add_subscription(into: dict[str, Any], stats: dict[str, Any]) -> None:
     if stats["backlogSize"] >= 0:
         into["backlogSize"] = max(into["backlogSize"], 0) + stats["backlogSize"]
     into["blockedSubscriptionOnUnackedMsgs"] |= stats["blockedSubscriptionOnUnackedMsgs"]
-    for key in ("lastConsumedFlowTimestamp", "lastConsumedTimestamp", "lastAckedTimestamp",
-                "lastMarkDeleteAdvancedTimestamp"):
+    for key in (
+        "lastConsumedFlowTimestamp",
+        "lastConsumedTimestamp",
+        "lastAckedTimestamp",
+        "lastMarkDeleteAdvancedTimestamp",
+    ):
         into[key] = max(into[key], stats[key])
     by_name = {c["consumerName"]: c for c in into["consumers"]}
     for consumer in stats["consumers"]:
@@ -487,14 +512,26 @@ def _add_subscription(into: dict[str, Any], stats: dict[str, Any]) -> None:
 
 def _copy_subscription(stats: dict[str, Any]) -> dict[str, Any]:
     copy = dict(stats)
-    copy["consumers"] = [{k: v for k, v in c.items() if k not in _PER_PARTITION_CONSUMER_KEYS} for c in stats["consumers"]]
+    copy["consumers"] = [
+        {k: v for k, v in c.items() if k not in _PER_PARTITION_CONSUMER_KEYS} for c in stats["consumers"]
+    ]
     return copy
 
 
 _TOPIC_SUMS = (
-    "msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter", "msgInCounter",
-    "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize", "waitingPublishers",
-    "nonContiguousDeletedMessagesRanges", "nonContiguousDeletedMessagesRangesSerializedSize",
+    "msgRateIn",
+    "msgThroughputIn",
+    "msgRateOut",
+    "msgThroughputOut",
+    "bytesInCounter",
+    "msgInCounter",
+    "bytesOutCounter",
+    "msgOutCounter",
+    "storageSize",
+    "backlogSize",
+    "waitingPublishers",
+    "nonContiguousDeletedMessagesRanges",
+    "nonContiguousDeletedMessagesRangesSerializedSize",
 )
 
 

@@ -233,8 +233,9 @@ async def unload_topic(request: Request, tenant: str, namespace: str, topic: str
     return Response(status_code=204)
 
 
-@router.get("/{tenant}/{namespace}/{topic}/lastMessageId", response_model=MessageIdData,
-            responses=error_responses(404, 412))
+@router.get(
+    "/{tenant}/{namespace}/{topic}/lastMessageId", response_model=MessageIdData, responses=error_responses(404, 412)
+)
 async def get_last_message_id(request: Request, tenant: str, namespace: str, topic: str) -> MessageIdData:
     service = _service(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
@@ -245,8 +246,11 @@ async def get_last_message_id(request: Request, tenant: str, namespace: str, top
 # ------------------------------------------------------------------------------ partitioned
 
 
-@router.put("/{tenant}/{namespace}/{topic}/partitions", status_code=204,
-            responses=_NO_CONTENT | error_responses(404, 406, 409, 412))
+@router.put(
+    "/{tenant}/{namespace}/{topic}/partitions",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 406, 409, 412),
+)
 async def create_partitioned_topic(
     request: Request,
     tenant: str,
@@ -275,8 +279,11 @@ async def create_partitioned_topic(
     return Response(status_code=204)
 
 
-@router.post("/{tenant}/{namespace}/{topic}/partitions", status_code=204,
-             responses=_NO_CONTENT | error_responses(404, 406, 409, 412))
+@router.post(
+    "/{tenant}/{namespace}/{topic}/partitions",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 406, 409, 412),
+)
 async def update_partitioned_topic(
     request: Request, tenant: str, namespace: str, topic: str, partitions: Annotated[Int32, Body()]
 ) -> Response:
@@ -293,8 +300,9 @@ async def update_partitioned_topic(
     return Response(status_code=204)
 
 
-@router.delete("/{tenant}/{namespace}/{topic}/partitions", status_code=204,
-               responses=_NO_CONTENT | error_responses(404, 412))
+@router.delete(
+    "/{tenant}/{namespace}/{topic}/partitions", status_code=204, responses=_NO_CONTENT | error_responses(404, 412)
+)
 async def delete_partitioned_topic(
     request: Request, tenant: str, namespace: str, topic: str, force: bool = False
 ) -> Response:
@@ -309,8 +317,11 @@ async def delete_partitioned_topic(
     return Response(status_code=204)
 
 
-@router.get("/{tenant}/{namespace}/{topic}/partitions", response_model=PartitionedTopicMetadata,
-            responses=error_responses(404, 412))
+@router.get(
+    "/{tenant}/{namespace}/{topic}/partitions",
+    response_model=PartitionedTopicMetadata,
+    responses=error_responses(404, 412),
+)
 async def get_partitioned_metadata(
     request: Request, tenant: str, namespace: str, topic: str, checkAllowAutoCreation: bool = False
 ) -> PartitionedTopicMetadata:
@@ -330,16 +341,20 @@ async def get_partitioned_metadata(
 # ---------------------------------------------------------------------------- subscriptions
 
 
-@router.get("/{tenant}/{namespace}/{topic}/subscriptions", response_model=list[str],
-            responses=error_responses(404, 412))
+@router.get(
+    "/{tenant}/{namespace}/{topic}/subscriptions", response_model=list[str], responses=error_responses(404, 412)
+)
 async def get_subscriptions(request: Request, tenant: str, namespace: str, topic: str) -> list[str]:
     service = _service(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
     return sorted({s for t in await _topics(service, name) for s in t.subscriptions})
 
 
-@router.put("/{tenant}/{namespace}/{topic}/subscription/{subName}", status_code=204,
-            responses=_NO_CONTENT | error_responses(404, 409, 412))
+@router.put(
+    "/{tenant}/{namespace}/{topic}/subscription/{subName}",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 409, 412),
+)
 async def create_subscription(
     request: Request,
     tenant: str,
@@ -356,8 +371,9 @@ async def create_subscription(
     service = _service(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
     if replicated and not service.config["enableReplicatedSubscriptions"]:
-        log.warning("[%s][%s] replicated=true while enableReplicatedSubscriptions is false: not replicated",
-                    name, subName)
+        log.warning(
+            "[%s][%s] replicated=true while enableReplicatedSubscriptions is false: not replicated", name, subName
+        )
         replicated = False
     start = LATEST if message_id is None else Position(message_id.ledgerId, message_id.entryId)
     partitions = service.partitions(name)
@@ -379,8 +395,11 @@ async def create_subscription(
     return Response(status_code=204)
 
 
-@router.delete("/{tenant}/{namespace}/{topic}/subscription/{subName}", status_code=204,
-               responses=_NO_CONTENT | error_responses(404, 412))
+@router.delete(
+    "/{tenant}/{namespace}/{topic}/subscription/{subName}",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def delete_subscription(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, force: bool = False
 ) -> Response:
@@ -397,8 +416,11 @@ async def delete_subscription(
     return Response(status_code=204)
 
 
-@router.post("/{tenant}/{namespace}/{topic}/subscription/{subName}/skip_all", status_code=204,
-             responses=_NO_CONTENT | error_responses(404, 412))
+@router.post(
+    "/{tenant}/{namespace}/{topic}/subscription/{subName}/skip_all",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def skip_all_messages(request: Request, tenant: str, namespace: str, topic: str, subName: str) -> Response:
     service = _service(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
@@ -413,8 +435,11 @@ async def skip_all_messages(request: Request, tenant: str, namespace: str, topic
     return Response(status_code=204)
 
 
-@router.post("/{tenant}/{namespace}/{topic}/subscription/{subName}/skip/{numMessages}", status_code=204,
-             responses=_NO_CONTENT | error_responses(404, 405, 412))
+@router.post(
+    "/{tenant}/{namespace}/{topic}/subscription/{subName}/skip/{numMessages}",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 405, 412),
+)
 async def skip_messages(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, numMessages: PathCount
 ) -> Response:
@@ -425,8 +450,11 @@ async def skip_messages(
     return Response(status_code=204)
 
 
-@router.post("/{tenant}/{namespace}/{topic}/subscription/{subName}/expireMessages/{expireTimeInSeconds}",
-             status_code=204, responses=_NO_CONTENT | error_responses(404, 412))
+@router.post(
+    "/{tenant}/{namespace}/{topic}/subscription/{subName}/expireMessages/{expireTimeInSeconds}",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def expire_messages(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, expireTimeInSeconds: PathInt32
 ) -> Response:
@@ -438,8 +466,11 @@ async def expire_messages(
     return Response(status_code=204)
 
 
-@router.post("/{tenant}/{namespace}/{topic}/all_subscription/expireMessages/{expireTimeInSeconds}",
-             status_code=204, responses=_NO_CONTENT | error_responses(404, 412))
+@router.post(
+    "/{tenant}/{namespace}/{topic}/all_subscription/expireMessages/{expireTimeInSeconds}",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def expire_messages_for_all_subscriptions(
     request: Request, tenant: str, namespace: str, topic: str, expireTimeInSeconds: PathInt32
 ) -> Response:
@@ -452,8 +483,11 @@ async def expire_messages_for_all_subscriptions(
     return Response(status_code=204)
 
 
-@router.post("/{tenant}/{namespace}/{topic}/subscription/{subName}/resetcursor/{timestamp}", status_code=204,
-             responses=_NO_CONTENT | error_responses(404, 412))
+@router.post(
+    "/{tenant}/{namespace}/{topic}/subscription/{subName}/resetcursor/{timestamp}",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def reset_cursor_to_time(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, timestamp: PathLong
 ) -> Response:
@@ -466,8 +500,11 @@ async def reset_cursor_to_time(
     return Response(status_code=204)
 
 
-@router.post("/{tenant}/{namespace}/{topic}/subscription/{subName}/resetcursor", status_code=204,
-             responses=_NO_CONTENT | error_responses(404, 405, 412))
+@router.post(
+    "/{tenant}/{namespace}/{topic}/subscription/{subName}/resetcursor",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 405, 412),
+)
 async def reset_cursor_to_message_id(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, message_id: ResetCursorData
 ) -> Response:
@@ -488,8 +525,11 @@ async def reset_cursor_to_message_id(
 # ---------------------------------------------------------------------------------- messages
 
 
-@router.get("/{tenant}/{namespace}/{topic}/subscription/{subName}/position/{messagePosition}",
-            response_class=Response, responses=_PEEK_RESPONSE | error_responses(404, 405, 412))
+@router.get(
+    "/{tenant}/{namespace}/{topic}/subscription/{subName}/position/{messagePosition}",
+    response_class=Response,
+    responses=_PEEK_RESPONSE | error_responses(404, 405, 412),
+)
 async def peek_nth_message(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, messagePosition: PathInt32
 ) -> Response:
@@ -504,8 +544,11 @@ async def peek_nth_message(
     return await _message_response(loaded, subscription.nth_unacked_position(messagePosition))
 
 
-@router.get("/{tenant}/{namespace}/{topic}/examinemessage", response_class=Response,
-            responses=_PEEK_RESPONSE | error_responses(404, 405, 412))
+@router.get(
+    "/{tenant}/{namespace}/{topic}/examinemessage",
+    response_class=Response,
+    responses=_PEEK_RESPONSE | error_responses(404, 405, 412),
+)
 async def examine_message(
     request: Request,
     tenant: str,
@@ -619,11 +662,12 @@ def _b64(value: bytes) -> str:
 # ----------------------------------------------------------------------- topic-level policies
 
 
-@router.get("/{tenant}/{namespace}/{topic}/deduplicationEnabled", response_model=bool,
-            responses={204: {"description": "The policy is not set"}} | error_responses(404, 412))
-async def get_deduplication(
-    request: Request, tenant: str, namespace: str, topic: str, applied: bool = False
-) -> Any:
+@router.get(
+    "/{tenant}/{namespace}/{topic}/deduplicationEnabled",
+    response_model=bool,
+    responses={204: {"description": "The policy is not set"}} | error_responses(404, 412),
+)
+async def get_deduplication(request: Request, tenant: str, namespace: str, topic: str, applied: bool = False) -> Any:
     """The topic's own policy; with `applied`, the one in force (topic, else namespace, else broker), as
     Pulsar's `topicPolicies().getDeduplicationStatus(topic, true)` asks."""
     service = _service(request)
@@ -634,8 +678,11 @@ async def get_deduplication(
     return Response(status_code=204) if enabled is None else enabled
 
 
-@router.post("/{tenant}/{namespace}/{topic}/deduplicationEnabled", status_code=204,
-             responses=_NO_CONTENT | error_responses(404, 412))
+@router.post(
+    "/{tenant}/{namespace}/{topic}/deduplicationEnabled",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def set_deduplication(
     request: Request, tenant: str, namespace: str, topic: str, enabled: Annotated[bool, Body(strict=True)]
 ) -> Response:
@@ -645,16 +692,22 @@ async def set_deduplication(
     return Response(status_code=204)
 
 
-@router.delete("/{tenant}/{namespace}/{topic}/deduplicationEnabled", status_code=204,
-               responses=_NO_CONTENT | error_responses(404, 412))
+@router.delete(
+    "/{tenant}/{namespace}/{topic}/deduplicationEnabled",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+)
 async def remove_deduplication(request: Request, tenant: str, namespace: str, topic: str) -> Response:
     service = _service(request)
     await service.set_topic_policies(_policy_topic(request, tenant, namespace, topic), {"deduplicationEnabled": None})
     return Response(status_code=204)
 
 
-@router.get("/{tenant}/{namespace}/{topic}/replication", response_model=list[str],
-            responses={204: {"description": "The policy is not set"}} | error_responses(404, 412))
+@router.get(
+    "/{tenant}/{namespace}/{topic}/replication",
+    response_model=list[str],
+    responses={204: {"description": "The policy is not set"}} | error_responses(404, 412),
+)
 async def get_replication_clusters(
     request: Request, tenant: str, namespace: str, topic: str, applied: bool = False
 ) -> Any:
@@ -667,8 +720,11 @@ async def get_replication_clusters(
     return Response(status_code=204) if clusters is None else clusters
 
 
-@router.post("/{tenant}/{namespace}/{topic}/replication", status_code=204,
-             responses=_NO_CONTENT | error_responses(400, 403, 404, 412))
+@router.post(
+    "/{tenant}/{namespace}/{topic}/replication",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(400, 403, 404, 412),
+)
 async def set_replication_clusters(
     request: Request, tenant: str, namespace: str, topic: str, clusters: Annotated[list[str], Body()]
 ) -> Response:
@@ -679,8 +735,9 @@ async def set_replication_clusters(
     return Response(status_code=204)
 
 
-@router.delete("/{tenant}/{namespace}/{topic}/replication", status_code=204,
-               responses=_NO_CONTENT | error_responses(404, 412))
+@router.delete(
+    "/{tenant}/{namespace}/{topic}/replication", status_code=204, responses=_NO_CONTENT | error_responses(404, 412)
+)
 async def remove_replication_clusters(request: Request, tenant: str, namespace: str, topic: str) -> Response:
     service = _service(request)
     await service.set_topic_policies(_policy_topic(request, tenant, namespace, topic), {"replicationClusters": None})

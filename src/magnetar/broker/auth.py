@@ -131,9 +131,7 @@ class TokenProvider:
             audiences = claims.get(self.audience_claim)
             audiences = [audiences] if isinstance(audiences, str) else audiences
             if not isinstance(audiences, list) or self.audience not in audiences:
-                raise AuthenticationError(
-                    f"Audiences in token: {audiences} not contains this broker: {self.audience}"
-                )
+                raise AuthenticationError(f"Audiences in token: {audiences} not contains this broker: {self.audience}")
         expires = claims.get("exp")
         return Authenticated(role, TOKEN, float(expires) if expires is not None else None)
 

@@ -92,8 +92,11 @@ def entry_messages(data: bytes) -> list[KeyedMessage] | None:
     except (_Undecodable, ProtocolError):
         return None
     return [
-        KeyedMessage(index, single.metadata.partition_key if single.metadata.HasField("partition_key") else None,
-                     single.metadata.payload_size)
+        KeyedMessage(
+            index,
+            single.metadata.partition_key if single.metadata.HasField("partition_key") else None,
+            single.metadata.payload_size,
+        )
         for index, single in enumerate(singles)
         if not single.metadata.compacted_out
     ]
@@ -178,9 +181,7 @@ def compacted_out_indexes(data: bytes) -> list[int]:
     return [index for index, single in enumerate(singles) if single.metadata.compacted_out]
 
 
-def compact(
-    entries: Iterable[tuple[Position, bytes]], retain_null_key: bool = False
-) -> list[tuple[Position, bytes]]:
+def compact(entries: Iterable[tuple[Position, bytes]], retain_null_key: bool = False) -> list[tuple[Position, bytes]]:
     """Both phases over entries given in position order: the compacted view, as (position, bytes)."""
     entries = list(entries)
     latest = latest_for_keys(entries)

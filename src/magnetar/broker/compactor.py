@@ -209,11 +209,14 @@ class TopicCompaction:
         cursor.read_position = following if following <= horizon else ledger.next_valid_position(horizon)
         deleted = cursor.individually_deleted
         return [
-            entry for entry in entries
+            entry
+            for entry in entries
             if entry.position not in deleted and (before_ledgers or entry.position > mark_delete)
         ]
 
-    def hidden_batch_indexes(self, data: bytes, acked: tuple[int, int] | None, batch_size: int) -> tuple[int, int] | None:
+    def hidden_batch_indexes(
+        self, data: bytes, acked: tuple[int, int] | None, batch_size: int
+    ) -> tuple[int, int] | None:
         """(batch size, mask) of a batch entry's messages a compacted reader must not receive: those
         acknowledged and those compacted out. MESSAGE's ack set leaves them out: the C++ client (and the
         Python one on it) skips a slot by the ack set, not by `compacted_out`."""

@@ -161,7 +161,9 @@ BROKER_KEYS: tuple[Setting, ...] = (
         True,
     ),
     # Security (docs/security.md): everything off unless set, as in Pulsar's standalone.
-    Setting("brokerServicePortTls", "", "TLS binary port (Pulsar's usual 6651); empty: no TLS port; 0 picks a free port."),
+    Setting(
+        "brokerServicePortTls", "", "TLS binary port (Pulsar's usual 6651); empty: no TLS port; 0 picks a free port."
+    ),
     Setting("webServicePortTls", "", "HTTPS port (Pulsar's usual 8443); empty: no HTTPS port; 0 picks a free port."),
     Setting("tlsCertificateFilePath", "", "The broker's certificate (PEM) on its TLS ports."),
     Setting("tlsKeyFilePath", "", "The private key (PEM) of tlsCertificateFilePath."),
@@ -186,7 +188,11 @@ BROKER_KEYS: tuple[Setting, ...] = (
     Setting("tokenPublicKey", "", "Public key of RS256/ES256 tokens: data:;base64,... or file:///path (DER or PEM)."),
     Setting("tokenAuthClaim", "sub", "The token claim that holds the role."),
     Setting("tokenAudienceClaim", "aud", "The token claim that names the audiences it is meant for."),
-    Setting("tokenAudience", "", "This broker's audience: tokens whose audience claim lacks it are refused; empty: unchecked."),
+    Setting(
+        "tokenAudience",
+        "",
+        "This broker's audience: tokens whose audience claim lacks it are refused; empty: unchecked.",
+    ),
     Setting("basicAuthConf", "", "htpasswd file of the basic provider: a path, file:///path or data:;base64,..."),
     Setting("authorizationEnabled", False, "Check roles' permissions on produce, consume, lookup and admin calls."),
     Setting("superUserRoles", "", "Comma-separated roles allowed everything."),
@@ -272,7 +278,9 @@ class BrokerConfig:
 _DISPATCHER_KEYS = {key for key, _doc, _dynamic in PULSAR_KEYS.values()}
 
 
-def load_config(path: str | Path | None = None, overrides: Iterable[tuple[str, str]] | Mapping[str, Any] = ()) -> BrokerConfig:
+def load_config(
+    path: str | Path | None = None, overrides: Iterable[tuple[str, str]] | Mapping[str, Any] = ()
+) -> BrokerConfig:
     """Defaults, then the file (if any), then overrides; unknown keys in the file are kept but unused,
     as Pulsar tolerates keys of features it does not have."""
     defaults = _all_defaults()

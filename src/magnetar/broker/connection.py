@@ -191,7 +191,9 @@ class ServerConnection:
             await asyncio.sleep(interval)
             idle = self._loop.time() - self.last_received
             if idle > 2 * interval:
-                log.warning("[%s] closing connection: keep-alive timeout, no frame for %.0f s", self.remote_address, idle)
+                log.warning(
+                    "[%s] closing connection: keep-alive timeout, no frame for %.0f s", self.remote_address, idle
+                )
                 self.close_reason = f"keep-alive timeout, no frame for {idle:.0f} s"
                 self.abort()
                 return
@@ -234,7 +236,9 @@ class ServerConnection:
                 self.protocol.protocol_version,
             )
             self.write(
-                commands.connected(SERVER_VERSION, self.protocol.protocol_version, self.service.config["maxMessageSize"])
+                commands.connected(
+                    SERVER_VERSION, self.protocol.protocol_version, self.service.config["maxMessageSize"]
+                )
             )
         elif kind == BaseCommand.PING:
             self.write(commands.pong())
@@ -287,9 +291,13 @@ class ServerConnection:
             request = command.getTopicsOfNamespace
             authorization = self.service.authorization
             if authorization.enabled and not authorization.can_list_topics(request.namespace, self.auth.role):
-                log.info("[%s] Role %s may not list the topics of %s", self.remote_address, self.auth.role, request.namespace)
+                log.info(
+                    "[%s] Role %s may not list the topics of %s", self.remote_address, self.auth.role, request.namespace
+                )
                 self.write(
-                    commands.error(request.request_id, "AuthorizationError", "Client is not authorized to GetTopicsOfNamespace")
+                    commands.error(
+                        request.request_id, "AuthorizationError", "Client is not authorized to GetTopicsOfNamespace"
+                    )
                 )
                 return
             topics = self.service.topics_of_namespace(request.namespace, _NAMESPACE_MODE_DOMAINS[request.mode])
@@ -310,7 +318,10 @@ class ServerConnection:
             log.info("[%s] ignoring %s: not supported", self.remote_address, name)
             return
         log.info(
-            "[%s] Request %d failed: NotAllowedError: %s is not supported by magnetar", self.remote_address, request_id, name
+            "[%s] Request %d failed: NotAllowedError: %s is not supported by magnetar",
+            self.remote_address,
+            request_id,
+            name,
         )
         self.write(commands.error(request_id, "NotAllowedError", f"{name} is not supported by magnetar"))
 
@@ -319,7 +330,9 @@ class ServerConnection:
         if isinstance(error, InvalidTopicName):
             code = "InvalidTopicName"
         if code is None:
-            log.error("[%s] Request %d failed: UnknownError: %r", self.remote_address, request_id, error, exc_info=error)
+            log.error(
+                "[%s] Request %d failed: UnknownError: %r", self.remote_address, request_id, error, exc_info=error
+            )
             code = "UnknownError"
         else:
             log.info("[%s] Request %d failed: %s: %s", self.remote_address, request_id, code, error)
@@ -344,7 +357,9 @@ class ServerConnection:
         except InvalidTopicName as error:
             log.info("[%s] Request %d failed: InvalidTopicName: %s", self.remote_address, request.request_id, error)
             self.write(
-                commands.partitioned_metadata_response(request.request_id, error_code="InvalidTopicName", message=str(error))
+                commands.partitioned_metadata_response(
+                    request.request_id, error_code="InvalidTopicName", message=str(error)
+                )
             )
             return
         self.write(commands.partitioned_metadata_response(request.request_id, partitions))
@@ -400,7 +415,9 @@ class ServerConnection:
             producer = ServerProducer(self, topic, request.producer_id, producer_name, access_mode)
             if access_mode == "WaitForExclusive" and topic.producers:
                 # Parked: the client waits for a second PRODUCER_SUCCESS with producer_ready=true.
-                log.info("[%s] Producer %s waits for exclusive access to topic %s", self.remote_address, producer_name, name)
+                log.info(
+                    "[%s] Producer %s waits for exclusive access to topic %s", self.remote_address, producer_name, name
+                )
                 self.write(
                     commands.producer_success(
                         request.request_id,
@@ -411,7 +428,9 @@ class ServerConnection:
                     )
                 )
                 await topic.wait_until_free()
-            epoch = topic.add_producer(producer, access_mode, request.topic_epoch if request.HasField("topic_epoch") else None)
+            epoch = topic.add_producer(
+                producer, access_mode, request.topic_epoch if request.HasField("topic_epoch") else None
+            )
         except Exception as error:  # answered to the client with its ServerError code
             self._error(request.request_id, error)
             return
@@ -577,7 +596,9 @@ class ServerConnection:
     async def _on_unsubscribe(self, request: Any) -> None:
         consumer = self.consumers.get(request.consumer_id)
         if consumer is None:
-            log.info("[%s] Request %d failed: ConsumerNotFound: unknown consumer", self.remote_address, request.request_id)
+            log.info(
+                "[%s] Request %d failed: ConsumerNotFound: unknown consumer", self.remote_address, request.request_id
+            )
             self.write(commands.error(request.request_id, "ConsumerNotFound", "unknown consumer"))
             return
         subscription = consumer.subscription
@@ -590,7 +611,11 @@ class ServerConnection:
                 subscription.name,
             )
             self.write(
-                commands.error(request.request_id, "UnknownError", f"Subscription {subscription.name} has other connected consumers")
+                commands.error(
+                    request.request_id,
+                    "UnknownError",
+                    f"Subscription {subscription.name} has other connected consumers",
+                )
             )
             return
         self.consumers.pop(request.consumer_id, None)
@@ -609,7 +634,9 @@ class ServerConnection:
     async def _on_seek(self, request: Any) -> None:
         consumer = self.consumers.get(request.consumer_id)
         if consumer is None:
-            log.info("[%s] Request %d failed: ConsumerNotFound: unknown consumer", self.remote_address, request.request_id)
+            log.info(
+                "[%s] Request %d failed: ConsumerNotFound: unknown consumer", self.remote_address, request.request_id
+            )
             self.write(commands.error(request.request_id, "ConsumerNotFound", "unknown consumer"))
             return
         subscription = consumer.subscription
@@ -622,7 +649,9 @@ class ServerConnection:
                 if target == EARLIEST or target[0] < 0:
                     target = subscription.topic.ledger.first_position()
                 elif target == LATEST:
-                    target = subscription.topic.ledger.next_valid_position(subscription.topic.ledger.last_confirmed_entry)
+                    target = subscription.topic.ledger.next_valid_position(
+                        subscription.topic.ledger.last_confirmed_entry
+                    )
                 await cursor.reset(target)
         except Exception as error:  # answered with its ServerError code
             self._error(request.request_id, error)
@@ -647,7 +676,9 @@ class ServerConnection:
     async def _on_get_last_message_id(self, request: Any) -> None:
         consumer = self.consumers.get(request.consumer_id)
         if consumer is None:
-            log.info("[%s] Request %d failed: ConsumerNotFound: unknown consumer", self.remote_address, request.request_id)
+            log.info(
+                "[%s] Request %d failed: ConsumerNotFound: unknown consumer", self.remote_address, request.request_id
+            )
             self.write(commands.error(request.request_id, "ConsumerNotFound", "unknown consumer"))
             return
         topic = consumer.subscription.topic
@@ -680,7 +711,9 @@ class ServerConnection:
         try:
             name = TopicName.parse(request.topic)
         except InvalidTopicName as error:
-            self.write(commands.get_schema_response(request.request_id, error_code="InvalidTopicName", message=str(error)))
+            self.write(
+                commands.get_schema_response(request.request_id, error_code="InvalidTopicName", message=str(error))
+            )
             return
         version = version_from_bytes(request.schema_version) if request.schema_version else None
         stored = self.service.schemas.get(name, version)
@@ -723,7 +756,13 @@ class ServerConnection:
         except Exception as error:  # answered with its ServerError code
             code = "InvalidTopicName" if isinstance(error, InvalidTopicName) else getattr(error, "server_error", None)
             if code is None:
-                log.error("[%s] Request %d failed: UnknownError: %r", self.remote_address, request.request_id, error, exc_info=error)
+                log.error(
+                    "[%s] Request %d failed: UnknownError: %r",
+                    self.remote_address,
+                    request.request_id,
+                    error,
+                    exc_info=error,
+                )
                 code = "UnknownError"
             else:
                 log.info("[%s] Request %d failed: %s: %s", self.remote_address, request.request_id, code, error)

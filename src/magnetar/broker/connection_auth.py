@@ -102,7 +102,9 @@ class ConnectionAuthentication:
                 return
             from magnetar.broker.connection import SERVER_VERSION  # connection.py imports this module
 
-            log.info("[%s] Credentials of role %s expired: challenging the client", connection.remote_address, self.role)
+            log.info(
+                "[%s] Credentials of role %s expired: challenging the client", connection.remote_address, self.role
+            )
             self._challenged = True
             connection.write(_auth_challenge(self._method, connection.protocol.protocol_version, SERVER_VERSION))
 

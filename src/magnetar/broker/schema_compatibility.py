@@ -200,7 +200,9 @@ class _Parser:
         for candidate in (name, f"{namespace}.{name}" if namespace and "." not in name else None):
             if candidate is not None and candidate in self.names:
                 return self.names[candidate]
-        raise AvroParseError(f'"{name}" is not a defined name. The type of the "{name}" field must be a defined name or a {{"type": ...}} expression.')
+        raise AvroParseError(
+            f'"{name}" is not a defined name. The type of the "{name}" field must be a defined name or a {{"type": ...}} expression.'
+        )
 
     @staticmethod
     def _fullname(name: str, namespace: str | None) -> tuple[str, str | None]:
@@ -500,7 +502,7 @@ def _check_default(_existing: Sequence[SchemaData], _new: SchemaData, strategy: 
         raise IncompatibleSchemaError("Schema compatibility strategy is ALWAYS_INCOMPATIBLE")
 
 
-def _type_check(schema_type: str):  # noqa: ANN202 - one of the _check_* functions
+def _type_check(schema_type: str):
     return {"AVRO": _check_avro, "JSON": _check_json, "KEY_VALUE": _check_key_value}.get(schema_type, _check_default)
 
 

@@ -22,8 +22,8 @@ from magnetar.broker.schema_compatibility import (
     AvroParseError,
     IncompatibleSchemaError,
     SchemaData,
-    legacy_json_schema,
     check_compatible,
+    legacy_json_schema,
     parse_avro,
     same_definition,
 )
@@ -319,7 +319,11 @@ class SchemaRegistry:
                         schema = from_wire(Schema.FromString(base64.b64decode(record[0]["schema"])))
                         if not self._storage.get_all(schema_id(name))[0]:
                             await self._storage.append(
-                                schema_id(name), schema.type, schema.data, schema.properties, self._clock_ms(),
+                                schema_id(name),
+                                schema.type,
+                                schema.data,
+                                schema.properties,
+                                self._clock_ms(),
                                 expected=-1,
                             )
                         await metadata.delete(path)

@@ -66,9 +66,7 @@ class Broker:
         started = time.perf_counter()
         await self.service.start()
         host = self.config["bindAddress"]
-        self._binary = await asyncio.start_server(
-            self._on_client, host, self.config["brokerServicePort"], limit=2**20
-        )
+        self._binary = await asyncio.start_server(self._on_client, host, self.config["brokerServicePort"], limit=2**20)
         self.binary_port = self._binary.sockets[0].getsockname()[1]
         if self.config["brokerServicePort"] == 0:
             # The advertised URL must name the port really bound.
@@ -110,7 +108,10 @@ class Broker:
 
     async def _start_tls(self, host: str) -> None:
         """The TLS ports (brokerServicePortTls, webServicePortTls), when configured, with one context."""
-        binary_port, web_port = tls_port(self.config, "brokerServicePortTls"), tls_port(self.config, "webServicePortTls")
+        binary_port, web_port = (
+            tls_port(self.config, "brokerServicePortTls"),
+            tls_port(self.config, "webServicePortTls"),
+        )
         if binary_port is None and web_port is None:
             return
         context = server_context(self.config)
@@ -119,7 +120,9 @@ class Broker:
             self._binary_tls = await asyncio.start_server(self._on_client, host, binary_port, ssl=context, limit=2**20)
             bound["brokerServicePortTls"] = str(self._binary_tls.sockets[0].getsockname()[1])
         if web_port is not None:
-            self._https = await asyncio.to_thread(_admin_server, self.service, lambda: self.ready, host, web_port, context)
+            self._https = await asyncio.to_thread(
+                _admin_server, self.service, lambda: self.ready, host, web_port, context
+            )
             await self._https.start()
             bound["webServicePortTls"] = str(self._https.port)
         # Lookups answer the TLS URL with the port really bound.
@@ -139,7 +142,9 @@ class Broker:
             await connection.run()
         finally:
             self.connections.discard(connection)
-            log.info("[%s] Closed connection: %s", connection.remote_address, connection.close_reason or "client closed")
+            log.info(
+                "[%s] Closed connection: %s", connection.remote_address, connection.close_reason or "client closed"
+            )
 
     async def stop(self) -> None:
         """Staged shutdown: stop accepting, close clients, wait (bounded), flush cursors, close storage."""
@@ -172,7 +177,11 @@ async def _collect_young() -> None:
 
 
 def _admin_server(
-    service: BrokerService, is_ready: Callable[[], bool], host: str, port: int, ssl_context: ssl.SSLContext | None = None
+    service: BrokerService,
+    is_ready: Callable[[], bool],
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AdminServer:
     """Import the admin API and bind its port; runs on a worker thread (see Broker.start)."""
     from magnetar.admin import AdminServer, create_app

@@ -26,8 +26,8 @@ from magnetar.broker.topic_name import TopicName
 from magnetar.core.settings import DispatcherSettings
 from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
 from magnetar.storage import ManagedLedgerFactory
-from magnetar.storage.sqlite_engine import SqliteEngine
 from magnetar.storage.metadata import BadVersionError, NotFoundError
+from magnetar.storage.sqlite_engine import SqliteEngine
 
 __all__ = ["TOPIC_DOMAINS", "BrokerService", "NamespaceNotEmptyError", "TopicBusyError", "TopicNotFoundError"]
 
@@ -183,7 +183,7 @@ class BrokerService:
             self.storage = None
 
     @property
-    def metadata(self):  # noqa: ANN201 - the storage's MetadataStore
+    def metadata(self):
         assert self.storage is not None
         return self.storage.metadata
 
@@ -495,4 +495,3 @@ class BrokerService:
 
 def _topic_policies_path(name: TopicName) -> str:
     return f"/topic-policies/{name.tenant}/{name.namespace}/{name.domain}/{name.local}"
-

@@ -21,8 +21,8 @@ from magnetar.broker.logs import draining_ended
 from magnetar.core.dispatchers import Dispatcher, new_dispatcher
 from magnetar.core.errors import ConsumerBusyError
 from magnetar.core.events import (
-    AckFiltered,
     Acked,
+    AckFiltered,
     ActiveConsumerChanged,
     BatchIndexAcked,
     CancelRead,
@@ -335,7 +335,9 @@ class PersistentSubscription:
         """What this subscription acknowledged that the other clusters' may not know yet: above the
         floor, up to the mark-delete position and the individually acknowledged ranges above it."""
         cursor = self.cursor
-        return subscription_acked_ranges(cursor.mark_delete_position, cursor.individually_deleted.ranges(), self.acked_ranges_floor)
+        return subscription_acked_ranges(
+            cursor.mark_delete_position, cursor.individually_deleted.ranges(), self.acked_ranges_floor
+        )
 
     def acknowledge_replicated(self, ranges: list[tuple[Position, Position]]) -> int:
         """Another cluster's subscription of this name acknowledged the entries of `ranges` (translated to
@@ -620,7 +622,11 @@ class PersistentSubscription:
         positions when the cursor moves; then everything before `position` counts as acknowledged and
         nothing from it on, as a seek does."""
         log.info(
-            "[%s][%s] Resetting cursor to %s, consumers to close: %d", self.topic.name, self.name, position, len(self.consumers)
+            "[%s][%s] Resetting cursor to %s, consumers to close: %d",
+            self.topic.name,
+            self.name,
+            position,
+            len(self.consumers),
         )
         self.disconnect_consumers()
         await self.cursor.reset(position)

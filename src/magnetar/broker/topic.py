@@ -17,8 +17,8 @@ from magnetar.broker.compactor import TopicCompaction
 from magnetar.broker.subscription import MARKER_PRODUCER_NAME, PersistentSubscription, entry_after, is_marker_entry
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.positions import EARLIEST, LATEST, Position
-from magnetar.protocol.messages import parse_entry
 from magnetar.protocol.markers import Marker
+from magnetar.protocol.messages import parse_entry
 from magnetar.replication.acked_ranges import AckedRangesContent, acked_ranges_to_send, ranges_to_acknowledge
 from magnetar.replication.controller import ReplicatedSubscriptionsController
 from magnetar.replication.replicator import REPLICATOR_PREFIX, Replicator, cursor_name
@@ -155,7 +155,9 @@ class PersistentTopic:
         if any(p.access_mode in _EXCLUSIVE_MODES for p in others):
             raise ProducerBusyError(f"Topic {self.name} has an exclusive producer")
         if exclusive:
-            self.topic_epoch = epoch if epoch is not None else (-1 if self.topic_epoch is None else self.topic_epoch) + 1
+            self.topic_epoch = (
+                epoch if epoch is not None else (-1 if self.topic_epoch is None else self.topic_epoch) + 1
+            )
         self.producers[producer.name] = producer
         return self.topic_epoch
 
@@ -369,7 +371,12 @@ class PersistentTopic:
         service = self.service
         local = service.config["clusterName"]
         if clusters and local not in clusters:
-            log.warning("[%s] Replication clusters %s do not include this cluster %s: not replicating", self.name, clusters, local)
+            log.warning(
+                "[%s] Replication clusters %s do not include this cluster %s: not replicating",
+                self.name,
+                clusters,
+                local,
+            )
             clusters = []
         wanted = [cluster for cluster in clusters if cluster != local]
         for cluster in [c for c in self.replicators if c not in wanted]:
@@ -460,7 +467,9 @@ class PersistentTopic:
         if subscription.replicated == replicated:
             return
         await subscription.set_replicated(replicated)
-        log.info("[%s][%s] Subscription %s replicated", self.name, subscription.name, "now" if replicated else "no longer")
+        log.info(
+            "[%s][%s] Subscription %s replicated", self.name, subscription.name, "now" if replicated else "no longer"
+        )
         await self.check_replicated_subscriptions()
 
     def _on_replicated_marker(self, position: Position, marker: Marker) -> None:
@@ -510,7 +519,10 @@ class PersistentTopic:
         at the earliest position if it does not exist here (as an UPDATE creates it, Pulsar #20767)."""
         replicator = self.replicators.get(source)
         ranges = ranges_to_acknowledge(
-            self.service.config["clusterName"], source, content, replicator.positions if replicator is not None else None
+            self.service.config["clusterName"],
+            source,
+            content,
+            replicator.positions if replicator is not None else None,
         )
         if not ranges:
             return
@@ -591,4 +603,3 @@ class PersistentTopic:
             return first
         target = ledger.next_valid_position(Position(ledger_id, max(entry_id, 0) - 1))
         return max(first, min(target, end))
-

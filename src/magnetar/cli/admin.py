@@ -680,9 +680,7 @@ def topics_expire_messages(
     ctx: typer.Context,
     topic: Topic,
     subscription: Subscription,
-    expire_time: Annotated[
-        str, typer.Option("--expireTime", "-t", help="older than: seconds, or 100m, 3h, 2d, 5w")
-    ],
+    expire_time: Annotated[str, typer.Option("--expireTime", "-t", help="older than: seconds, or 100m, 3h, 2d, 5w")],
 ) -> None:
     """Skip a subscription's messages published longer ago than a time."""
     s = _session(ctx)

@@ -14,9 +14,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -35,6 +35,7 @@ PROGRESS_INTERVAL_S = 1.0
 BAR_REFRESH_S = 0.1
 # How soon a consume notices Ctrl-C while no message arrives.
 RECEIVE_POLL_MS = 500
+
 
 class SubscriptionType(str, Enum):
     Exclusive = "Exclusive"

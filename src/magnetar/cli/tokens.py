@@ -44,7 +44,9 @@ def _fail(message: str) -> None:
 def _duration_s(text: str) -> int:
     match = re.fullmatch(r"(\d+)([smhdwy]?)", text.strip())
     if match is None:
-        raise typer.BadParameter(f"{text!r}: expected a number and a unit of s, m, h, d, w, y", param_hint="--expiry-time")
+        raise typer.BadParameter(
+            f"{text!r}: expected a number and a unit of s, m, h, d, w, y", param_hint="--expiry-time"
+        )
     return int(match.group(1)) * _UNITS_S[match.group(2) or "s"]
 
 
@@ -90,7 +92,9 @@ def create_key_pair(
     else:
         raise typer.BadParameter(f"{algorithm} is not one of {', '.join((*_RSA, *_CURVES))}", param_hint="-a")
     Path(output_private_key).write_bytes(
-        private.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        private.private_bytes(
+            serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
     )
     Path(output_public_key).write_bytes(
         private.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -111,8 +115,12 @@ def create(
     ] = None,
     private_key: Annotated[str | None, typer.Option("--private-key", "-pk", help="private key (DER or PEM)")] = None,
     expiry_time: Annotated[str | None, typer.Option("--expiry-time", "-e", help="e.g. 30s, 10m, 1h, 7d, 1y")] = None,
-    algorithm: Annotated[str | None, typer.Option("--signature-algorithm", "-a", help="default: HS256 or RS256/ES256 by key")] = None,
-    headers: Annotated[list[str] | None, typer.Option("--headers", "-hd", help="extra header key=value (repeatable)")] = None,
+    algorithm: Annotated[
+        str | None, typer.Option("--signature-algorithm", "-a", help="default: HS256 or RS256/ES256 by key")
+    ] = None,
+    headers: Annotated[
+        list[str] | None, typer.Option("--headers", "-hd", help="extra header key=value (repeatable)")
+    ] = None,
 ) -> None:
     """A new token for `subject`, signed with a secret key or a private key."""
     if (secret_key is None) == (private_key is None):

@@ -43,7 +43,7 @@ def auth_values(kind: str, params: str | None) -> dict[str, str]:
     params = (params or "").strip()
     if kind == "token":
         if params.startswith("token:"):
-            return {"token": params[len("token:"):]}
+            return {"token": params[len("token:") :]}
         if params.startswith("file:"):
             return {"token": Path(urllib.parse.urlparse(params).path).read_text().strip()}
         return {"token": params}

@@ -106,7 +106,9 @@ class Connection:
     def __init__(self, service_url: str, timeout_s: float = 30.0, security: ClientSecurity | None = None) -> None:
         url = urlsplit(service_url)
         if url.scheme not in ("pulsar", "pulsar+ssl") or not url.hostname or not url.port:
-            raise ValueError(f"serviceUrl must look like pulsar://host:port or pulsar+ssl://host:port, not {service_url!r}")
+            raise ValueError(
+                f"serviceUrl must look like pulsar://host:port or pulsar+ssl://host:port, not {service_url!r}"
+            )
         security = security or ClientSecurity()
         self.timeout_s = timeout_s
         self._tls = url.scheme == "pulsar+ssl"
@@ -262,7 +264,9 @@ class Connection:
     def partitions(self, topic: str) -> int:
         request_id = self.next_id()
         answer = self.request(
-            BaseCommand(type=BaseCommand.PARTITIONED_METADATA, partitionMetadata={"topic": topic, "request_id": request_id}),
+            BaseCommand(
+                type=BaseCommand.PARTITIONED_METADATA, partitionMetadata={"topic": topic, "request_id": request_id}
+            ),
             request_id,
         ).partitionMetadataResponse
         if answer.response == 1:  # Failed
@@ -321,7 +325,9 @@ class Connection:
         return consumer_id
 
     def flow(self, consumer_id: int, permits: int) -> None:
-        self.send_command(BaseCommand(type=BaseCommand.FLOW, flow={"consumer_id": consumer_id, "messagePermits": permits}))
+        self.send_command(
+            BaseCommand(type=BaseCommand.FLOW, flow={"consumer_id": consumer_id, "messagePermits": permits})
+        )
 
     def ack_cumulative(self, consumer_id: int, position: tuple[int, int], wait: bool = False) -> None:
         fields: dict[str, object] = {
@@ -355,7 +361,9 @@ class Connection:
     def close_consumer(self, consumer_id: int) -> None:
         request_id = self.next_id()
         self.request(
-            BaseCommand(type=BaseCommand.CLOSE_CONSUMER, close_consumer={"consumer_id": consumer_id, "request_id": request_id}),
+            BaseCommand(
+                type=BaseCommand.CLOSE_CONSUMER, close_consumer={"consumer_id": consumer_id, "request_id": request_id}
+            ),
             request_id,
         )
 
@@ -584,7 +592,10 @@ class Producer:
     def close(self) -> None:
         request_id = self.connection.next_id()
         self.connection.request(
-            BaseCommand(type=BaseCommand.CLOSE_PRODUCER, close_producer={"producer_id": self.producer_id, "request_id": request_id}),
+            BaseCommand(
+                type=BaseCommand.CLOSE_PRODUCER,
+                close_producer={"producer_id": self.producer_id, "request_id": request_id},
+            ),
             request_id,
         )
 

@@ -59,9 +59,7 @@ class PositionRangeSet:
         self._uppers: list[tuple[int, int]] = []
 
     @classmethod
-    def from_sorted_bounds(
-        cls, lowers: list[tuple[int, int]], uppers: list[tuple[int, int]]
-    ) -> PositionRangeSet:
+    def from_sorted_bounds(cls, lowers: list[tuple[int, int]], uppers: list[tuple[int, int]]) -> PositionRangeSet:
         """Build from bounds already sorted, disjoint and merged (as `ranges()` yields them), in O(n)
         without re-merging: a restarting cursor reloads its persisted ack holes this way.
 
@@ -180,9 +178,7 @@ class PositionRangeSet:
     def to_string(self, separator: str = "..", joiner: str = ",") -> str:
         """Pulsar's rendering: `[(3:4..3:5],(3:7..3:10]]` in internal stats; PIP-282's stats write
         `[(3:4, 3:5], (3:7, 3:10]]` (`separator=", ", joiner=", "`)."""
-        parts = [
-            f"({lo[0]}:{lo[1]}{separator}{hi[0]}:{hi[1]}]" for lo, hi in zip(self._lowers, self._uppers)
-        ]
+        parts = [f"({lo[0]}:{lo[1]}{separator}{hi[0]}:{hi[1]}]" for lo, hi in zip(self._lowers, self._uppers)]
         return "[" + joiner.join(parts) + "]"
 
     def __repr__(self) -> str:

@@ -66,9 +66,7 @@ class StickyKeyConsumerSelector(Protocol):
         """Map an entry's 31-bit `key_hash` into this selector's slot space."""
         ...
 
-    def add_consumer(
-        self, consumer: object, name: str, ranges: Sequence[Range] | None = None
-    ) -> ImpactedConsumers: ...
+    def add_consumer(self, consumer: object, name: str, ranges: Sequence[Range] | None = None) -> ImpactedConsumers: ...
 
     def remove_consumer(self, consumer: object) -> ImpactedConsumers:
         """Unknown consumer: empty result, no error, so removing twice is safe."""
@@ -130,9 +128,7 @@ class _RingMember:
     consumer: object
     name: str
     name_index: int
-    points: tuple[
-        int, ...
-    ]  # ring slot of each point index, duplicates kept (a consumer may collide with itself)
+    points: tuple[int, ...]  # ring slot of each point index, duplicates kept (a consumer may collide with itself)
 
 
 class ConsistentHashingSelector:
@@ -177,9 +173,7 @@ class ConsistentHashingSelector:
     def select(self, sticky_hash: int) -> object | None:
         return self._point_owners[bisect_left(self._point_slots, sticky_hash)]
 
-    def add_consumer(
-        self, consumer: object, name: str, ranges: Sequence[Range] | None = None
-    ) -> ImpactedConsumers:
+    def add_consumer(self, consumer: object, name: str, ranges: Sequence[Range] | None = None) -> ImpactedConsumers:
         """Put the consumer's points on the ring. `ranges` is ignored, as Pulsar ignores it in AUTO_SPLIT."""
         if id(consumer) in self._members:
             raise ValueError(f"consumer {name!r} is already added")
@@ -256,9 +250,7 @@ class ConsistentHashingSelector:
     def check_invariants(self) -> None:
         slots, owners = self._point_slots, self._point_owners
         assert len(owners) == len(slots) + 1, "point owners out of step with point slots"
-        assert owners[-1] is (owners[0] if slots else None), (
-            "wrap-around owner is not the first point's owner"
-        )
+        assert owners[-1] is (owners[0] if slots else None), "wrap-around owner is not the first point's owner"
         for index, point in enumerate(slots):
             assert _RING_SLOT_MIN <= point <= _RING_SLOT_MAX, f"point {point} outside the ring"
             if index:
@@ -281,9 +273,7 @@ class ConsistentHashingSelector:
         names: dict[str, set[int]] = {}
         for member in self._members.values():
             indexes = names.setdefault(member.name, set())
-            assert member.name_index not in indexes, (
-                f"name index {member.name_index} of {member.name!r} reused"
-            )
+            assert member.name_index not in indexes, f"name index {member.name_index} of {member.name!r} reused"
             indexes.add(member.name_index)
         assert names == self._name_indexes, "name index tracker out of step with members"
 
@@ -402,9 +392,7 @@ class HashRangeAutoSplitSelector:
     def select(self, sticky_hash: int) -> object | None:
         return self._range_owners[bisect_left(self._range_ends, sticky_hash)]
 
-    def add_consumer(
-        self, consumer: object, name: str, ranges: Sequence[Range] | None = None
-    ) -> ImpactedConsumers:
+    def add_consumer(self, consumer: object, name: str, ranges: Sequence[Range] | None = None) -> ImpactedConsumers:
         """Split the largest range for the consumer. `ranges` is ignored, as Pulsar ignores it here."""
         if id(consumer) in self._members:
             raise ValueError(f"consumer {name!r} is already added")
@@ -456,8 +444,7 @@ class HashRangeAutoSplitSelector:
 
     def ranges_by_consumer(self) -> dict[object, list[Range]]:
         return _group_ranges(
-            ((self._range_start(index), end), self._range_owners[index])
-            for index, end in enumerate(self._range_ends)
+            ((self._range_start(index), end), self._range_owners[index]) for index, end in enumerate(self._range_ends)
         )
 
     def check_invariants(self) -> None:
@@ -513,9 +500,7 @@ class HashRangeExclusiveSelector:
     def select(self, sticky_hash: int) -> object | None:
         return self._segment_owners[bisect_right(self._segment_starts, sticky_hash) - 1]
 
-    def add_consumer(
-        self, consumer: object, name: str, ranges: Sequence[Range] | None = None
-    ) -> ImpactedConsumers:
+    def add_consumer(self, consumer: object, name: str, ranges: Sequence[Range] | None = None) -> ImpactedConsumers:
         if id(consumer) in self._members:
             raise ValueError(f"consumer {name!r} is already added")
         declared = self._validate(name, ranges)
@@ -532,9 +517,7 @@ class HashRangeExclusiveSelector:
 
     def ranges_by_consumer(self) -> dict[object, list[Range]]:
         return _group_ranges(
-            (self._segment(index), owner)
-            for index, owner in enumerate(self._segment_owners)
-            if owner is not None
+            (self._segment(index), owner) for index, owner in enumerate(self._segment_owners) if owner is not None
         )
 
     def check_invariants(self) -> None:
@@ -543,16 +526,10 @@ class HashRangeExclusiveSelector:
         assert starts and starts[0] == _RANGE_SLOT_MIN, "segments do not start at 0"
         for index in range(1, len(starts)):
             assert starts[index - 1] < starts[index] <= _RANGE_SLOT_MAX, f"segment {index} out of order"
-            assert owners[index - 1] is not None or owners[index] is not None, (
-                f"gaps {index - 1}, {index} adjacent"
-            )
-        held = sorted(
-            (self._segment(index), id(owner)) for index, owner in enumerate(owners) if owner is not None
-        )
+            assert owners[index - 1] is not None or owners[index] is not None, f"gaps {index - 1}, {index} adjacent"
+        held = sorted((self._segment(index), id(owner)) for index, owner in enumerate(owners) if owner is not None)
         declared = sorted(
-            (hash_range, member_id)
-            for member_id, member in self._members.items()
-            for hash_range in member.ranges
+            (hash_range, member_id) for member_id, member in self._members.items() for hash_range in member.ranges
         )
         assert held == declared, "segments do not match the declared ranges"
 
@@ -606,11 +583,7 @@ class HashRangeExclusiveSelector:
         an incremental edit.
         """
         held = sorted(
-            (
-                (start, end, member.consumer)
-                for member in self._members.values()
-                for start, end in member.ranges
-            ),
+            ((start, end, member.consumer) for member in self._members.values() for start, end in member.ranges),
             key=lambda held_range: held_range[0],
         )
         starts: list[int] = []

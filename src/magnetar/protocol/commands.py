@@ -77,7 +77,9 @@ def _error_code(code: int | str) -> int:
     return ServerError.Value(code) if isinstance(code, str) else code
 
 
-def _message_id(target: MessageIdData, ledger_id: int, entry_id: int, batch_index: int = -1, partition: int = -1) -> None:
+def _message_id(
+    target: MessageIdData, ledger_id: int, entry_id: int, batch_index: int = -1, partition: int = -1
+) -> None:
     target.ledgerId = wire_id(ledger_id)
     target.entryId = wire_id(entry_id)
     # -1 is the schema default for both, so leaving them unset keeps the frame as small as Java's.
@@ -133,9 +135,7 @@ def success(request_id: int, schema: Schema | None = None) -> bytes:
 
 def error(request_id: int, code: int | str, message: str) -> bytes:
     """ERROR: fails the client's pending request; all three fields are required by the client."""
-    return _frame(
-        BaseCommand.ERROR, "error", request_id=wire_id(request_id), error=_error_code(code), message=message
-    )
+    return _frame(BaseCommand.ERROR, "error", request_id=wire_id(request_id), error=_error_code(code), message=message)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -420,9 +420,7 @@ def get_last_message_id_response(
     return encode_frame(command)
 
 
-def ack_response(
-    consumer_id: int, request_id: int, code: int | str | None = None, message: str | None = None
-) -> bytes:
+def ack_response(consumer_id: int, request_id: int, code: int | str | None = None, message: str | None = None) -> bytes:
     """ACK_RESPONSE, owed only to an ACK that carried a request_id (ack-receipt mode)."""
     fields: dict[str, object] = {"consumer_id": consumer_id, "request_id": wire_id(request_id)}
     if code is not None:
@@ -462,7 +460,9 @@ _MESSAGE_PREFIX = bytes((0x08, BaseCommand.MESSAGE, 0x4A))
 # Varints of 0 .. 2^14-1, and the 14 low bits of larger values as two bytes that both say "more follows":
 # a value below 2^28 (any sequence or entry id of a broker's lifetime, in practice) is one or two lookups
 # instead of a loop. The tables hold 2 x 16,384 short bytes objects (~1 MB).
-_VARINT_14 = tuple(bytes((value,)) if value < 0x80 else bytes(((value & 0x7F) | 0x80, value >> 7)) for value in range(0x4000))
+_VARINT_14 = tuple(
+    bytes((value,)) if value < 0x80 else bytes(((value & 0x7F) | 0x80, value >> 7)) for value in range(0x4000)
+)
 _LOW_14 = tuple(bytes(((value & 0x7F) | 0x80, (value >> 7) | 0x80)) for value in range(0x4000))
 
 
@@ -542,7 +542,9 @@ def message_frames(
         redelivery_count = redelivery_counts[index] if redelivery_counts else 0
         ack_set = ack_sets.get(index) if ack_sets else None
         if redelivery_count or ack_set:
-            append(message_frame(consumer_id, ledger_id, entry_id, payload, redelivery_count, ack_set, partition, epoch))
+            append(
+                message_frame(consumer_id, ledger_id, entry_id, payload, redelivery_count, ack_set, partition, epoch)
+            )
             continue
         if ledger_id != last_ledger:
             last_ledger = ledger_id

@@ -157,7 +157,7 @@ class FrameDecoder:
         with memoryview(stream) as view:
             while end - offset >= _HEADER_BYTES:
                 total_size, command_size = _HEADER.unpack_from(stream, offset)
-                if not (_SIZE_BYTES < total_size and total_size + _SIZE_BYTES <= max_frame_size) or not (
+                if not (total_size > _SIZE_BYTES and total_size + _SIZE_BYTES <= max_frame_size) or not (
                     0 < command_size <= total_size - _SIZE_BYTES
                 ):
                     _check_sizes(total_size, command_size, max_frame_size)

@@ -256,9 +256,9 @@ def replicated_section(section: bytes, local_cluster: str) -> bytes:
     if metadata_end > len(section):
         raise ProtocolError(f"MessageMetadata of {metadata_size} bytes overruns the payload section")
     field = _replicated_from_field(local_cluster)
-    checked = b"".join((
-        _U32.pack(metadata_size + len(field)), view[_CHECKSUMMED_HEAD_BYTES:metadata_end], field, view[metadata_end:]
-    ))
+    checked = b"".join(
+        (_U32.pack(metadata_size + len(field)), view[_CHECKSUMMED_HEAD_BYTES:metadata_end], field, view[metadata_end:])
+    )
     return _MAGIC_CRC32C_BYTES + _U32.pack(crc32c.crc32c(checked)) + checked
 
 
@@ -299,8 +299,7 @@ def split_batch(payload: bytes, num_messages: int) -> list[SingleMessage]:
         body_end = body_start + metadata.payload_size
         if metadata.payload_size < 0 or body_end > len(view):
             raise ProtocolError(
-                f"batch message {index} declares {metadata.payload_size} payload bytes, "
-                f"{len(view) - body_start} remain"
+                f"batch message {index} declares {metadata.payload_size} payload bytes, {len(view) - body_start} remain"
             )
         messages.append(SingleMessage(metadata, bytes(view[body_start:body_end])))
         offset = body_end

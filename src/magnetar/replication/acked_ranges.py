@@ -186,7 +186,9 @@ class ReplicatedPositions:
         return _translate(ranges, self._remote, self._local, self._count)
 
 
-def _translate(ranges: Iterable[Range], starts: list[Position], targets: list[Position], counts: list[int]) -> list[Range]:
+def _translate(
+    ranges: Iterable[Range], starts: list[Position], targets: list[Position], counts: list[int]
+) -> list[Range]:
     """Each open-closed range of positions on the `starts` side, cut by the runs, on the `targets` side
     (ordered as the ranges are when they are ordered; consecutive results that touch are merged)."""
     out: list[Range] = []
@@ -301,7 +303,9 @@ def _position(message_id: MarkersMessageIdData) -> Position:
     return Position(signed_id(message_id.ledger_id), signed_id(message_id.entry_id))
 
 
-def uncovered(ranges: Iterable[Range], covered: Iterable[tuple[tuple[int, int], tuple[int, int]]], above: Position) -> list[Range]:
+def uncovered(
+    ranges: Iterable[Range], covered: Iterable[tuple[tuple[int, int], tuple[int, int]]], above: Position
+) -> list[Range]:
     """What of the ordered open-closed `ranges` lies above `above` and outside the ordered `covered`
     ranges (a cursor's mark-delete position and individually deleted ranges): what is left to
     acknowledge, so that a receiver does not walk again what it acknowledged before."""
@@ -337,4 +341,3 @@ def positions_in(lower: Position, upper: Position, entries_of: Mapping[int, int]
         last = upper[1] if ledger == upper[0] else entries_of[ledger] - 1
         found.extend(Position(ledger, entry) for entry in range(max(first, 0), last + 1))
     return found
-

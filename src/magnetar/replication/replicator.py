@@ -116,7 +116,9 @@ class Replicator:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replicator {self.topic_name} -> {self.remote_cluster}")
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"replicator {self.topic_name} -> {self.remote_cluster}"
+            )
 
     async def stop(self) -> None:
         """Stop forwarding and close the remote producer; the cursor stays (its owner deletes it)."""
@@ -166,7 +168,9 @@ class Replicator:
         url = self._resolve_url(self.remote_cluster)
         if not url:
             log.warning(
-                "[%s] Replicator to %s: the cluster has no brokerServiceUrl registered", self.topic_name, self.remote_cluster
+                "[%s] Replicator to %s: the cluster has no brokerServiceUrl registered",
+                self.topic_name,
+                self.remote_cluster,
             )
             return None
         self.state = "Starting"
@@ -236,7 +240,7 @@ class Replicator:
         """New entries, or a second passing (the loop then sees whether the remote went away)."""
         try:
             await asyncio.wait_for(self.ledger.wait_for_new_entries(self.ledger.last_confirmed_entry), IDLE_CHECK_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     def _forward_entries(self, producer: RemoteProducer, entries: list[Any]) -> None:
@@ -280,7 +284,9 @@ class Replicator:
         try:
             marker = parse_marker(entry.data)
         except (ProtocolError, ChecksumError) as error:
-            log.warning("[%s] Marker from %s at %s unreadable: %s", self.topic_name, self.remote_cluster, entry.position, error)
+            log.warning(
+                "[%s] Marker from %s at %s unreadable: %s", self.topic_name, self.remote_cluster, entry.position, error
+            )
             return
         if marker is not None:
             self._on_marker(entry.position, marker)

@@ -166,7 +166,9 @@ class SnapshotController:
         if not replicators or not all(replicators.values()):
             # A snapshot without a cluster could skip what that cluster sent through a third one.
             return None
-        builder = SnapshotBuilder(self._new_snapshot_id(), self.local_cluster, sorted(replicators), now_ms, self.timeout_ms)
+        builder = SnapshotBuilder(
+            self._new_snapshot_id(), self.local_cluster, sorted(replicators), now_ms, self.timeout_ms
+        )
         self.pending[builder.snapshot_id] = builder
         self.started_count += 1
         return builder
@@ -211,7 +213,9 @@ def respond_to_request(
     """
     if not request.HasField("source_cluster") or request.source_cluster == local_cluster:
         return None
-    return markers.snapshot_response(request.snapshot_id, request.source_cluster, local_cluster, request_position, now_ms)
+    return markers.snapshot_response(
+        request.snapshot_id, request.source_cluster, local_cluster, request_position, now_ms
+    )
 
 
 def update_target(update: ReplicatedSubscriptionsUpdate, local_cluster: str) -> Position | None:

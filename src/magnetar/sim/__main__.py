@@ -13,7 +13,8 @@ SUBSCRIPTION_TYPES = ("Key_Shared", "Shared", "Failover", "Exclusive")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="magnetar sim", description="Run seeded simulations of the ordering core (or, with --shell, of the broker) and report violations."
+        prog="magnetar sim",
+        description="Run seeded simulations of the ordering core (or, with --shell, of the broker) and report violations.",
     )
     parser.add_argument("--seed", type=int, help="replay one schedule exactly and print its trace")
     parser.add_argument("--mode", choices=(*ORDERING_MODES, "all"), default="all", help="Key_Shared ordering mode")

@@ -79,14 +79,22 @@ class OrderingChecker:
         for position in positions:
             key = world.log_keys[world.index_of[position]]
             if self._in_reader_ranges(world, key):
-                self.fail(world, "hash-range", f"{position} ({key}) acknowledged as filtered inside the reader's ranges")
+                self.fail(
+                    world, "hash-range", f"{position} ({key}) acknowledged as filtered inside the reader's ranges"
+                )
 
     def on_delivery(self, world: World, client: Client, delivery: Delivery, first: bool) -> None:
         if world.options.reader_hash_ranges and not self._in_reader_ranges(world, delivery.key):
-            self.fail(world, "hash-range", f"{delivery.position} ({delivery.key}) delivered outside the reader's ranges")
+            self.fail(
+                world, "hash-range", f"{delivery.position} ({delivery.key}) delivered outside the reader's ranges"
+            )
         # A delayed message arrives when it is due, after newer messages of its key, by design.
         ordered_delivery = not (delivery.delayed and self.keyed)
-        if first and ordered_delivery and (self.ordered or not self.keyed and world.options.subscription_type != "Shared"):
+        if (
+            first
+            and ordered_delivery
+            and (self.ordered or (not self.keyed and world.options.subscription_type != "Shared"))
+        ):
             highest = self.first_max.get(delivery.key)
             if highest is not None and delivery.position < highest:
                 self.fail(

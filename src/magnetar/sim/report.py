@@ -36,7 +36,12 @@ def _command(seed: int, ordering_mode: str, subscription_type: str, shell: bool)
 
 
 def report_sweep(
-    modes: list[str], subscription_type: str, schedules: int, first_seed: int, processes: int | None, shell: bool = False
+    modes: list[str],
+    subscription_type: str,
+    schedules: int,
+    first_seed: int,
+    processes: int | None,
+    shell: bool = False,
 ) -> bool:
     """Sweep each mode and print the table and one example per mode; True when nothing unexpected."""
     results: list[tuple[SweepResult, float]] = []

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from magnetar.core.dispatchers import new_dispatcher
 from magnetar.core.errors import CoreError
 from magnetar.core.events import (
-    AckFiltered,
     Acked,
+    AckFiltered,
     ActiveConsumerChanged,
     BatchIndexAcked,
     CancelRead,
@@ -340,7 +340,9 @@ class World:
     def dispatch_due(self) -> None:
         self.feed(DispatchDue())
 
-    def add_consumer(self, name: str | None = None, receiver_queue: int | None = None, paused: bool = False) -> int | None:
+    def add_consumer(
+        self, name: str | None = None, receiver_queue: int | None = None, paused: bool = False
+    ) -> int | None:
         """Subscribe a consumer (a random name unless given); returns its id, or None if refused."""
         options = self.options
         connected = {c.name for c in self.clients.values()}
@@ -409,11 +411,7 @@ class World:
 
     def ack(self, client: Client, position: Position) -> None:
         delivery, _at = client.held[position]
-        if (
-            delivery.message_count > 1
-            and position not in client.partially_acked
-            and self.rng.random() < 0.5
-        ):
+        if delivery.message_count > 1 and position not in client.partially_acked and self.rng.random() < 0.5:
             # Batch-index ack of part of the batch first, as a client with batch index acks would.
             client.partially_acked.add(position)
             self.feed(BatchIndexAcked(client.consumer_id, position, delivery.message_count - 1))

@@ -90,7 +90,9 @@ class TopicState:
     def from_internal_stats(cls, stats: Mapping[str, object]) -> TopicState:
         ledgers = tuple((int(info["ledgerId"]), int(info["entries"])) for info in stats["ledgers"])
         stored = int(stats["numberOfEntries"])
-        return cls(ledgers, parse_position(str(stats["lastConfirmedEntry"])), int(stats["entriesAddedCounter"]) - stored)
+        return cls(
+            ledgers, parse_position(str(stats["lastConfirmedEntry"])), int(stats["entriesAddedCounter"]) - stored
+        )
 
     def _with_entries(self) -> list[tuple[int, int]]:
         return [(ledger_id, entries) for ledger_id, entries in self.ledgers if entries > 0]

@@ -145,10 +145,13 @@ def _positions(options: Mapping[str, str], name: str, default: str) -> str | dic
         if (
             not isinstance(position, dict)
             or set(position) - {"ledgerId", "entryId"}
-            or not all(isinstance(position.get(k), int) and not isinstance(position.get(k), bool) for k in ("ledgerId", "entryId"))
+            or not all(
+                isinstance(position.get(k), int) and not isinstance(position.get(k), bool)
+                for k in ("ledgerId", "entryId")
+            )
         ):
             raise OptionError(
-                f"{name}: the message id of {topic!r} must be \"earliest\", \"latest\" or "
+                f'{name}: the message id of {topic!r} must be "earliest", "latest" or '
                 f'{{"ledgerId": <int>, "entryId": <int>}}, not {json.dumps(position)}'
             )
         positions[full] = (position["ledgerId"], position["entryId"])

@@ -21,7 +21,15 @@ from magnetar.spark import rest
 from magnetar.spark.offsets import Offset, TopicState
 from magnetar.spark.options import OptionError, PositionSpec, SourceOptions
 
-__all__ = ["DataLossError", "ReadTask", "plan_tasks", "resolve_topics", "topic_states", "offsets_from_spec", "start_after_loss"]
+__all__ = [
+    "DataLossError",
+    "ReadTask",
+    "plan_tasks",
+    "resolve_topics",
+    "topic_states",
+    "offsets_from_spec",
+    "start_after_loss",
+]
 
 log = logging.getLogger("magnetar.spark")
 _PARTITION = re.compile(r"^(.*)-partition-(\d+)$")

@@ -207,7 +207,11 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = starts[topic]
             if shares[topic] > 0:
                 for received in read_range(
-                    options.service_url, topic, starts[topic].position, target.position, FULL_HASH_RANGE,
+                    options.service_url,
+                    topic,
+                    starts[topic].position,
+                    target.position,
+                    FULL_HASH_RANGE,
                     options.poll_timeout_ms / 1000,
                 ):
                     count = received.entry.num_messages

@@ -18,8 +18,8 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Sequence
-from typing import NamedTuple
 from operator import attrgetter
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -199,8 +199,7 @@ class ManagedCursor:
     def _check_acknowledgeable(self, position: Position) -> None:
         if position > self.ledger.last_confirmed_entry:
             raise ValueError(
-                f"cursor {self.name}: {position} is beyond the last confirmed entry "
-                f"{self.ledger.last_confirmed_entry}"
+                f"cursor {self.name}: {position} is beyond the last confirmed entry {self.ledger.last_confirmed_entry}"
             )
 
     def _count_deleted_up_to(self, position: Position) -> int:

@@ -55,8 +55,16 @@ class EntryCache:
     their first entry ids in order."""
 
     __slots__ = (
-        "capacity_bytes", "cold_capacity_bytes", "size_bytes", "cold_bytes", "_runs", "_cold", "_starts",
-        "hits", "misses", "evictions",
+        "capacity_bytes",
+        "cold_capacity_bytes",
+        "size_bytes",
+        "cold_bytes",
+        "_runs",
+        "_cold",
+        "_starts",
+        "hits",
+        "misses",
+        "evictions",
     )
 
     def __init__(self, capacity_bytes: int) -> None:
@@ -156,8 +164,13 @@ class EntryCache:
             return [
                 new_entry(
                     (
-                        new_position((ledger_id, first)), run.datas[at], run.sticky_key_hashes[at],
-                        run.message_counts[at], run.publish_times[at], run.producer_names[at], run.sequence_ids[at],
+                        new_position((ledger_id, first)),
+                        run.datas[at],
+                        run.sticky_key_hashes[at],
+                        run.message_counts[at],
+                        run.publish_times[at],
+                        run.producer_names[at],
+                        run.sequence_ids[at],
                     )
                 )
             ]

@@ -18,7 +18,7 @@ __all__ = ["managed_ledger_internal_stats", "cursor_internal_stats"]
 
 
 def _timestamp(ms: int) -> str:
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 

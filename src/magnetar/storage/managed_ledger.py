@@ -24,10 +24,10 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
-from dataclasses import dataclass
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
-from typing import Any, Union, overload
+from typing import Any, overload
 
 from magnetar.core.positions import EARLIEST, LATEST, Position
 from magnetar.storage.compaction import delete_compacted
@@ -65,7 +65,7 @@ Record = tuple[int, int, bytes, int, int, int, str, int]
 # the future resolves to once this item is durable: the position for `append`; on a batch's last
 # item, the batch's `(ledger_id, first_entry_id, count)` spans, which the future resolves to as
 # `BatchPositions`; None on a batch's earlier items (the future waits for the last one).
-PendingAppend = tuple[Position, "asyncio.Future[Any]", Union[Record, Run], Any, int]
+PendingAppend = tuple[Position, "asyncio.Future[Any]", Record | Run, Any, int]
 
 
 class BatchPositions(Sequence[Position]):
@@ -243,9 +243,7 @@ class ManagedLedger:
             raise StorageClosedError(f"managed ledger {self.name} is closed")
         factory = self.factory
         if factory.pending_adds >= self._pending_adds_max:
-            raise StorageBusyError(
-                f"{factory.pending_adds} appends wait for a commit (managedLedgerMaxPendingAdds)"
-            )
+            raise StorageBusyError(f"{factory.pending_adds} appends wait for a commit (managedLedgerMaxPendingAdds)")
         if "\0" in producer_name:
             raise ValueError("producer name contains NUL")
         entry_id = self._next_entry_id
@@ -299,8 +297,12 @@ class ManagedLedger:
             raise StorageClosedError(f"managed ledger {self.name} is closed")
         count = len(datas)
         if not (
-            len(sticky_key_hashes) == len(message_counts) == len(publish_times) == len(producer_names)
-            == len(sequence_ids) == count
+            len(sticky_key_hashes)
+            == len(message_counts)
+            == len(publish_times)
+            == len(producer_names)
+            == len(sequence_ids)
+            == count
         ):
             raise ValueError("append_many needs lists of the same length")
         future: asyncio.Future[BatchPositions] = self._loop.create_future()
@@ -310,8 +312,7 @@ class ManagedLedger:
         factory = self.factory
         if factory.pending_adds + count > self._pending_adds_max:
             raise StorageBusyError(
-                f"{factory.pending_adds} appends wait for a commit, {count} more would pass "
-                "managedLedgerMaxPendingAdds"
+                f"{factory.pending_adds} appends wait for a commit, {count} more would pass managedLedgerMaxPendingAdds"
             )
         # A batch has one producer's name in every slot (the same object: `count` compares by
         # identity first), so one name is checked instead of joining them all.
@@ -770,7 +771,15 @@ class ManagedLedger:
     def persist_cursor(self, cursor: ManagedCursor, record: CursorRecord) -> asyncio.Future[None]:
         topic_id = self.topic_id
         md = record.mark_delete_position
-        row = (topic_id, record.name, md[0], md[1], record.individually_deleted, record.batch_deleted, record.properties)
+        row = (
+            topic_id,
+            record.name,
+            md[0],
+            md[1],
+            record.individually_deleted,
+            record.batch_deleted,
+            record.properties,
+        )
 
         def apply(connection: Any) -> None:
             connection.execute("INSERT OR REPLACE INTO cursors VALUES (?,?,?,?,?,?,?)", row)
@@ -800,7 +809,12 @@ class ManagedLedger:
         for name, md_ledger, md_entry, ranges, batch, properties in records:
             batch_deleted = {Position(l, e): (size, mask) for l, e, size, mask in json.loads(batch)}
             cursor = ManagedCursor(
-                self, name, True, Position(md_ledger, md_entry), ranges, batch_deleted,
+                self,
+                name,
+                True,
+                Position(md_ledger, md_entry),
+                ranges,
+                batch_deleted,
                 json.loads(properties),
             )
             self.cursors[name] = cursor
@@ -875,8 +889,7 @@ class ManagedLedger:
 
 def _first_published_at_or_after(connection: Any, ledger_id: int, publish_time_ms: int) -> int | None:
     row = connection.execute(
-        "SELECT id, publish_times FROM segments WHERE id >= ? AND id < ? AND publish_time_max >= ? "
-        "ORDER BY id LIMIT 1",
+        "SELECT id, publish_times FROM segments WHERE id >= ? AND id < ? AND publish_time_max >= ? ORDER BY id LIMIT 1",
         (segment_id(ledger_id, 0), segment_id(ledger_id + 1, 0), publish_time_ms),
     ).fetchone()
     if row is None:
@@ -1093,9 +1106,7 @@ class ManagedLedgerFactory:
 
 
 def _remember_deleted_ledger(connection: Any, ledger_id: int) -> None:
-    connection.execute(
-        "UPDATE meta SET value=max(value, ?) WHERE key='deleted_ledger_id_max'", (ledger_id,)
-    )
+    connection.execute("UPDATE meta SET value=max(value, ?) WHERE key='deleted_ledger_id_max'", (ledger_id,))
 
 
 def _entries_trimmed_key(topic_id: int) -> str:
@@ -1103,9 +1114,7 @@ def _entries_trimmed_key(topic_id: int) -> str:
     return f"entries_trimmed:{topic_id}"
 
 
-def _load_topic(
-    connection: Any, topic_id: int, db_path: str
-) -> tuple[list[LedgerInfo], list[tuple[Any, ...]], int]:
+def _load_topic(connection: Any, topic_id: int, db_path: str) -> tuple[list[LedgerInfo], list[tuple[Any, ...]], int]:
     """A topic's ledgers, cursors and count of entries trimmed, on a reader thread; the cursors'
     acknowledged ranges are decoded here too, off the event loop (a restart decodes a million of them)."""
     ledgers = [

@@ -40,7 +40,9 @@ class AlreadyExistsError(StorageError):
 class MetadataStore:
     def __init__(self, factory: ManagedLedgerFactory, rows: list[tuple[str, str, int]]) -> None:
         self._factory = factory
-        self._records: dict[str, tuple[Any, int]] = {path: (json.loads(value), version) for path, value, version in rows}
+        self._records: dict[str, tuple[Any, int]] = {
+            path: (json.loads(value), version) for path, value, version in rows
+        }
         self._lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ generic, versioned records
@@ -79,7 +81,9 @@ class MetadataStore:
                 raise NotFoundError(f"{path}: not found")
             if expected_version is not None and expected_version != current[1]:
                 raise BadVersionError(f"{path}: version {current[1]}, expected {expected_version}")
-            await self._factory.write(lambda connection: connection.execute("DELETE FROM metadata WHERE path=?", (path,)))
+            await self._factory.write(
+                lambda connection: connection.execute("DELETE FROM metadata WHERE path=?", (path,))
+            )
             del self._records[path]
 
     # ------------------------------------------------------------------ Pulsar's records

@@ -43,10 +43,10 @@ import zlib
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import cache, partial
 from itertools import accumulate, chain, repeat
 from typing import Any, NamedTuple
 
@@ -430,9 +430,7 @@ class SqliteEngine:
         self._read_pool = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="magnetar-storage-read")
         self._thread = threading.Thread(target=self._commit_loop, name="magnetar-group-commit", daemon=True)
         self._thread.start()
-        self._checkpointer = threading.Thread(
-            target=self._checkpoint_loop, name="magnetar-checkpoint", daemon=True
-        )
+        self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="magnetar-checkpoint", daemon=True)
         self._checkpointer.start()
 
     def close(self) -> None:
@@ -524,11 +522,7 @@ class SqliteEngine:
                 try:
                     _, item = take_nowait()
                 except queue.Empty:
-                    if (
-                        len(batch) >= GROUP_WAIT_ITEMS_MIN
-                        or entries >= GROUP_WAIT_ENTRIES_MIN
-                        or not self.group_wait_s
-                    ):
+                    if len(batch) >= GROUP_WAIT_ITEMS_MIN or entries >= GROUP_WAIT_ENTRIES_MIN or not self.group_wait_s:
                         break
                     # A small commit waits a little for company (journalMaxGroupWaitMSec).
                     remaining = deadline - time.monotonic()
@@ -605,7 +599,12 @@ class SqliteEngine:
             writer = self._writer
             assert writer is not None
             commit_seq = self._commit_seq + 1
-            if segments and not report.ops and len(segments) <= _MULTI_ROW_MAX and size_total <= APPEND_COMMIT_BYTES_MAX:
+            if (
+                segments
+                and not report.ops
+                and len(segments) <= _MULTI_ROW_MAX
+                and size_total <= APPEND_COMMIT_BYTES_MAX
+            ):
                 # Appends alone, one statement: see _APPEND_COMMIT_SCHEMA.
                 head = (commit_seq,)
                 writer.execute(
@@ -784,8 +783,14 @@ class SqliteEngine:
         offsets = list(accumulate(length_array, initial=0))
         payloads = tuple(map(data.__getitem__, map(slice, offsets, offsets[1:])))
         return Run(
-            seg_id >> _ENTRY_SHIFT, seg_id & _ENTRY_MASK, payloads, hash_array, count_array, time_array,
-            name_column, sequence_array,
+            seg_id >> _ENTRY_SHIFT,
+            seg_id & _ENTRY_MASK,
+            payloads,
+            hash_array,
+            count_array,
+            time_array,
+            name_column,
+            sequence_array,
         )
 
 
@@ -939,17 +944,17 @@ def _insert_rows(writer: sqlite3.Connection, statement: Callable[[int], str], ro
 _MULTI_ROW_MAX = 64
 
 
-@lru_cache(maxsize=None)
+@cache
 def _insert_segments_sql(rows: int) -> str:
     return "INSERT INTO segments VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?,?)"] * rows)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _append_commit_sql(rows: int) -> str:
     return "INSERT INTO append_commit VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?,?,?,?,?)"] * rows)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _upsert_ledgers_sql(rows: int) -> str:
     return (
         "INSERT INTO ledgers(id, topic_id, entries, size, timestamp_ms) VALUES "
@@ -1009,6 +1014,15 @@ def _encode_segment(
     crc = segment_crc(data, length_bytes, hash_bytes, count_bytes, time_bytes, sequence_bytes, name_text)
     run, start = pieces[0][0], pieces[0][1]
     return (
-        segment_id(run.ledger_id, run.first_entry_id + start), count, data, length_bytes, hash_bytes,
-        count_bytes, time_bytes, sequence_bytes, name_text, time_max, crc,
+        segment_id(run.ledger_id, run.first_entry_id + start),
+        count,
+        data,
+        length_bytes,
+        hash_bytes,
+        count_bytes,
+        time_bytes,
+        sequence_bytes,
+        name_text,
+        time_max,
+        crc,
     )

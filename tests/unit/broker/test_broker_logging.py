@@ -81,7 +81,9 @@ def test_key_shared_debug_lines_follow_ranges_and_draining(tmp_path: Path, caplo
             subscription = await topic.subscribe("sub", True, "earliest", None)
             hashes = [key_hash(key) for key in KEYS]
             count = len(KEYS)
-            await topic.ledger.append_many([b"m"] * count, hashes, [1] * count, [0] * count, ["p"] * count, list(range(count)))
+            await topic.ledger.append_many(
+                [b"m"] * count, hashes, [1] * count, [0] * count, ["p"] * count, list(range(count))
+            )
 
             first_connection = _Connection(1111)
             first = ServerConsumer(first_connection, subscription, 0, "first", -1)
@@ -147,4 +149,6 @@ def test_no_key_shared_details_are_gathered_at_info(tmp_path: Path, caplog: pyte
     with caplog.at_level(logging.INFO, logger="magnetar"):
         asyncio.run(scenario())
     assert not [record for record in caplog.records if record.levelno < logging.INFO]
-    assert any("Closed consumer on topic persistent://public/default/quiet / sub" in r.getMessage() for r in caplog.records)
+    assert any(
+        "Closed consumer on topic persistent://public/default/quiet / sub" in r.getMessage() for r in caplog.records
+    )

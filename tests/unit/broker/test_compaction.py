@@ -30,8 +30,12 @@ def batch(messages: list[tuple[str | None, bytes | None]], compression: int = Co
         singles.append((metadata, value or b""))
     payload = encode_batch(singles)
     metadata = MessageMetadata(
-        producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=len(messages),
-        compression=compression, uncompressed_size=len(payload),
+        producer_name="p",
+        sequence_id=0,
+        publish_time=1,
+        num_messages_in_batch=len(messages),
+        compression=compression,
+        uncompressed_size=len(payload),
     )
     return encode_entry(metadata, zlib.compress(payload) if compression == CompressionType.ZLIB else payload)
 
@@ -42,7 +46,11 @@ def batch_messages(data: bytes) -> list[tuple[str | None, bytes, bool]]:
     if parsed.metadata.compression == CompressionType.ZLIB:
         payload = zlib.decompress(payload)
     return [
-        (m.metadata.partition_key if m.metadata.HasField("partition_key") else None, m.payload, m.metadata.compacted_out)
+        (
+            m.metadata.partition_key if m.metadata.HasField("partition_key") else None,
+            m.payload,
+            m.metadata.compacted_out,
+        )
         for m in split_batch(payload, parsed.metadata.num_messages_in_batch)
     ]
 
@@ -84,7 +92,11 @@ def test_a_batch_keeps_its_slots_and_compacts_out_the_others() -> None:
 
     assert position == at(0)
     assert batch_messages(compacted) == [
-        (None, b"", True), ("k2", b"b", False), ("k1", b"c", False), (None, b"", True), (None, b"", True),
+        (None, b"", True),
+        ("k2", b"b", False),
+        ("k1", b"c", False),
+        (None, b"", True),
+        (None, b"", True),
     ]
     assert compacted_out_indexes(compacted) == [0, 3, 4]
     metadata = parse_entry(compacted).metadata

@@ -74,9 +74,7 @@ def test_backward(old: SchemaData, new: SchemaData, expected: bool, why: str) ->
     assert compatible([old], new, "BACKWARD") is expected, why
 
 
-@pytest.mark.parametrize(
-    ("old", "new"), [(S1, S2), (S1, S3), (S2, S3), (S3, S2), (S2, S7), (S2, S1)]
-)
+@pytest.mark.parametrize(("old", "new"), [(S1, S2), (S1, S3), (S2, S3), (S3, S2), (S2, S7), (S2, S1)])
 def test_forward(old: SchemaData, new: SchemaData) -> None:
     assert compatible([old], new, "FORWARD")
 
@@ -139,8 +137,16 @@ def test_always_strategies() -> None:
             True,
         ),
         # Avro compares unqualified record names; an alias admits a renamed record.
-        (record({"name": "x", "type": "int"}, name="R", namespace="a"), record({"name": "x", "type": "int"}, name="R", namespace="b"), True),
-        (record({"name": "x", "type": "int"}, name="S", namespace=None), record({"name": "x", "type": "int"}, name="R", namespace=None), False),
+        (
+            record({"name": "x", "type": "int"}, name="R", namespace="a"),
+            record({"name": "x", "type": "int"}, name="R", namespace="b"),
+            True,
+        ),
+        (
+            record({"name": "x", "type": "int"}, name="S", namespace=None),
+            record({"name": "x", "type": "int"}, name="R", namespace=None),
+            False,
+        ),
         (
             {**record({"name": "x", "type": "int"}, name="S", namespace=None), "aliases": ["R"]},
             record({"name": "x", "type": "int"}, name="R", namespace=None),
@@ -179,7 +185,12 @@ def test_named_types_are_referenced_by_name_in_their_namespace() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ['{"type": "record", "name": "R"}', '{"type": "nope"}', "not json", '{"type": "record", "name": "R", "fields": [{"name": "a", "type": "Missing"}]}'],
+    [
+        '{"type": "record", "name": "R"}',
+        '{"type": "nope"}',
+        "not json",
+        '{"type": "record", "name": "R", "fields": [{"name": "a", "type": "Missing"}]}',
+    ],
 )
 def test_unparseable_definitions_are_incompatible(text: str) -> None:
     with pytest.raises(IncompatibleSchemaError, match="SchemaParseException"):
@@ -205,7 +216,11 @@ def test_registry_rules_type_change_identity_and_latest_only() -> None:
 
 
 def test_json_schemas_are_checked_as_avro_and_legacy_ones_by_id() -> None:
-    assert not compatible([avro(record({"name": "a", "type": "int"}), "JSON")], avro(record({"name": "a", "type": "string"}), "JSON"), "FULL")
+    assert not compatible(
+        [avro(record({"name": "a", "type": "int"}), "JSON")],
+        avro(record({"name": "a", "type": "string"}), "JSON"),
+        "FULL",
+    )
     legacy = SchemaData("JSON", b'{"type": "object", "id": "urn:a", "properties": {}}')
     other = SchemaData("JSON", b'{"type": "object", "id": "urn:b", "properties": {}}')
     assert compatible([legacy], SchemaData("JSON", S1.data), "FULL")  # an Avro-shaped definition replaces a legacy one

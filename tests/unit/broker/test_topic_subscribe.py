@@ -14,7 +14,7 @@ from magnetar.broker.topic_name import TopicName
 from magnetar.core.positions import Position
 
 
-def _run(tmp_path: Path, scenario) -> None:  # noqa: ANN001 - an async function of the service
+def _run(tmp_path: Path, scenario) -> None:
     async def main() -> None:
         service = BrokerService(load_config(), tmp_path / "data")
         await service.start()

@@ -285,8 +285,15 @@ def test_summary_agrees_with_stats_while_hashes_drain() -> None:
     drive(Flow(2, 100))
     drive.publish(moving)
     stats, summary = drive.d.stats(), drive.d.summary()
-    for name in ("msgInReplay", "unackedMessages", "drainingHashesCount", "drainingHashesUnackedMessages",
-                 "drainingHashesClearedTotal", "blockedSubscriptionOnUnackedMsgs", "msgDelayed"):
+    for name in (
+        "msgInReplay",
+        "unackedMessages",
+        "drainingHashesCount",
+        "drainingHashesUnackedMessages",
+        "drainingHashesClearedTotal",
+        "blockedSubscriptionOnUnackedMsgs",
+        "msgDelayed",
+    ):
         assert summary[name] == stats[name], name
     assert summary["drainingHashesCount"] >= 1 and summary["drainingHashesUnackedMessages"] >= 2
 
@@ -309,7 +316,11 @@ def test_tracker_totals_in_dict_and_dense_form() -> None:
 
 
 def test_classic_reports_ranges_as_strings_and_pip379_as_arrays() -> None:
-    for mode, field in (("classic", "keyHashRanges"), ("pip379", "keyHashRangeArrays"), ("pip282", "keyHashRangeArrays")):
+    for mode, field in (
+        ("classic", "keyHashRanges"),
+        ("pip379", "keyHashRangeArrays"),
+        ("pip282", "keyHashRangeArrays"),
+    ):
         drive = key_shared(mode)
         drive(ConsumerAdded(1, "c1"))
         (consumer,) = drive.d.stats()["consumers"]

@@ -103,9 +103,7 @@ def as_comparable(impacted: ImpactedConsumers) -> dict[int, tuple[list[Range], l
     return {id(consumer): (changes.removed, changes.added) for consumer, changes in impacted.items()}
 
 
-def assert_partition_agrees_with_select(
-    selector: StickyKeyConsumerSelector, owners: list[object | None]
-) -> None:
+def assert_partition_agrees_with_select(selector: StickyKeyConsumerSelector, owners: list[object | None]) -> None:
     """`ranges_by_consumer` is sorted, merged, disjoint, and names exactly the owner `select` gives."""
     first_slot = slots_of(selector)[0]
     ranges_by_consumer = selector.ranges_by_consumer()
@@ -113,13 +111,9 @@ def assert_partition_agrees_with_select(
     for consumer, ranges in ranges_by_consumer.items():
         assert ranges == sorted(ranges)
         for (_, previous_end), (start, _) in zip(ranges, ranges[1:]):
-            assert previous_end + 1 < start, (
-                f"{consumer}: adjacent or overlapping ranges not merged: {ranges}"
-            )
+            assert previous_end + 1 < start, f"{consumer}: adjacent or overlapping ranges not merged: {ranges}"
         for start, end in ranges:
-            assert first_slot <= start <= end < first_slot + len(owners), (
-                f"range {(start, end)} outside the space"
-            )
+            assert first_slot <= start <= end < first_slot + len(owners), f"range {(start, end)} outside the space"
             from_ranges[start - first_slot : end - first_slot + 1] = [consumer] * (end - start + 1)
     all_ranges = sorted(r for ranges in ranges_by_consumer.values() for r in ranges)
     for (_, previous_end), (start, _) in zip(all_ranges, all_ranges[1:]):
@@ -136,9 +130,7 @@ def uuid_keys(count: int, seed: int) -> list[bytes]:
     return [str(uuid.UUID(int=rng.getrandbits(128), version=4)).encode() for _ in range(count)]
 
 
-def assert_fair_share(
-    selector: StickyKeyConsumerSelector, consumers: list[Consumer], keys: list[bytes]
-) -> None:
+def assert_fair_share(selector: StickyKeyConsumerSelector, consumers: list[Consumer], keys: list[bytes]) -> None:
     counts = Counter(id(selector.select(selector.slot(key_hash(key)))) for key in keys)
     fair_share = len(keys) / len(consumers)
     for consumer in consumers:
@@ -356,8 +348,7 @@ class TestConsistentHashingSelector:
         replacement = Consumer("shared")
         add(selector, replacement)
         assert all(
-            (new is replacement) if old is second else (new is old)
-            for old, new in zip(mapping, owner_map(selector))
+            (new is replacement) if old is second else (new is old) for old, new in zip(mapping, owner_map(selector))
         )
 
     def test_colliding_points_keep_first_consumer_and_hand_over_to_backups_in_order(self) -> None:
@@ -393,9 +384,7 @@ class TestConsistentHashingSelector:
         before = owner_map(selector)
         impacted = remove(selector, colliding_a)
         after = owner_map(selector)
-        assert all(
-            (new is colliding_b) if old is colliding_a else (new is old) for old, new in zip(before, after)
-        )
+        assert all((new is colliding_b) if old is colliding_a else (new is old) for old, new in zip(before, after))
         assert as_comparable(impacted) == brute_force_impacted(before, after, 1, colliding_a)
 
     def test_adding_the_same_consumer_twice_is_a_bug(self) -> None:
@@ -561,10 +550,7 @@ class TestHashRangeExclusiveSelector:
         add(selector, Consumer("c2"), [(100, 399)])
         with pytest.raises(ConsumerAssignError) as refused:
             selector.add_consumer(Consumer("c3"), "c3", [(50, 100)])
-        assert (
-            str(refused.value)
-            == "Range conflict: [50, 100] of consumer 'c3' overlaps [0, 99] held by consumer 'c1'"
-        )
+        assert str(refused.value) == "Range conflict: [50, 100] of consumer 'c3' overlaps [0, 99] held by consumer 'c1'"
         assert refused.value.server_error == "ConsumerAssignError"
 
     @pytest.mark.parametrize(
@@ -662,9 +648,7 @@ def _run_and_check(
         if kind == "add":
             consumer = Consumer(_NAMES[choice % len(_NAMES)])
             try:
-                impacted = selector.add_consumer(
-                    consumer, consumer.name, ranges_for(a, b) if ranges_for else None
-                )
+                impacted = selector.add_consumer(consumer, consumer.name, ranges_for(a, b) if ranges_for else None)
             except ConsumerAssignError:
                 selector.check_invariants()
                 assert all(x is y for x, y in zip(owner_map(selector), owners))

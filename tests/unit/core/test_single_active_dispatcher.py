@@ -7,8 +7,8 @@ import pytest
 from magnetar.core.dispatchers.single_active import SingleActiveConsumerDispatcher
 from magnetar.core.errors import ConsumerAssignError, ConsumerBusyError
 from magnetar.core.events import (
-    AckFiltered,
     Acked,
+    AckFiltered,
     ActiveConsumerChanged,
     CancelRead,
     ConsumerAdded,
@@ -225,9 +225,7 @@ def test_unknown_subscription_type_is_refused() -> None:
 
 
 def keyed_entries(keys: list[str], message_count: int = 1) -> tuple[Entry, ...]:
-    return tuple(
-        Entry(Position(1, i), key_hash(key.encode()), message_count) for i, key in enumerate(keys)
-    )
+    return tuple(Entry(Position(1, i), key_hash(key.encode()), message_count) for i, key in enumerate(keys))
 
 
 LOW_HALF = KeySharedMeta("STICKY", False, ((0, 32767),))

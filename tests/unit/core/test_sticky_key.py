@@ -48,9 +48,7 @@ def test_key_hash_matches_pulsar_murmur3_vectors(key: bytes, expected: int) -> N
         (b"NONE_KEY", 56505, 48803),
     ],
 )
-def test_slots_match_selector_test_sample_hashes(
-    key: bytes, consistent_slot: int, range_slot_expected: int
-) -> None:
+def test_slots_match_selector_test_sample_hashes(key: bytes, consistent_slot: int, range_slot_expected: int) -> None:
     assert consistent_hashing_slot(key_hash(key)) == consistent_slot
     assert range_slot(key_hash(key)) == range_slot_expected
 
@@ -108,9 +106,7 @@ class TestStickyKey:
     def test_base64_padding_optional_as_in_java(self, encoded: str, decoded: bytes) -> None:
         assert sticky_key(None, encoded, True, None, None) == decoded
 
-    @pytest.mark.parametrize(
-        "encoded", ["Y", "YQ=", "YWI==", "YWJj=", "=", "Y Q==", "YQ==YQ==", "a-b_", "YQ\n", "é"]
-    )
+    @pytest.mark.parametrize("encoded", ["Y", "YQ=", "YWI==", "YWJj=", "=", "Y Q==", "YQ==YQ==", "a-b_", "YQ\n", "é"])
     def test_bad_base64_falls_back_to_none_key(self, encoded: str) -> None:
         assert sticky_key(None, encoded, True, "producer", 7) == NONE_KEY
 

@@ -47,7 +47,9 @@ def test_connected() -> None:
     )
 
 
-@pytest.mark.parametrize(("data", "command_type"), [(commands.ping(), BaseCommand.PING), (commands.pong(), BaseCommand.PONG)])
+@pytest.mark.parametrize(
+    ("data", "command_type"), [(commands.ping(), BaseCommand.PING), (commands.pong(), BaseCommand.PONG)]
+)
 def test_ping_pong_carry_their_empty_sub_message(data: bytes, command_type: int) -> None:
     frame = _decode(data)
     assert frame.type == command_type
@@ -56,11 +58,21 @@ def test_ping_pong_carry_their_empty_sub_message(data: bytes, command_type: int)
 
 def test_send_receipt_and_send_error() -> None:
     receipt = _decode(commands.send_receipt(0, 5, 7, 0)).body
-    assert (receipt.producer_id, receipt.sequence_id, receipt.message_id.ledgerId, receipt.message_id.entryId) == (0, 5, 7, 0)
+    assert (receipt.producer_id, receipt.sequence_id, receipt.message_id.ledgerId, receipt.message_id.entryId) == (
+        0,
+        5,
+        7,
+        0,
+    )
     assert not receipt.HasField("highest_sequence_id")
     assert _decode(commands.send_receipt(0, 5, 7, 0, highest_sequence_id=9)).body.highest_sequence_id == 9
     error = _decode(commands.send_error(1, 2, "ChecksumError", "bad crc")).body
-    assert (error.producer_id, error.sequence_id, error.error, error.message) == (1, 2, ServerError.Value("ChecksumError"), "bad crc")
+    assert (error.producer_id, error.sequence_id, error.error, error.message) == (
+        1,
+        2,
+        ServerError.Value("ChecksumError"),
+        "bad crc",
+    )
 
 
 def test_success_and_error() -> None:
@@ -91,7 +103,9 @@ def test_lookup_response() -> None:
     )
     assert not body.proxy_through_service_url
     body = _decode(
-        commands.lookup_response(2, "pulsar://b:1", redirect=True, proxy_through_service_url=True, broker_service_url_tls="pulsar+ssl://b:2")
+        commands.lookup_response(
+            2, "pulsar://b:1", redirect=True, proxy_through_service_url=True, broker_service_url_tls="pulsar+ssl://b:2"
+        )
     ).body
     assert (body.response, body.proxy_through_service_url, body.brokerServiceUrlTls) == (
         CommandLookupTopicResponse.Redirect,
@@ -108,15 +122,26 @@ def test_producer_success() -> None:
     body = _decode(commands.producer_success(0, "fake-1")).body
     assert (body.request_id, body.producer_name, body.last_sequence_id, body.producer_ready) == (0, "fake-1", -1, True)
     assert body.HasField("last_sequence_id")
-    body = _decode(commands.producer_success(0, "p", 41, schema_version=b"\x00", topic_epoch=2, producer_ready=False)).body
-    assert (body.last_sequence_id, body.schema_version, body.topic_epoch, body.producer_ready) == (41, b"\x00", 2, False)
+    body = _decode(
+        commands.producer_success(0, "p", 41, schema_version=b"\x00", topic_epoch=2, producer_ready=False)
+    ).body
+    assert (body.last_sequence_id, body.schema_version, body.topic_epoch, body.producer_ready) == (
+        41,
+        b"\x00",
+        2,
+        False,
+    )
 
 
 def test_close_producer_and_consumer_default_to_the_broker_request_id() -> None:
     producer = _decode(commands.close_producer(4)).body
     assert (producer.producer_id, producer.request_id) == (4, U64_MAX)
     consumer = _decode(commands.close_consumer(5, 9, "pulsar://other:6650")).body
-    assert (consumer.consumer_id, consumer.request_id, consumer.assignedBrokerServiceUrl) == (5, 9, "pulsar://other:6650")
+    assert (consumer.consumer_id, consumer.request_id, consumer.assignedBrokerServiceUrl) == (
+        5,
+        9,
+        "pulsar://other:6650",
+    )
     assert commands.signed_id(_decode(commands.close_consumer(5)).body.request_id) == commands.BROKER_REQUEST_ID
 
 
@@ -129,7 +154,9 @@ def test_get_last_message_id_response() -> None:
     body = _decode(commands.get_last_message_id_response(6, 7, -1)).body
     assert (body.request_id, body.last_message_id.ledgerId, body.last_message_id.entryId) == (6, 7, U64_MAX)
     assert not body.HasField("consumer_mark_delete_position")
-    body = _decode(commands.get_last_message_id_response(6, 7, 3, batch_index=2, partition=1, mark_delete_position=(7, 1))).body
+    body = _decode(
+        commands.get_last_message_id_response(6, 7, 3, batch_index=2, partition=1, mark_delete_position=(7, 1))
+    ).body
     assert (body.last_message_id.batch_index, body.last_message_id.partition) == (2, 1)
     assert (body.consumer_mark_delete_position.ledgerId, body.consumer_mark_delete_position.entryId) == (7, 1)
 
@@ -137,7 +164,12 @@ def test_get_last_message_id_response() -> None:
 def test_get_topics_of_namespace_response() -> None:
     topics = ["persistent://public/default/a", "persistent://public/default/pt-partition-0"]
     body = _decode(commands.get_topics_of_namespace_response(1, iter(topics))).body
-    assert (list(body.topics), body.filtered, body.changed, body.HasField("topics_hash")) == (topics, False, True, False)
+    assert (list(body.topics), body.filtered, body.changed, body.HasField("topics_hash")) == (
+        topics,
+        False,
+        True,
+        False,
+    )
     body = _decode(commands.get_topics_of_namespace_response(1, [], filtered=True, topics_hash="h", changed=False)).body
     assert (body.filtered, body.topics_hash, body.changed) == (True, "h", False)
 
@@ -158,7 +190,9 @@ def test_ack_response() -> None:
 
 
 def test_consumer_stats_response() -> None:
-    body = _decode(commands.consumer_stats_response(1, {"msgRateOut": 1.5, "availablePermits": 10, "consumerName": "c"})).body
+    body = _decode(
+        commands.consumer_stats_response(1, {"msgRateOut": 1.5, "availablePermits": 10, "consumerName": "c"})
+    ).body
     assert (body.request_id, body.msgRateOut, body.availablePermits, body.consumerName) == (1, 1.5, 10, "c")
     body = _decode(commands.consumer_stats_response(1, error_code="ConsumerNotFound", message="?")).body
     assert (body.error_code, body.error_message) == (13, "?")
@@ -200,7 +234,12 @@ def test_message_frame_carries_the_payload_verbatim() -> None:
     assert frame.type == BaseCommand.MESSAGE
     assert frame.payload == section
     body = frame.body
-    assert (body.consumer_id, body.message_id.ledgerId, body.message_id.entryId, body.message_id.partition) == (0, 7, 0, 2)
+    assert (body.consumer_id, body.message_id.ledgerId, body.message_id.entryId, body.message_id.partition) == (
+        0,
+        7,
+        0,
+        2,
+    )
     assert (body.redelivery_count, list(body.ack_set)) == (1, [13])
 
 
@@ -259,7 +298,9 @@ def test_send_receipt_equals_protobuf_encoding(
 @given(
     producer_id=st.integers(0, U64_MAX),
     receipts=st.lists(
-        st.tuples(st.integers(0, U64_MAX), st.integers(0, U64_MAX), st.integers(-1, INT64_MAX), st.integers(-1, INT64_MAX)),
+        st.tuples(
+            st.integers(0, U64_MAX), st.integers(0, U64_MAX), st.integers(-1, INT64_MAX), st.integers(-1, INT64_MAX)
+        ),
         max_size=5,
     ),
 )

@@ -25,7 +25,7 @@ from magnetar.protocol.pulsar_api_pb2 import BaseCommand, MessageMetadata
 
 # reference §1: pulsar-client 3.13 (C++ 4.2.0), the first bytes it ever sends.
 CLIENT_CONNECT = bytes.fromhex(
-    "00000029" "00000025" "080212210a1150756c7361722d4350502d76342e322e3020142a046e6f6e65520408011001"
+    "0000002900000025080212210a1150756c7361722d4350502d76342e322e3020142a046e6f6e65520408011001"
 )
 
 
@@ -87,7 +87,9 @@ def test_send_frame_keeps_payload_section_verbatim() -> None:
 def test_many_frames_in_one_chunk_and_split_anywhere() -> None:
     stream = b"".join(SAMPLES * 3)
     expected = FrameDecoder().receive_data(stream)
-    assert [frame.type for frame in expected] == [frame.type for frame in FrameDecoder().receive_data(b"".join(SAMPLES))] * 3
+    assert [frame.type for frame in expected] == [
+        frame.type for frame in FrameDecoder().receive_data(b"".join(SAMPLES))
+    ] * 3
     for cut in range(len(stream)):
         decoder = FrameDecoder()
         assert decoder.receive_data(stream[:cut]) + decoder.receive_data(stream[cut:]) == expected

@@ -49,17 +49,17 @@ def test_snapshot_request_bytes() -> None:
 
 def test_snapshot_response_bytes() -> None:
     entry = markers.snapshot_response("sid", "us-west", "us-east", Position(5, 7), PUBLISH_TIME)
-    cluster = bytes.fromhex("0a0775732d65617374") + bytes.fromhex("1204" "0805" "1007")  # us-east, 5:7
+    cluster = bytes.fromhex("0a0775732d65617374") + bytes.fromhex("120408051007")  # us-east, 5:7
     payload = bytes.fromhex("0a03736964") + b"\x12" + bytes([len(cluster)]) + cluster
     assert entry == _section(_metadata(11, "us-west"), payload)
 
 
 def test_snapshot_and_update_bytes_order_clusters_by_name() -> None:
     clusters = {"us-east": Position(10, 11), "us-cent": Position(20, 21)}
-    cent = bytes.fromhex("0a0775732d63656e74" "1204" "0814" "1015")
-    east = bytes.fromhex("0a0775732d65617374" "1204" "080a" "100b")
+    cent = bytes.fromhex("0a0775732d63656e74120408141015")
+    east = bytes.fromhex("0a0775732d656173741204080a100b")
     snapshot = markers.snapshot("sid", "us-west", Position(5, 7), clusters, PUBLISH_TIME)
-    payload = bytes.fromhex("0a03736964" "1204" "0805" "1007") + b"\x1a\x0f" + cent + b"\x1a\x0f" + east
+    payload = bytes.fromhex("0a03736964120408051007") + b"\x1a\x0f" + cent + b"\x1a\x0f" + east
     assert snapshot == _section(_metadata(12, "us-west"), payload)
     update = markers.subscription_update("sub-1", clusters, PUBLISH_TIME)
     payload = bytes.fromhex("0a057375622d31") + b"\x12\x0f" + cent + b"\x12\x0f" + east
@@ -129,11 +129,13 @@ def test_every_marker_carries_pulsars_marker_metadata() -> None:
 
 
 def test_the_snapshot_extension_field_round_trips_and_is_field_1000() -> None:
-    entry = markers.snapshot("s", "a", Position(1, 2), {"b": Position(3, 4)}, PUBLISH_TIME, request_position=Position(1, 0))
+    entry = markers.snapshot(
+        "s", "a", Position(1, 2), {"b": Position(3, 4)}, PUBLISH_TIME, request_position=Position(1, 0)
+    )
     marker = markers.parse_marker(entry)
     assert marker is not None and markers.position_of(marker.body.request_message_id) == (1, 0)
     # Field 1000, length-delimited: tag varint (1000 << 3 | 2) = 0xc2 0x3e, then {ledger 1, entry 0}.
-    assert parse_entry(entry).payload.endswith(bytes.fromhex("c23e04" "0801" "1000"))
+    assert parse_entry(entry).payload.endswith(bytes.fromhex("c23e0408011000"))
 
 
 def test_acked_ranges_round_trip() -> None:
@@ -149,7 +151,9 @@ def test_acked_ranges_round_trip() -> None:
 
 
 def test_data_is_not_a_marker() -> None:
-    entry = encode_entry(MessageMetadata(producer_name=markers.MARKER_PRODUCER_NAME, sequence_id=3, publish_time=1), b"x")
+    entry = encode_entry(
+        MessageMetadata(producer_name=markers.MARKER_PRODUCER_NAME, sequence_id=3, publish_time=1), b"x"
+    )
     assert markers.parse_marker(entry) is None
     assert not markers.is_marker(entry)
 
@@ -172,8 +176,12 @@ _names = st.text(min_size=1, max_size=20)
 _positions = st.builds(Position, st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
 
 
-@given(_names, _names, st.dictionaries(_names, _positions, min_size=1, max_size=5), _positions, st.integers(0, 2**63 - 1))
-def test_snapshot_round_trips(snapshot_id: str, local: str, clusters: dict[str, Position], position: Position, time: int) -> None:
+@given(
+    _names, _names, st.dictionaries(_names, _positions, min_size=1, max_size=5), _positions, st.integers(0, 2**63 - 1)
+)
+def test_snapshot_round_trips(
+    snapshot_id: str, local: str, clusters: dict[str, Position], position: Position, time: int
+) -> None:
     marker = markers.parse_marker(markers.snapshot(snapshot_id, local, position, clusters, time))
     assert marker is not None
     assert marker.metadata.publish_time == time

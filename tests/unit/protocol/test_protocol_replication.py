@@ -25,7 +25,9 @@ _U64_MAX = 2**64 - 1
 
 
 def _metadata(**fields: object) -> MessageMetadata:
-    return MessageMetadata(**{"producer_name": "orders-7", "sequence_id": 41, "publish_time": 1_700_000_000_000, **fields})
+    return MessageMetadata(
+        **{"producer_name": "orders-7", "sequence_id": 41, "publish_time": 1_700_000_000_000, **fields}
+    )
 
 
 def test_replicated_from_is_set_and_the_rest_kept() -> None:
@@ -77,7 +79,10 @@ def test_section_without_checksum_gets_one() -> None:
 def test_batch_payload_is_untouched() -> None:
     payload = encode_batch(
         [
-            (SingleMessageMetadata(partition_key="k1", sequence_id=7, properties=[KeyValue(key="x", value="1")]), b"one"),
+            (
+                SingleMessageMetadata(partition_key="k1", sequence_id=7, properties=[KeyValue(key="x", value="1")]),
+                b"one",
+            ),
             (SingleMessageMetadata(partition_key="k2", sequence_id=8, event_time=3), b"two"),
             (SingleMessageMetadata(sequence_id=9, null_value=True), b""),
         ]

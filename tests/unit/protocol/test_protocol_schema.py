@@ -46,7 +46,10 @@ def test_committed_module_matches_the_proto(tmp_path: pathlib.Path) -> None:
 @pytest.mark.parametrize(
     ("message", "numbers"),
     [
-        (pb.MessageIdData, {"ledgerId": 1, "entryId": 2, "partition": 3, "batch_index": 4, "ack_set": 5, "batch_size": 6}),
+        (
+            pb.MessageIdData,
+            {"ledgerId": 1, "entryId": 2, "partition": 3, "batch_index": 4, "ack_set": 5, "batch_size": 6},
+        ),
         (pb.CommandConnect, {"client_version": 1, "auth_method_name": 5, "protocol_version": 4, "feature_flags": 10}),
         (pb.CommandConnected, {"server_version": 1, "protocol_version": 2, "max_message_size": 3}),
         (pb.CommandSubscribe, {"subType": 3, "consumer_id": 4, "start_message_id": 9, "keySharedMeta": 17}),

@@ -67,7 +67,9 @@ class World:
 # One step: who publishes (s, r; or a ledger rolls), whether the receipt reaches the sender, and how
 # many ledger ids a roll skips.
 STEPS = st.lists(
-    st.tuples(st.sampled_from(["s", "s", "s", "r", "r", "roll-s", "roll-r", "s-dup"]), st.booleans(), st.integers(0, 2)),
+    st.tuples(
+        st.sampled_from(["s", "s", "s", "r", "r", "roll-s", "roll-r", "s-dup"]), st.booleans(), st.integers(0, 2)
+    ),
     max_size=80,
 )
 
@@ -136,9 +138,9 @@ def test_a_receiver_acknowledges_exactly_the_receipted_copies_of_what_the_sender
     s_receipts.update({copy: original for original, copy in world.resent.items()})
     expected = set()
     for position in world.r.positions:
-        if position in s_receipts and s_receipts[position] in acked:
-            expected.add(position)
-        elif position in world.r_receipted and world.copy_in_s[position] in acked:
+        if (position in s_receipts and s_receipts[position] in acked) or (
+            position in world.r_receipted and world.copy_in_s[position] in acked
+        ):
             expected.add(position)
     assert to_ack == expected
 
@@ -203,7 +205,10 @@ def test_receipts_of_consecutive_entries_make_one_run() -> None:
     positions.record([(3, 0), (3, 1), (3, 2)], [(8, 10), (8, 11), (8, 12)])
     positions.record([(3, 3), (4, 0)], [(8, 14), (8, 15)])  # r stored one of its own at 8:13; s rolled
     assert len(positions) == 3
-    assert positions.to_remote([(Position(3, 0), Position(4, 0))]) == [(Position(8, 10), Position(8, 12)), (Position(8, 13), Position(8, 15))]
+    assert positions.to_remote([(Position(3, 0), Position(4, 0))]) == [
+        (Position(8, 10), Position(8, 12)),
+        (Position(8, 13), Position(8, 15)),
+    ]
     assert positions.to_local([(Position(8, 11), Position(8, 14))]) == [(Position(3, 1), Position(3, 3))]
 
 
@@ -211,7 +216,10 @@ def test_a_duplicate_receipt_and_a_receipt_going_back_teach_nothing() -> None:
     positions = ReplicatedPositions()
     positions.record([(3, 0), (3, 1), (3, 2), (3, 3)], [(8, 10), (-1, -1), (8, 9), (8, 11)])
     assert positions.to_remote([(EARLIEST, Position(3, 9))]) == [(Position(8, 9), Position(8, 11))]
-    assert positions.to_local([(EARLIEST, Position(8, 20))]) == [(Position(3, -1), Position(3, 0)), (Position(3, 2), Position(3, 3))]
+    assert positions.to_local([(EARLIEST, Position(8, 20))]) == [
+        (Position(3, -1), Position(3, 0)),
+        (Position(3, 2), Position(3, 3)),
+    ]
 
 
 def test_the_marker_content_is_bounded_and_leaves_out_clusters_with_nothing() -> None:
@@ -242,21 +250,33 @@ def test_receipts_recorded_a_read_at_a_time_equal_one_at_a_time(data) -> None:
     """`record` takes a socket read's receipts at once, with a shortcut for consecutive ones: whatever the
     grouping, the runs are those of recording each receipt alone (gaps, ledger changes, duplicates and
     receipts going back included)."""
-    steps = data.draw(st.lists(st.tuples(st.sampled_from(["next", "gap", "roll", "dup", "back"]),
-                                         st.sampled_from(["next", "gap", "roll"])), max_size=40))
+    steps = data.draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["next", "gap", "roll", "dup", "back"]), st.sampled_from(["next", "gap", "roll"])
+            ),
+            max_size=40,
+        )
+    )
     local, remote = Position(3, 0), Position(8, 10)
     receipts = []
     for remote_step, local_step in steps:
-        local = {"next": Position(local[0], local[1] + 1), "gap": Position(local[0], local[1] + 3),
-                 "roll": Position(local[0] + 1, 0)}[local_step]
+        local = {
+            "next": Position(local[0], local[1] + 1),
+            "gap": Position(local[0], local[1] + 3),
+            "roll": Position(local[0] + 1, 0),
+        }[local_step]
         if remote_step == "dup":
             receipts.append((local, (-1, -1)))
             continue
         if remote_step == "back":
             receipts.append((local, Position(remote[0], max(0, remote[1] - 2))))
             continue
-        remote = {"next": Position(remote[0], remote[1] + 1), "gap": Position(remote[0], remote[1] + 2),
-                  "roll": Position(remote[0] + 1, 0)}[remote_step]
+        remote = {
+            "next": Position(remote[0], remote[1] + 1),
+            "gap": Position(remote[0], remote[1] + 2),
+            "roll": Position(remote[0] + 1, 0),
+        }[remote_step]
         receipts.append((local, remote))
     one_by_one, grouped = _ReceiptByReceipt(), ReplicatedPositions()
     for receipt_local, receipt_remote in receipts:
@@ -265,4 +285,8 @@ def test_receipts_recorded_a_read_at_a_time_equal_one_at_a_time(data) -> None:
     for start, end in zip(cuts, cuts[1:]):
         group = receipts[start:end]
         grouped.record([r[0] for r in group], [r[1] for r in group])
-    assert (grouped._local, grouped._remote, grouped._count) == (one_by_one._local, one_by_one._remote, one_by_one._count)
+    assert (grouped._local, grouped._remote, grouped._count) == (
+        one_by_one._local,
+        one_by_one._remote,
+        one_by_one._count,
+    )

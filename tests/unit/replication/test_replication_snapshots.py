@@ -39,14 +39,14 @@ def response(snapshot_id: str, cluster: str, ledger: int, entry: int) -> Replica
     )
 
 
-def parsed(entry: bytes | None):  # noqa: ANN201 - a Marker
+def parsed(entry: bytes | None):
     assert entry is not None
     marker = markers.parse_marker(entry)
     assert marker is not None
     return marker
 
 
-def clusters_of(snapshot) -> list[tuple[str, Position]]:  # noqa: ANN001 - a ReplicatedSubscriptionsSnapshot
+def clusters_of(snapshot) -> list[tuple[str, Position]]:
     return [(c.cluster, markers.position_of(c.message_id)) for c in snapshot.clusters]
 
 

@@ -47,11 +47,19 @@ def _run(tmp_path: Path, entries: list[bytes], receipts: list[int]) -> dict[str,
             for data in entries:
                 parsed = parse_entry(data)
                 positions.append(
-                    await ledger.append(data, parsed.key_hash, 1, parsed.publish_time, parsed.producer_name, parsed.sequence_id)
+                    await ledger.append(
+                        data, parsed.key_hash, 1, parsed.publish_time, parsed.producer_name, parsed.sequence_id
+                    )
                 )
             handed: list[tuple[Position, int]] = []
             replicator = Replicator(
-                "persistent://t/ns/topic", "r1", "r2", ledger, cursor, lambda _cluster: None, 1000,
+                "persistent://t/ns/topic",
+                "r1",
+                "r2",
+                ledger,
+                cursor,
+                lambda _cluster: None,
+                1000,
                 on_marker=lambda position, marker: handed.append((position, marker.marker_type)),
             )
             producer = RecordingProducer()
@@ -90,7 +98,9 @@ def test_what_goes_what_is_skipped_and_how_far_the_cursor_moves(tmp_path: Path) 
     result = _run(tmp_path, entries, receipts=[1, 1, 1])
     p = result["positions"]
     assert [(m.sequence_id, m.replicated_from, marker) for m, _, marker in result["sent"]] == [
-        (0, "r1", False), (1, "r1", False), (0, "r1", True),
+        (0, "r1", False),
+        (1, "r1", False),
+        (0, "r1", True),
     ]
     assert result["sent"][2][0].marker_type == markers.UPDATE
     assert result["handed"] == [(p[1], markers.SNAPSHOT_REQUEST)]

@@ -15,8 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from magnetar.core.positions import EARLIEST, Position
-from magnetar.storage import ManagedLedgerFactory, StorageBusyError, StorageClosedError, StorageConfig
-from magnetar.storage import sqlite_engine
+from magnetar.storage import ManagedLedgerFactory, StorageBusyError, StorageClosedError, StorageConfig, sqlite_engine
 from magnetar.storage.errors import StorageWriteError
 from magnetar.storage.managed_ledger import JOIN_RUN_ENTRIES_MAX
 
@@ -129,7 +128,7 @@ def test_a_batch_resolves_only_when_every_part_of_it_is_durable(run_storage):
         held = _hold_commits(ledger)
         future = ledger.append_many(*columns([b"m%d" % i for i in range(7)]))  # 5 + 2, two ledgers
         await asyncio.sleep(0)
-        (_owner, runs, _size, entries), = held
+        ((_owner, runs, _size, entries),) = held
         assert entries == 7
         assert [(run.first_entry_id, len(run.datas)) for run in runs] == [(0, 5), (0, 2)]
         ledger._on_durable(runs[0].ledger_id, 4)
@@ -149,7 +148,7 @@ def test_tuples_become_the_runs_columns_without_a_copy(run_storage):
         given = tuple(map(tuple, columns([b"a", b"b", b"c"])))
         future = ledger.append_many(*given)
         await asyncio.sleep(0)
-        (_owner, (run,), _size, _entries), = held
+        ((_owner, (run,), _size, _entries),) = held
         assert all(column is original for column, original in zip(run[2:], given))
         ledger._on_durable(run.ledger_id, 2)
         assert [position[1] for position in await future] == [0, 1, 2]
@@ -164,7 +163,7 @@ def test_a_batch_fails_when_any_part_of_it_fails(run_storage):
         held = _hold_commits(ledger)
         future = ledger.append_many(*columns([b"m%d" % i for i in range(7)]))
         await asyncio.sleep(0)
-        (_owner, runs, _size, _entries), = held
+        ((_owner, runs, _size, _entries),) = held
         ledger._on_failed(runs[0].ledger_id, StorageWriteError("disk full"))
         # The part in the second ledger was in the same hand-off; whatever its fate, the batch failed.
         ledger._on_durable(runs[1].ledger_id, 1)
@@ -338,7 +337,9 @@ def test_appends_made_durable_by_one_commit_are_cached_as_one_run(run_storage, s
     async def scenario(factory):
         ledger = await factory.open_ledger(TOPIC)
         # Twenty socket reads' worth queued at once share a commit.
-        calls = [ledger.append_many(*columns([b"r%d-%d" % (call, i) for i in range(3)], call * 3)) for call in range(20)]
+        calls = [
+            ledger.append_many(*columns([b"r%d-%d" % (call, i) for i in range(3)], call * 3)) for call in range(20)
+        ]
         results = await asyncio.gather(*calls)
         positions = [position for result in results for position in result]
         assert len(factory.cache._runs) == 1 and len(factory.cache) == 60

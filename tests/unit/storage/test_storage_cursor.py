@@ -14,9 +14,7 @@ TOPIC = "persistent://public/default/c"
 
 
 async def append_n(ledger, n, start_time=0):
-    return list(
-        await asyncio.gather(*(ledger.append(b"%d" % i, 0, 3, start_time + i, "p", i) for i in range(n)))
-    )
+    return list(await asyncio.gather(*(ledger.append(b"%d" % i, 0, 3, start_time + i, "p", i) for i in range(n))))
 
 
 @settings(max_examples=40, deadline=None)

@@ -8,14 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from magnetar.core.positions import EARLIEST, LATEST, Position
-from magnetar.storage.entry_cache import ENTRY_OVERHEAD_BYTES, EntryCache
-from magnetar.storage.sqlite_engine import Run
 from magnetar.storage import (
     ManagedLedgerFactory,
     StorageBusyError,
     StorageConfig,
     managed_ledger_internal_stats,
 )
+from magnetar.storage.entry_cache import ENTRY_OVERHEAD_BYTES, EntryCache
+from magnetar.storage.sqlite_engine import Run
 
 TOPIC = "persistent://public/default/t"
 
@@ -398,7 +398,9 @@ def test_read_positions_mixes_cached_runs_and_disk_in_the_order_asked(run_storag
     async def scenario(factory):
         ledger = await factory.open_ledger(TOPIC)
         datas = [b"%06d" % i + b"." * 5000 for i in range(400)]
-        positions = [p for start in range(0, 400, 50) for p in await ledger.append_many(*_columns(datas[start : start + 50]))]
+        positions = [
+            p for start in range(0, 400, 50) for p in await ledger.append_many(*_columns(datas[start : start + 50]))
+        ]
         assert factory.cache.get(positions[0]) is None and factory.cache.get(positions[-1]) is not None
         wanted = [positions[i] for i in (399, 398, 5, 6, 7, 200, 3, 399, 100)] + [(positions[0][0], 400), (999, 1)]
         entries = await ledger.read_positions(wanted)
@@ -430,8 +432,18 @@ def test_a_cached_read_inside_a_run_returns_what_was_asked(first: int, last: int
     whose replicator then sent more than its queue held)."""
     count = 1000
     cache = EntryCache(64 * 1024 * 1024)
-    cache.put(Run(7, 0, tuple(b"%06d" % i for i in range(count)), (1,) * count, (1,) * count, (0,) * count,
-                  ("p",) * count, tuple(range(count))))
+    cache.put(
+        Run(
+            7,
+            0,
+            tuple(b"%06d" % i for i in range(count)),
+            (1,) * count,
+            (1,) * count,
+            (0,) * count,
+            ("p",) * count,
+            tuple(range(count)),
+        )
+    )
     entries = cache.get_run(7, first, last)
     assert [e.position for e in entries] == [Position(7, i) for i in range(first, min(last, count - 1) + 1)]
 

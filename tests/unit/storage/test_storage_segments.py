@@ -45,7 +45,9 @@ def test_segments_follow_the_limits_per_entry_and_decode_to_every_field(tmp_path
         ids = range(entry_id, entry_id + len(lengths))
         runs.append(
             Run(
-                9, entry_id, tuple(bytes([i % 251]) * length for i, length in zip(ids, lengths)),
+                9,
+                entry_id,
+                tuple(bytes([i % 251]) * length for i, length in zip(ids, lengths)),
                 tuple(i * 7 - 50 for i in ids),
                 tuple(len(lengths) if constant else i % 3 + 1 for i in ids),
                 tuple(1_700_000_000_000 + i for i in ids),
@@ -56,8 +58,9 @@ def test_segments_follow_the_limits_per_entry_and_decode_to_every_field(tmp_path
         entry_id += len(lengths)
     engine = SqliteEngine(str(tmp_path_factory.mktemp("unused")))
     rows: list = []
-    with mock.patch.object(sqlite_engine, "SEGMENT_ENTRIES_MAX", ENTRIES_MAX), mock.patch.object(
-        sqlite_engine, "SEGMENT_BYTES_MAX", BYTES_MAX
+    with (
+        mock.patch.object(sqlite_engine, "SEGMENT_ENTRIES_MAX", ENTRIES_MAX),
+        mock.patch.object(sqlite_engine, "SEGMENT_BYTES_MAX", BYTES_MAX),
     ):
         count, size = sqlite_engine._encode_segments(9, runs, rows, engine._segment_crc)
     flat_lengths = [length for lengths in run_lengths for length in lengths]
@@ -76,8 +79,16 @@ def test_a_constant_name_and_message_count_are_stored_once_and_rows_that_repeat_
     the same entries."""
     engine = SqliteEngine(str(tmp_path))
     count = 5
-    run = Run(3, 0, tuple(bytes([i]) * 10 for i in range(count)), tuple(range(count)), (2,) * count,
-              tuple(range(100, 100 + count)), ("producer-1",) * count, tuple(range(7, 7 + count)))
+    run = Run(
+        3,
+        0,
+        tuple(bytes([i]) * 10 for i in range(count)),
+        tuple(range(count)),
+        (2,) * count,
+        tuple(range(100, 100 + count)),
+        ("producer-1",) * count,
+        tuple(range(7, 7 + count)),
+    )
     rows: list = []
     sqlite_engine._encode_segments(3, [run], rows, engine._segment_crc)
     (row,) = rows

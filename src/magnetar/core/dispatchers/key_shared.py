@@ -26,6 +26,7 @@ from bisect import bisect_right
 from sortedcontainers import SortedDict
 
 from magnetar.core.consumers import Consumer
+from magnetar.core.dispatchers.shared import NORMAL, Group, SharedDispatcher
 from magnetar.core.draining_hashes import DrainingHashesTracker
 from magnetar.core.errors import NotAllowedError
 from magnetar.core.events import Entry, KeySharedMeta
@@ -55,7 +56,6 @@ from magnetar.core.selectors import (
 )
 from magnetar.core.settings import DispatcherSettings
 from magnetar.core.sticky_key import key_hash as hash_of_key
-from magnetar.core.dispatchers.shared import NORMAL, Group, SharedDispatcher
 
 __all__ = ["KeySharedDispatcher"]
 
@@ -77,9 +77,7 @@ class KeySharedDispatcher(SharedDispatcher):
 
     subscription_type = "Key_Shared"
 
-    def __init__(
-        self, settings: DispatcherSettings | None = None, mark_delete_position: Position = EARLIEST
-    ) -> None:
+    def __init__(self, settings: DispatcherSettings | None = None, mark_delete_position: Position = EARLIEST) -> None:
         super().__init__(settings, mark_delete_position)
         self.ordering_mode = self.settings.key_shared_ordering_mode
         self.meta: KeySharedMeta | None = None
@@ -345,7 +343,10 @@ class KeySharedDispatcher(SharedDispatcher):
             return min(enabled)
         fallback = [
             v
-            for v in (s.max_unacked_messages_per_subscription, s.max_unacked_messages_per_consumer * len(self.consumers))
+            for v in (
+                s.max_unacked_messages_per_subscription,
+                s.max_unacked_messages_per_consumer * len(self.consumers),
+            )
             if v > 0
         ]
         return min(fallback) if fallback else _NO_LIMIT

@@ -18,8 +18,8 @@ from sortedcontainers import SortedDict
 
 from magnetar.core.consumers import Consumer
 from magnetar.core.errors import CoreError
-from magnetar.core.explain import PendingMessage
 from magnetar.core.events import (
+    HANDLER_NAMES,
     Acked,
     BatchIndexAcked,
     CancelRead,
@@ -30,7 +30,6 @@ from magnetar.core.events import (
     Dispatch,
     DispatchDue,
     Entry,
-    HANDLER_NAMES,
     Event,
     Flow,
     MarkDeleteAdvanced,
@@ -42,6 +41,7 @@ from magnetar.core.events import (
     Tick,
     WakeUp,
 )
+from magnetar.core.explain import PendingMessage
 from magnetar.core.positions import EARLIEST, Position
 from magnetar.core.replay_queue import ReplayQueue
 from magnetar.core.settings import DispatcherSettings
@@ -65,9 +65,7 @@ class SharedDispatcher:
 
     subscription_type = "Shared"
 
-    def __init__(
-        self, settings: DispatcherSettings | None = None, mark_delete_position: Position = EARLIEST
-    ) -> None:
+    def __init__(self, settings: DispatcherSettings | None = None, mark_delete_position: Position = EARLIEST) -> None:
         self.settings = settings or DispatcherSettings()
         self.consumers: dict[int, Consumer] = {}
         self.replay = ReplayQueue()
@@ -439,7 +437,10 @@ class SharedDispatcher:
         consumer.unacked_messages -= messages
         self.total_unacked -= messages
         unblocked = False
-        if consumer.blocked_on_unacked and consumer.unacked_messages <= self.settings.max_unacked_messages_per_consumer // 2:
+        if (
+            consumer.blocked_on_unacked
+            and consumer.unacked_messages <= self.settings.max_unacked_messages_per_consumer // 2
+        ):
             consumer.blocked_on_unacked = False
             unblocked = True
         if self.blocked_on_unacked:

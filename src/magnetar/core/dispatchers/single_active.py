@@ -22,11 +22,13 @@ disjoint ranges split a topic by key without any of them receiving another's ent
 from __future__ import annotations
 
 from bisect import bisect_left
+
 from magnetar.core.consumers import Consumer
 from magnetar.core.errors import ConsumerBusyError, CoreError
 from magnetar.core.events import (
-    AckFiltered,
+    HANDLER_NAMES,
     Acked,
+    AckFiltered,
     ActiveConsumerChanged,
     BatchIndexAcked,
     CancelRead,
@@ -37,7 +39,6 @@ from magnetar.core.events import (
     Dispatch,
     DispatchDue,
     Entry,
-    HANDLER_NAMES,
     Event,
     Flow,
     MarkDeleteAdvanced,

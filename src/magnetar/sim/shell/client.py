@@ -153,7 +153,9 @@ class SimClient:
         self.producers: dict[int, SimProducer] = {}
         self.open = True
         self.connected: asyncio.Future[None] = self.loop.create_future()
-        self.send(BaseCommand(type=BaseCommand.CONNECT, connect={"client_version": "magnetar-sim", "protocol_version": 20}))
+        self.send(
+            BaseCommand(type=BaseCommand.CONNECT, connect={"client_version": "magnetar-sim", "protocol_version": 20})
+        )
 
     def send(self, command: BaseCommand, payload: bytes = b"") -> None:
         if self.open:
@@ -323,7 +325,9 @@ class SimConsumer:
         self._flow(self.queue_size)
 
     def _flow(self, permits: int) -> None:
-        self.client.send(BaseCommand(type=BaseCommand.FLOW, flow={"consumer_id": self.consumer_id, "messagePermits": permits}))
+        self.client.send(
+            BaseCommand(type=BaseCommand.FLOW, flow={"consumer_id": self.consumer_id, "messagePermits": permits})
+        )
 
     def on_message(self, message: Any, payload: bytes) -> None:
         if not self.open:
@@ -341,7 +345,14 @@ class SimConsumer:
             for batch_index, single in enumerate(parts):
                 if acked_set and not (acked_set[batch_index // 64] >> (batch_index % 64)) & 1:
                     continue  # acknowledged before: the client skips it (ack_set bit clear)
-                delivery = Delivery(position, batch_index, len(parts), single.metadata.partition_key, int(single.payload), redelivery_count)
+                delivery = Delivery(
+                    position,
+                    batch_index,
+                    len(parts),
+                    single.metadata.partition_key,
+                    int(single.payload),
+                    redelivery_count,
+                )
                 self._arrive(delivery)
         else:
             self._arrive(Delivery(position, -1, 1, key, int(entry.payload), redelivery_count))
@@ -510,7 +521,8 @@ class SimProducer:
             section = encode_entry(
                 metadata,
                 encode_batch(
-                    (SingleMessageMetadata(partition_key=k, payload_size=len(str(i))), str(i).encode()) for i, k in messages
+                    (SingleMessageMetadata(partition_key=k, payload_size=len(str(i))), str(i).encode())
+                    for i, k in messages
                 ),
             )
         self.in_flight[sequence_id] = messages

@@ -19,7 +19,9 @@ __all__ = ["SimEngine"]
 
 
 class SimEngine(SqliteEngine):
-    def __init__(self, data_dir: str, rng: random.Random, commit_ms: tuple[float, float], read_ms: tuple[float, float]) -> None:
+    def __init__(
+        self, data_dir: str, rng: random.Random, commit_ms: tuple[float, float], read_ms: tuple[float, float]
+    ) -> None:
         super().__init__(data_dir, journal_sync_data=False)
         self._rng = rng
         self._commit_ms = commit_ms

@@ -212,7 +212,9 @@ class ShellWorld:
     def received(self, consumer: SimConsumer, delivery: Delivery) -> None:
         self.deliveries += 1
         label, key, index = consumer.label, delivery.key, delivery.index
-        self.note(f"{label} <- {key} i={index} @{delivery.position[0]}:{delivery.position[1]} rc={delivery.redelivery_count}")
+        self.note(
+            f"{label} <- {key} i={index} @{delivery.position[0]}:{delivery.position[1]} rc={delivery.redelivery_count}"
+        )
         ordered = self.options.subscription_type != "Shared"
         holders = self.holders.setdefault(key, {})
         if self.options.subscription_type == "Key_Shared":
@@ -292,7 +294,14 @@ class ShellWorld:
         self.incarnations += 1
         label = f"{slot.name}#{slot.incarnations}"
         consumer = SimConsumer(
-            client, slot.name, label, SUBSCRIPTION, options.subscription_type, slot.queue_size, options.ack_group_ms, TOPIC
+            client,
+            slot.name,
+            label,
+            SUBSCRIPTION,
+            options.subscription_type,
+            slot.queue_size,
+            options.ack_group_ms,
+            TOPIC,
         )
         consumer.on_available = slot.wake.set
         slot.consumer = consumer
@@ -441,7 +450,10 @@ class ShellWorld:
                 await self._reconnect_all(slots, shared)
         if not self._drained():
             missing = sorted(i for i, p in self.publications.items() if p not in self.acked_positions)
-            self.fail("loss-or-stall", f"{len(missing)} published messages never acknowledged (first {missing[:10]}); {self._state()}")
+            self.fail(
+                "loss-or-stall",
+                f"{len(missing)} published messages never acknowledged (first {missing[:10]}); {self._state()}",
+            )
         for slot in slots:
             if slot.consumer is not None:
                 await slot.consumer.close()
@@ -507,6 +519,12 @@ def run_shell_schedule(
         finally:
             loop.shut_down()
     return ShellResult(
-        seed, options, world.violations, len(world.publications), world.steps, world.deliveries, world.incarnations, loop.time()
+        seed,
+        options,
+        world.violations,
+        len(world.publications),
+        world.steps,
+        world.deliveries,
+        world.incarnations,
+        loop.time(),
     )
-
