@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test sim soak bench clean compat compat-java
+.PHONY: setup run test lint sim soak bench clean compat compat-java
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: magnetar needs Python 3.11" >&2; exit 1; }
@@ -21,6 +21,12 @@ run: setup
 
 test: setup compat
 	$(BIN)/python -m pytest tests -q --durations=25
+
+# ruff (lint and format) and mypy, configured in pyproject.toml: strict for core/ and protocol/.
+lint: setup
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
 
 # The compatibility suites' programs with the official clients (tests/compat). Java: the classes and the
 # classpath of pulsar-client and pulsar-client-admin 4.0.x; Maven's repository is build/m2, so a clean
