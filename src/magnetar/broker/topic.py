@@ -492,8 +492,8 @@ class PersistentTopic:
         subscription.skip_to(min(Position(*position), self.ledger.last_confirmed_entry))
 
     def _acked_ranges_due(self) -> list[tuple[str, AckedRangesContent]]:
-        """At a controller tick: the ACKED_RANGES content of each replicated subscription whose consumers
-        acknowledged something since the last tick and whose translation changed (magnetar, Pulsar
+        """Every half snapshot period: the ACKED_RANGES content of each replicated subscription whose consumers
+        acknowledged something since the last time and whose translation changed (magnetar, Pulsar
         #10054). Receipts below every replicated subscription's floor are forgotten on the way."""
         replicated = [s for s in self.subscriptions.values() if s.replicated]
         positions = {c: r.positions for c, r in self.replicators.items() if r.positions is not None}

@@ -86,6 +86,8 @@ class ReplicatedSubscriptionsController:
             loop.create_task(self._tick_loop(), name=f"snapshots {self.topic_name}"),
             loop.create_task(self._write_loop(), name=f"markers {self.topic_name}"),
         ]
+        if self._acked_ranges_due is not None:
+            self._tasks.append(loop.create_task(self._acked_ranges_loop(), name=f"acked ranges {self.topic_name}"))
         log.info("[%s] Replicated subscriptions controller started", self.topic_name)
 
     async def stop(self) -> None:
@@ -114,19 +116,22 @@ class ReplicatedSubscriptionsController:
             if builder is not None:
                 log.debug("[%s] Starting snapshot %s", self.topic_name, builder.snapshot_id)
                 self._write(builder.request(), builder.request_written)
-            if self._acked_ranges_due is not None:
-                self._write_acked_ranges(now)
 
-    def _write_acked_ranges(self, now: int) -> None:
-        """At most one ACKED_RANGES per subscription and tick, and only after its consumers acknowledged
-        something: the marker carries the whole state, so one per period is enough. A failure here is
-        logged and leaves the timer (and the snapshots) running."""
-        try:
-            for subscription, content in self._acked_ranges_due():  # type: ignore[misc]
-                self._write(markers.acked_ranges(subscription, self.local_cluster, content, now), None)
-                self.acked_ranges_written += 1
-        except Exception:
-            log.exception("[%s] Acked ranges not written", self.topic_name)
+    async def _acked_ranges_loop(self) -> None:
+        """Every half snapshot period, at most one ACKED_RANGES per subscription, and only after its
+        consumers acknowledged something: the marker carries the whole state, so one per period is enough.
+        It needs no snapshot (the replicator's receipts translate it), so it keeps its own, shorter period:
+        an acknowledgement reaches the other clusters within half a period plus the replication delay,
+        not a whole period. A failure is logged and leaves the timer (and the snapshots) running."""
+        assert self._acked_ranges_due is not None
+        while True:
+            await asyncio.sleep(self.frequency_ms / 2000)
+            try:
+                for subscription, content in self._acked_ranges_due():
+                    self._write(markers.acked_ranges(subscription, self.local_cluster, content, self._now_ms()), None)
+                    self.acked_ranges_written += 1
+            except Exception:
+                log.exception("[%s] Acked ranges not written", self.topic_name)
 
     # ------------------------------------------------------------------------- what arrives
 
