@@ -60,6 +60,12 @@ BROKER_KEYS: tuple[Setting, ...] = (
     ),
     Setting("brokerDeduplicationEnabled", False, "Drop messages whose producer sequence id was already stored."),
     Setting("keepAliveIntervalSeconds", 30, "Ping idle clients this often; close them after two silent intervals."),
+    Setting(
+        "connectionLivenessCheckTimeoutMillis",
+        5000,
+        "Before refusing a producer name or an Exclusive subscription held by another connection, ping that "
+        "connection and close it if no PONG comes within this time (0: no check).",
+    ),
     Setting("ttlDurationDefaultInSeconds", 0, "Default message TTL (0: none).", True),
     Setting(
         "messageExpiryCheckIntervalInMinutes",

@@ -91,11 +91,44 @@ class ServerConnection:
         self._sends: dict[ServerProducer, list[tuple[int, int, bytes, int, int, int]]] = {}
         # Frames written during this turn of the event loop; they leave together at its end (`_flush`).
         self._output: list[bytes] = []
+        # The liveness check in progress (a PING waiting for its PONG), shared by everyone who asks.
+        self._liveness: asyncio.Future[bool] | None = None
 
     # ----------------------------------------------------------------------------- lifecycle
 
     def is_alive(self) -> bool:
         return not self.closed
+
+    async def check_liveness(self) -> bool:
+        """Pulsar's checkConnectionLiveness: whether the client still answers. A producer name or an
+        Exclusive subscription held by this connection is about to be refused to another one; if this
+        connection is half-open (its client gone without a FIN, e.g. a replicator whose process or network
+        went away), the PING gets no PONG within `connectionLivenessCheckTimeoutMillis`, the connection is
+        closed (and with it what it held) and the answer is False. 0 turns the check off (always alive)."""
+        timeout_ms = self.service.config["connectionLivenessCheckTimeoutMillis"]
+        if self.closed:
+            return False
+        if timeout_ms <= 0:
+            return True
+        check = self._liveness
+        if check is None:
+            check = self._liveness = self._loop.create_future()
+            self._loop.call_later(timeout_ms / 1000, self._liveness_timed_out, check)
+            self.write(commands.ping())
+        return await asyncio.shield(check)
+
+    def _liveness_timed_out(self, check: asyncio.Future[bool]) -> None:
+        if check.done():
+            return
+        log.warning("[%s] closing connection: liveness check timed out, no PONG", self.remote_address)
+        self.close_reason = "liveness check timed out"
+        # Its producers and consumers go now, before the caller retries what they held.
+        self._cleanup()
+
+    def _liveness_answered(self, alive: bool) -> None:
+        check, self._liveness = self._liveness, None
+        if check is not None and not check.done():
+            check.set_result(alive)
 
     def write(self, data: bytes) -> None:
         """Queue frames for the client. Everything written during one turn of the event loop (receipts of
@@ -159,6 +192,7 @@ class ServerConnection:
 
     def _cleanup(self) -> None:
         self.closed = True
+        self._liveness_answered(False)
         for task in self._tasks:
             task.cancel()
         for consumer in list(self.consumers.values()):
@@ -245,7 +279,7 @@ class ServerConnection:
         elif kind == BaseCommand.AUTH_RESPONSE:
             self._spawn(self.auth.on_auth_response(command.authResponse))
         elif kind == BaseCommand.PONG:
-            pass
+            self._liveness_answered(True)
         elif kind == BaseCommand.PARTITIONED_METADATA:
             self._spawn(self._on_partitioned_metadata(command.partitionMetadata))
         elif kind == BaseCommand.LOOKUP:
@@ -428,6 +462,10 @@ class ServerConnection:
                     )
                 )
                 await topic.wait_until_free()
+            holder = topic.producers.get(producer_name)
+            if holder is not None and holder.connection is not self:
+                # Refused below if its connection answers; closed (and its producer with it) if it does not.
+                await holder.connection.check_liveness()
             epoch = topic.add_producer(
                 producer, access_mode, request.topic_epoch if request.HasField("topic_epoch") else None
             )
@@ -546,6 +584,10 @@ class ServerConnection:
             if schema is not None:
                 consumer.schema_type = schema.type
             subscription.read_compacted = request.read_compacted
+            if subscription_type == "Exclusive":
+                # Refused by the core if a holder answers; a holder whose connection does not is gone first.
+                holders = {c.connection for c in subscription.consumers.values() if c.connection is not self}
+                await asyncio.gather(*(holder.check_liveness() for holder in holders))
             consumer.consumer_id = subscription.add_consumer(consumer, subscription_type, request.priority_level, meta)
         except Exception as error:  # answered to the client with its ServerError code
             self._error(request.request_id, error)
