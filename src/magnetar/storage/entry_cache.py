@@ -28,6 +28,7 @@ rescan finds the appended tail in place. An append evicts entries read from disk
 from __future__ import annotations
 
 from bisect import bisect_right, insort
+from itertools import pairwise
 
 from magnetar.storage.sqlite_engine import (
     ENTRY_KEY_SHIFT,
@@ -245,6 +246,6 @@ class EntryCache:
             assert cost == sum(map(len, run.datas)) + ENTRY_OVERHEAD_BYTES * len(run.datas)
         for ledger_id, starts in self._starts.items():
             assert starts == sorted(starts) and starts
-            for start, following in zip(starts, starts[1:]):
+            for start, following in pairwise(starts):
                 assert self._run_end(ledger_id, start) < following, f"runs overlap in ledger {ledger_id}"
         assert sum(map(len, self._starts.values())) == len(held)

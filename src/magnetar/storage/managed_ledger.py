@@ -21,7 +21,6 @@ import json
 import os
 import sys
 import time
-from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -30,22 +29,18 @@ from itertools import accumulate, chain, repeat
 from typing import Any, overload
 
 from magnetar.core.positions import EARLIEST, LATEST, Position
-from magnetar.storage.compaction import delete_compacted
 from magnetar.storage.config import StorageConfig
 from magnetar.storage.cursor import CursorRecord, ManagedCursor, decode_ranges
 from magnetar.storage.entry_cache import EntryCache
-from magnetar.storage.errors import StorageBusyError, StorageClosedError, StorageCorruptionError, StorageError
+from magnetar.storage.errors import StorageBusyError, StorageClosedError, StorageError
 from magnetar.storage.metadata import MetadataStore
 from magnetar.storage.sqlite_engine import (
     CommitReport,
     Entry,
     Run,
     SqliteEngine,
-    WriteOp,
-    gc_paused,
     new_position,
     runs_of_records,
-    segment_id,
 )
 from magnetar.storage.write_latency import LatencyBuckets
 
@@ -645,9 +640,7 @@ class ManagedLedger:
             cached = self._cache.get_run(ledger_id, first, last)
             result.extend(cached)
             if len(cached) < last - first + 1:
-                runs, entries = await self._engine.run_read(
-                    self._engine.read_entries, ledger_id, first + len(cached), last
-                )
+                runs, entries = await self._engine.read_entries(ledger_id, first + len(cached), last)
                 for run in runs:
                     self._cache.put(run, from_disk=True)
                 result.extend(entries)
@@ -702,7 +695,7 @@ class ManagedLedger:
             ):
                 end += 1
             last = missing[end][1]
-            runs, entries = await self._engine.run_read(self._engine.read_entries, ledger_id, first, last)
+            runs, entries = await self._engine.read_entries(ledger_id, first, last)
             for run in runs:
                 self._cache.put(run, from_disk=True)
             wanted = set(missing[index : end + 1])
@@ -717,7 +710,7 @@ class ManagedLedger:
         for info in self.ledgers:
             if not info.entries:
                 continue
-            entry_id = await self._engine.run_read(_first_published_at_or_after, info.ledger_id, publish_time_ms)
+            entry_id = await self._engine.first_published_at_or_after(info.ledger_id, publish_time_ms)
             if entry_id is not None:
                 return Position(info.ledger_id, entry_id)
         return self.next_valid_position(self.last_confirmed_entry)
@@ -760,31 +753,20 @@ class ManagedLedger:
             return
         cursor.closed = True
         if cursor.durable:
-            topic_id = self.topic_id
-            await self.factory.write(
-                lambda connection: connection.execute(
-                    "DELETE FROM cursors WHERE topic_id=? AND name=?", (topic_id, name)
-                )
-            )
+            self.factory.check_open()
+            await self._engine.delete_cursor(self.topic_id, name)
         self.factory.schedule_trim(self)
 
     def persist_cursor(self, cursor: ManagedCursor, record: CursorRecord) -> asyncio.Future[None]:
-        topic_id = self.topic_id
-        md = record.mark_delete_position
-        row = (
-            topic_id,
+        self.factory.check_open()
+        future = self._engine.upsert_cursor(
+            self.topic_id,
             record.name,
-            md[0],
-            md[1],
+            record.mark_delete_position,
             record.individually_deleted,
             record.batch_deleted,
             record.properties,
         )
-
-        def apply(connection: Any) -> None:
-            connection.execute("INSERT OR REPLACE INTO cursors VALUES (?,?,?,?,?,?,?)", row)
-
-        future = self.factory.write(apply)
         result: asyncio.Future[None] = self._loop.create_future()
 
         def done(finished: asyncio.Future[Any]) -> None:
@@ -807,7 +789,9 @@ class ManagedLedger:
     def _restore_cursors(self, records: list[tuple[Any, ...]]) -> None:
         """Cursors as `_load_topic` read them (acknowledged ranges already decoded)."""
         for name, md_ledger, md_entry, ranges, batch, properties in records:
-            batch_deleted = {Position(l, e): (size, mask) for l, e, size, mask in json.loads(batch)}
+            batch_deleted = {
+                Position(ledger_id, entry_id): (size, mask) for ledger_id, entry_id, size, mask in json.loads(batch)
+            }
             cursor = ManagedCursor(
                 self,
                 name,
@@ -859,21 +843,8 @@ class ManagedLedger:
     def _delete_ledger(self, info: LedgerInfo) -> None:
         self._forget_ledger(info.ledger_id)
         self._cache.invalidate_ledger(info.ledger_id, info.entries)
-        low, high = segment_id(info.ledger_id, 0), segment_id(info.ledger_id + 1, 0)
-        ledger_id = info.ledger_id
-
-        trimmed_key, entries = _entries_trimmed_key(self.topic_id), info.entries
-
-        def apply(connection: Any) -> None:
-            connection.execute("DELETE FROM segments WHERE id >= ? AND id < ?", (low, high))
-            connection.execute("DELETE FROM ledgers WHERE id=?", (ledger_id,))
-            _remember_deleted_ledger(connection, ledger_id)
-            connection.execute(
-                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = value + excluded.value",
-                (trimmed_key, entries),
-            )
-
-        self.factory.write(apply)
+        self.factory.check_open()
+        self._engine.delete_ledger(self.topic_id, info.ledger_id, info.entries)
 
     def _forget_ledger(self, ledger_id: int) -> None:
         del self._ledgers[ledger_id]
@@ -885,22 +856,6 @@ class ManagedLedger:
         assert self._current is not None and self._ledger_ids[-1] == self._current.ledger_id
         for cursor in self.cursors.values():
             cursor.check_invariants()
-
-
-def _first_published_at_or_after(connection: Any, ledger_id: int, publish_time_ms: int) -> int | None:
-    row = connection.execute(
-        "SELECT id, publish_times FROM segments WHERE id >= ? AND id < ? AND publish_time_max >= ? ORDER BY id LIMIT 1",
-        (segment_id(ledger_id, 0), segment_id(ledger_id + 1, 0), publish_time_ms),
-    ).fetchone()
-    if row is None:
-        return None
-    times = array("q")
-    times.frombytes(row[1])
-    first_entry = row[0] & 0xFFFFFFFF
-    for offset, published in enumerate(times):
-        if published >= publish_time_ms:
-            return first_entry + offset
-    return None
 
 
 class ManagedLedgerFactory:
@@ -937,15 +892,9 @@ class ManagedLedgerFactory:
         engine = self.engine
         engine.open()
         try:
-            self._topic_ids = dict(engine.query("SELECT name, id FROM topics"))
-            # Ledger ids are never reused: a cursor may still name a deleted ledger, and a new ledger
-            # with its id would make that mark-delete position cover entries nobody acknowledged.
-            (max_ledger,) = engine.query(
-                "SELECT max(coalesce((SELECT max(id) FROM ledgers), 0), "
-                "(SELECT value FROM meta WHERE key='deleted_ledger_id_max'))"
-            )[0]
-            self._next_ledger_id = max_ledger + 1
-            self.metadata = MetadataStore(self, engine.query("SELECT path, value, version FROM metadata"))
+            self._topic_ids, ledger_id_max, metadata_rows = engine.load_catalog()
+            self._next_ledger_id = ledger_id_max + 1
+            self.metadata = MetadataStore(self, metadata_rows)
         except BaseException:
             engine.close()
             raise
@@ -957,7 +906,7 @@ class ManagedLedgerFactory:
 
     async def open_ledger(self, name: str) -> ManagedLedger:
         """The managed ledger of a topic, created on first use; its cursors are loaded with it."""
-        self._check_open()
+        self.check_open()
         ledger = self.ledgers.get(name)
         if ledger is not None:
             return ledger
@@ -981,15 +930,15 @@ class ManagedLedgerFactory:
     async def _load_ledger(self, name: str) -> ManagedLedger:
         topic_id = self._topic_ids.get(name)
         if topic_id is None:
-            topic_id = await self.write(
-                lambda connection: connection.execute("INSERT INTO topics(name) VALUES (?)", (name,)).lastrowid
-            )
+            self.check_open()
+            topic_id = await self.engine.insert_topic(name)
             self._topic_ids[name] = topic_id
             ledgers: list[LedgerInfo] = []
             cursors: list[tuple[Any, ...]] = []
             trimmed = 0
         else:
-            ledgers, cursors, trimmed = await self.engine.run_read(_load_topic, topic_id, self.engine.db_path)
+            rows, cursors, trimmed = await self.engine.load_topic(topic_id, decode_ranges)
+            ledgers = [LedgerInfo(*row) for row in rows]
         ledger = ManagedLedger(self, name, topic_id, ledgers, trimmed)
         ledger._restore_cursors(cursors)
         self.schedule_trim(ledger)
@@ -1008,28 +957,8 @@ class ManagedLedgerFactory:
         topic_id = self._topic_ids.pop(name)
         for info in ledger.ledgers:
             self.cache.invalidate_ledger(info.ledger_id, info.entries)
-
-        def apply(connection: Any) -> None:
-            for (ledger_id,) in connection.execute("SELECT id FROM ledgers WHERE topic_id=?", (topic_id,)).fetchall():
-                connection.execute(
-                    "DELETE FROM segments WHERE id >= ? AND id < ?",
-                    (segment_id(ledger_id, 0), segment_id(ledger_id + 1, 0)),
-                )
-                _remember_deleted_ledger(connection, ledger_id)
-            connection.execute("DELETE FROM ledgers WHERE topic_id=?", (topic_id,))
-            connection.execute("DELETE FROM cursors WHERE topic_id=?", (topic_id,))
-            connection.execute("DELETE FROM topics WHERE id=?", (topic_id,))
-            connection.execute("DELETE FROM meta WHERE key=?", (_entries_trimmed_key(topic_id),))
-            delete_compacted(connection, topic_id)
-
-        await self.write(apply)
-
-    def write(self, apply: Any) -> asyncio.Future[Any]:
-        """Queue `apply(connection)` into the next group commit; the future resolves once durable."""
-        self._check_open()
-        future: asyncio.Future[Any] = self.loop.create_future()
-        self.engine.submit(WriteOp(apply, future))
-        return future
+        self.check_open()
+        await self.engine.delete_topic(topic_id)
 
     def _on_commit(self, report: CommitReport) -> None:
         for owner, ledger_id, last_entry_id in report.appended:
@@ -1081,7 +1010,8 @@ class ManagedLedgerFactory:
                 for ledger in self.ledgers.values():
                     self.schedule_trim(ledger)
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise StorageClosedError once the factory is closed: every write checks before it queues."""
         if self._closed:
             raise StorageClosedError(f"{self.engine.data_dir}: storage is closed")
 
@@ -1103,41 +1033,3 @@ class ManagedLedgerFactory:
         for ledger in self.ledgers.values():
             ledger.state = "Closed"
         await asyncio.to_thread(self.engine.close)
-
-
-def _remember_deleted_ledger(connection: Any, ledger_id: int) -> None:
-    connection.execute("UPDATE meta SET value=max(value, ?) WHERE key='deleted_ledger_id_max'", (ledger_id,))
-
-
-def _entries_trimmed_key(topic_id: int) -> str:
-    """The `meta` row counting the entries of a topic's ledgers that retention deleted."""
-    return f"entries_trimmed:{topic_id}"
-
-
-def _load_topic(connection: Any, topic_id: int, db_path: str) -> tuple[list[LedgerInfo], list[tuple[Any, ...]], int]:
-    """A topic's ledgers, cursors and count of entries trimmed, on a reader thread; the cursors'
-    acknowledged ranges are decoded here too, off the event loop (a restart decodes a million of them)."""
-    ledgers = [
-        LedgerInfo(*row)
-        for row in connection.execute(
-            "SELECT id, entries, size, timestamp_ms FROM ledgers WHERE topic_id=? AND entries > 0 ORDER BY id",
-            (topic_id,),
-        )
-    ]
-    cursors = connection.execute(
-        "SELECT name, mark_delete_ledger, mark_delete_entry, individually_deleted, batch_deleted, properties "
-        "FROM cursors WHERE topic_id=? ORDER BY name",
-        (topic_id,),
-    ).fetchall()
-    decoded = []
-    with gc_paused():
-        for name, md_ledger, md_entry, ranges, batch, properties in cursors:
-            try:
-                individually_deleted = decode_ranges(ranges)
-            except ValueError as error:
-                raise StorageCorruptionError(
-                    f"{db_path}: cursor {name!r} of topic {topic_id}: damaged acknowledged ranges: {error}"
-                ) from error
-            decoded.append((name, md_ledger, md_entry, individually_deleted, batch, properties))
-    row = connection.execute("SELECT value FROM meta WHERE key=?", (_entries_trimmed_key(topic_id),)).fetchone()
-    return ledgers, decoded, row[0] if row else 0

@@ -4,8 +4,8 @@ Owns: versioned JSON records under Pulsar's metadata paths (`/admin/clusters/{cl
 `/admin/policies/{tenant}`, `/admin/policies/{tenant}/{namespace}`,
 `/admin/partitioned-topics/{tenant}/{namespace}/{domain}/{topic}`), kept in memory and written
 through the group commit. Subscriptions are the durable cursors of each managed ledger
-(`ManagedLedger.cursors`); they are not duplicated here. Must not touch: SQL beyond its own table,
-ledgers, cursors.
+(`ManagedLedger.cursors`); they are not duplicated here. Must not touch: SQL (the engine's
+`put_metadata` and `delete_metadata` store the records), ledgers, cursors.
 
 Writes are serialised by one asyncio lock (they are rare) and reach memory only once durable, so a
 reader never sees a record that a crash could take back.
@@ -66,11 +66,8 @@ class MetadataStore:
             if expected_version is not None and expected_version != current_version:
                 raise BadVersionError(f"{path}: version {current_version}, expected {expected_version}")
             version = current_version + 1
-            await self._factory.write(
-                lambda connection: connection.execute(
-                    "INSERT OR REPLACE INTO metadata VALUES (?,?,?)", (path, encoded, version)
-                )
-            )
+            self._factory.check_open()
+            await self._factory.engine.put_metadata(path, encoded, version)
             self._records[path] = (json.loads(encoded), version)
             return version
 
@@ -81,9 +78,8 @@ class MetadataStore:
                 raise NotFoundError(f"{path}: not found")
             if expected_version is not None and expected_version != current[1]:
                 raise BadVersionError(f"{path}: version {current[1]}, expected {expected_version}")
-            await self._factory.write(
-                lambda connection: connection.execute("DELETE FROM metadata WHERE path=?", (path,))
-            )
+            self._factory.check_open()
+            await self._factory.engine.delete_metadata(path)
             del self._records[path]
 
     # ------------------------------------------------------------------ Pulsar's records

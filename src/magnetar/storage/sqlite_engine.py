@@ -2,10 +2,12 @@
 
 Owns: the files of the data directory (`magnetar.db` and its `-wal`/`-shm`, `commit-seq`, `LOCK`),
 their schema, the checks that run before the data is trusted, the commit thread, the checkpoint
-thread and the reader threads, and the column runs (`Run`) entries travel in between them and the
-layers above. Must not touch: ledger, cursor or topic logic; it stores rows that the layers above
-built and hands back rows they asked for. It never runs on the event loop thread except for
-`submit` and the helpers that turn runs into `Entry` objects.
+thread and the reader threads, the column runs (`Run`) entries travel in between them and the
+layers above, and every SQL statement of the storage: the layers above call named operations
+(`insert_topic`, `delete_ledger`, `upsert_cursor`, `put_metadata`, `read_entries`, ...) and never see
+a connection. Must not touch: ledger, cursor or topic logic; it stores the rows the layers above
+describe and hands back the rows they ask for. On the event loop thread it only queues writes
+(`submit` and the named writes) and turns runs into `Entry` objects; SQL runs on its threads.
 
 Group commit: every write (appended entries of all topics, cursor snapshots, metadata, ledger
 deletions) is queued; one thread takes everything queued, writes it in one transaction and commits
@@ -64,7 +66,6 @@ __all__ = [
     "Entry",
     "Run",
     "SqliteEngine",
-    "WriteOp",
     "CommitReport",
     "DB_FILE",
     "COMMIT_SEQ_FILE",
@@ -222,9 +223,11 @@ def segment_id(ledger_id: int, entry_id: int) -> int:
 
 @dataclass(eq=False)
 class WriteOp:
-    """A write other than an append: `apply(connection)` runs inside the group-commit transaction."""
+    """A write other than an append: one of the engine's named writes, `apply(connection, *args)`, run
+    inside the group-commit transaction; `future` resolves to its result once that is durable."""
 
-    apply: Callable[[sqlite3.Connection], Any]
+    apply: Callable[..., Any]
+    args: tuple[Any, ...]
     future: asyncio.Future[Any]
     result: Any = None
 
@@ -480,23 +483,22 @@ class SqliteEngine:
 
     # ------------------------------------------------------------------ loading (open time only)
 
-    def query(self, sql: str, parameters: tuple[Any, ...] = ()) -> list[Any]:
-        """A read on the writer connection; only before `start()` (open time), never concurrently."""
+    def load_catalog(self) -> tuple[dict[str, int], int, list[tuple[str, str, int]]]:
+        """Before `start()` (open time), on the writer connection: the topic ids by name, the highest
+        ledger id ever used (deleted ones included: ids are never reused, because a cursor may still
+        name a deleted ledger and a new ledger with its id would make that mark-delete position cover
+        entries nobody acknowledged), and the metadata records as (path, JSON, version)."""
         assert self._thread is None and self._writer is not None
         try:
-            return self._writer.execute(sql, parameters).fetchall()
+            topic_ids = dict(self._writer.execute("SELECT name, id FROM topics").fetchall())
+            (ledger_id_max,) = self._writer.execute(
+                "SELECT max(coalesce((SELECT max(id) FROM ledgers), 0), "
+                "(SELECT value FROM meta WHERE key='deleted_ledger_id_max'))"
+            ).fetchone()
+            metadata = self._writer.execute("SELECT path, value, version FROM metadata").fetchall()
         except sqlite3.DatabaseError as error:
             raise self._corruption(error) from error
-
-    def execute_now(self, sql: str, parameters: tuple[Any, ...] = ()) -> None:
-        """A write before `start()`; its own transaction and fsync."""
-        assert self._thread is None and self._writer is not None
-        try:
-            with self._writer:
-                self._writer.execute("BEGIN")
-                self._writer.execute(sql, parameters)
-        except sqlite3.Error as error:
-            raise StorageWriteError(f"{self.db_path}: {error}") from error
+        return topic_ids, ledger_id_max, metadata
 
     # ------------------------------------------------------------------ writes
 
@@ -504,6 +506,58 @@ class SqliteEngine:
         """Queue `(owner, runs, payload bytes, entries)` (appends, in position order) or a
         `WriteOp`; called on the event loop."""
         self._queue.put((time.monotonic(), item))
+
+    def _write(self, apply: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        assert self._loop is not None, "engine not started"
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self.submit(WriteOp(apply, args, future))
+        return future
+
+    # The named writes: each goes into the next group commit, and its future resolves once durable.
+
+    def insert_topic(self, name: str) -> asyncio.Future[int]:
+        """A new topic; resolves to its id."""
+        return self._write(_insert_topic, name)
+
+    def delete_ledger(self, topic_id: int, ledger_id: int, entries: int) -> asyncio.Future[None]:
+        """A ledger retention deleted: its entries, its row; its id stays used and its `entries` stay
+        counted in the topic's trimmed entries."""
+        return self._write(_delete_ledger, topic_id, ledger_id, entries)
+
+    def delete_topic(self, topic_id: int) -> asyncio.Future[None]:
+        """A topic with its ledgers, entries, cursors, count of trimmed entries and compacted view."""
+        return self._write(_delete_topic, topic_id)
+
+    def upsert_cursor(
+        self,
+        topic_id: int,
+        name: str,
+        mark_delete_position: tuple[int, int],
+        individually_deleted: bytes,
+        batch_deleted: str,
+        properties: str,
+    ) -> asyncio.Future[None]:
+        """A durable cursor's snapshot, replacing the one before."""
+        row = (topic_id, name, *mark_delete_position, individually_deleted, batch_deleted, properties)
+        return self._write(_upsert_cursor, row)
+
+    def delete_cursor(self, topic_id: int, name: str) -> asyncio.Future[None]:
+        return self._write(_delete_cursor, topic_id, name)
+
+    def put_metadata(self, path: str, value: str, version: int) -> asyncio.Future[None]:
+        """A metadata record (`value` is its JSON), replacing the one at `path`."""
+        return self._write(_put_metadata, path, value, version)
+
+    def delete_metadata(self, path: str) -> asyncio.Future[None]:
+        return self._write(_delete_metadata, path)
+
+    def replace_compacted(
+        self, topic_id: int, horizon: tuple[int, int], entries: Sequence[Entry], now_ms: int
+    ) -> asyncio.Future[None]:
+        """A topic's compacted view and its horizon, replaced in one transaction: readers see the old
+        view or the new one, never a mix."""
+        rows = [(topic_id, entry.position[0], entry.position[1], *entry[1:]) for entry in entries]
+        return self._write(_replace_compacted, topic_id, horizon, rows, now_ms)
 
     def _commit_loop(self) -> None:
         take = self._queue.get
@@ -616,7 +670,7 @@ class SqliteEngine:
                 _insert_rows(writer, _insert_segments_sql, segments)
                 _insert_rows(writer, _upsert_ledgers_sql, ledgers)
                 for op in report.ops:
-                    op.result = op.apply(writer)
+                    op.result = op.apply(writer, *op.args)
                 writer.execute("UPDATE meta SET value=? WHERE key='commit_seq'", (commit_seq,))
                 writer.execute("COMMIT")
         except (sqlite3.Error, OSError) as error:
@@ -699,7 +753,7 @@ class SqliteEngine:
 
     # ------------------------------------------------------------------ reads
 
-    async def run_read(self, function: Callable[..., Any], *args: Any) -> Any:
+    async def _run_read(self, function: Callable[..., Any], *args: Any) -> Any:
         """Run `function(connection, *args)` on a reader thread with its own connection."""
         assert self._read_pool is not None, "engine not started"
         loop = asyncio.get_running_loop()
@@ -718,11 +772,74 @@ class SqliteEngine:
         except sqlite3.DatabaseError as error:
             raise self._corruption(error) from error
 
-    def read_entries(
-        self, connection: sqlite3.Connection, ledger_id: int, first: int, last: int
-    ) -> tuple[list[Run], list[Entry]]:
+    # The named reads: each runs on a reader thread.
+
+    async def read_entries(self, ledger_id: int, first: int, last: int) -> tuple[list[Run], list[Entry]]:
         """Entries `first..last` (inclusive) of one ledger, as runs (for the entry cache) and as
         Entry objects (for the reader); every one of them must exist."""
+        result: tuple[list[Run], list[Entry]] = await self._run_read(self._read_entries, ledger_id, first, last)
+        return result
+
+    async def load_topic(
+        self, topic_id: int, decode_ranges: Callable[[bytes], Any]
+    ) -> tuple[list[tuple[int, int, int, int]], list[tuple[Any, ...]], int]:
+        """A topic's ledgers that hold entries, as (id, entries, size, timestamp_ms) in id order; its
+        cursors as (name, mark-delete ledger, mark-delete entry, acknowledged ranges, batch_deleted,
+        properties), the ranges decoded with `decode_ranges` here, off the event loop (a restart
+        decodes a million of them); and its count of entries retention deleted."""
+        result: tuple[list[tuple[int, int, int, int]], list[tuple[Any, ...]], int] = await self._run_read(
+            self._load_topic, topic_id, decode_ranges
+        )
+        return result
+
+    async def first_published_at_or_after(self, ledger_id: int, publish_time_ms: int) -> int | None:
+        """The id of the ledger's first entry published at or after `publish_time_ms`, None if none."""
+        result: int | None = await self._run_read(_first_published_at_or_after, ledger_id, publish_time_ms)
+        return result
+
+    async def read_horizon(self, topic_id: int) -> Position | None:
+        """The horizon of the topic's compacted view, None if it was never compacted."""
+        result: Position | None = await self._run_read(_read_horizon, topic_id)
+        return result
+
+    async def read_compacted(self, topic_id: int, start: tuple[int, int], count: int) -> list[Entry]:
+        """Up to `count` entries of the compacted view at or after `start`, in position order."""
+        result: list[Entry] = await self._run_read(_read_compacted, topic_id, start, count)
+        return result
+
+    async def read_last_compacted(self, topic_id: int) -> Entry | None:
+        """The last entry of the compacted view, None when it holds none."""
+        result: Entry | None = await self._run_read(_read_last_compacted, topic_id)
+        return result
+
+    def _load_topic(
+        self, connection: sqlite3.Connection, topic_id: int, decode_ranges: Callable[[bytes], Any]
+    ) -> tuple[list[tuple[int, int, int, int]], list[tuple[Any, ...]], int]:
+        ledgers = connection.execute(
+            "SELECT id, entries, size, timestamp_ms FROM ledgers WHERE topic_id=? AND entries > 0 ORDER BY id",
+            (topic_id,),
+        ).fetchall()
+        cursors = connection.execute(
+            "SELECT name, mark_delete_ledger, mark_delete_entry, individually_deleted, batch_deleted, properties "
+            "FROM cursors WHERE topic_id=? ORDER BY name",
+            (topic_id,),
+        ).fetchall()
+        decoded = []
+        with gc_paused():
+            for name, md_ledger, md_entry, ranges, batch, properties in cursors:
+                try:
+                    individually_deleted = decode_ranges(ranges)
+                except ValueError as error:
+                    raise StorageCorruptionError(
+                        f"{self.db_path}: cursor {name!r} of topic {topic_id}: damaged acknowledged ranges: {error}"
+                    ) from error
+                decoded.append((name, md_ledger, md_entry, individually_deleted, batch, properties))
+        row = connection.execute("SELECT value FROM meta WHERE key=?", (_entries_trimmed_key(topic_id),)).fetchone()
+        return ledgers, decoded, row[0] if row else 0
+
+    def _read_entries(
+        self, connection: sqlite3.Connection, ledger_id: int, first: int, last: int
+    ) -> tuple[list[Run], list[Entry]]:
         low = segment_id(ledger_id, first)
         # The segment holding `first` starts at or before it; two statements, because SQLite plans a
         # bound computed by a subquery as a full scan instead of a row-id range.
@@ -1026,3 +1143,122 @@ def _encode_segment(
         time_max,
         crc,
     )
+
+
+# ---------------------------------------------------------------------- the statements of the named operations
+# Writes run on the commit thread inside the group-commit transaction; reads on a reader thread.
+
+
+def _entries_trimmed_key(topic_id: int) -> str:
+    """The `meta` row counting the entries of a topic's ledgers that retention deleted."""
+    return f"entries_trimmed:{topic_id}"
+
+
+def _insert_topic(connection: sqlite3.Connection, name: str) -> int:
+    topic_id = connection.execute("INSERT INTO topics(name) VALUES (?)", (name,)).lastrowid
+    assert topic_id is not None
+    return topic_id
+
+
+def _delete_ledger_rows(connection: sqlite3.Connection, ledger_id: int) -> None:
+    connection.execute(
+        "DELETE FROM segments WHERE id >= ? AND id < ?", (segment_id(ledger_id, 0), segment_id(ledger_id + 1, 0))
+    )
+    connection.execute("DELETE FROM ledgers WHERE id=?", (ledger_id,))
+    connection.execute("UPDATE meta SET value=max(value, ?) WHERE key='deleted_ledger_id_max'", (ledger_id,))
+
+
+def _delete_ledger(connection: sqlite3.Connection, topic_id: int, ledger_id: int, entries: int) -> None:
+    _delete_ledger_rows(connection, ledger_id)
+    connection.execute(
+        "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = value + excluded.value",
+        (_entries_trimmed_key(topic_id), entries),
+    )
+
+
+def _delete_topic(connection: sqlite3.Connection, topic_id: int) -> None:
+    for (ledger_id,) in connection.execute("SELECT id FROM ledgers WHERE topic_id=?", (topic_id,)).fetchall():
+        _delete_ledger_rows(connection, ledger_id)
+    connection.execute("DELETE FROM cursors WHERE topic_id=?", (topic_id,))
+    connection.execute("DELETE FROM topics WHERE id=?", (topic_id,))
+    connection.execute("DELETE FROM meta WHERE key=?", (_entries_trimmed_key(topic_id),))
+    connection.execute("DELETE FROM compacted_entries WHERE topic_id=?", (topic_id,))
+    connection.execute("DELETE FROM compaction_horizons WHERE topic_id=?", (topic_id,))
+
+
+def _upsert_cursor(connection: sqlite3.Connection, row: tuple[Any, ...]) -> None:
+    connection.execute("INSERT OR REPLACE INTO cursors VALUES (?,?,?,?,?,?,?)", row)
+
+
+def _delete_cursor(connection: sqlite3.Connection, topic_id: int, name: str) -> None:
+    connection.execute("DELETE FROM cursors WHERE topic_id=? AND name=?", (topic_id, name))
+
+
+def _put_metadata(connection: sqlite3.Connection, path: str, value: str, version: int) -> None:
+    connection.execute("INSERT OR REPLACE INTO metadata VALUES (?,?,?)", (path, value, version))
+
+
+def _delete_metadata(connection: sqlite3.Connection, path: str) -> None:
+    connection.execute("DELETE FROM metadata WHERE path=?", (path,))
+
+
+def _replace_compacted(
+    connection: sqlite3.Connection, topic_id: int, horizon: tuple[int, int], rows: list[tuple[Any, ...]], now_ms: int
+) -> None:
+    connection.execute("DELETE FROM compacted_entries WHERE topic_id=?", (topic_id,))
+    connection.executemany("INSERT INTO compacted_entries VALUES (?,?,?,?,?,?,?,?,?)", rows)
+    connection.execute(
+        "INSERT INTO compaction_horizons VALUES (?,?,?,?) ON CONFLICT(topic_id) DO UPDATE SET "
+        "ledger_id=excluded.ledger_id, entry_id=excluded.entry_id, compacted_at_ms=excluded.compacted_at_ms",
+        (topic_id, horizon[0], horizon[1], now_ms),
+    )
+
+
+def _first_published_at_or_after(connection: sqlite3.Connection, ledger_id: int, publish_time_ms: int) -> int | None:
+    row = connection.execute(
+        "SELECT id, publish_times FROM segments WHERE id >= ? AND id < ? AND publish_time_max >= ? ORDER BY id LIMIT 1",
+        (segment_id(ledger_id, 0), segment_id(ledger_id + 1, 0), publish_time_ms),
+    ).fetchone()
+    if row is None:
+        return None
+    times = array("q")
+    times.frombytes(row[1])
+    first_entry: int = row[0] & _ENTRY_MASK
+    for offset, published in enumerate(times):
+        if published >= publish_time_ms:
+            return first_entry + offset
+    return None
+
+
+_COMPACTED_COLUMNS = (
+    "ledger_id, entry_id, data, sticky_key_hash, message_count, publish_time, producer_name, sequence_id"
+)
+
+
+def _compacted_entry(row: tuple[Any, ...]) -> Entry:
+    return new_entry((new_position((row[0], row[1])), *row[2:]))
+
+
+def _read_horizon(connection: sqlite3.Connection, topic_id: int) -> Position | None:
+    row = connection.execute(
+        "SELECT ledger_id, entry_id FROM compaction_horizons WHERE topic_id=?", (topic_id,)
+    ).fetchone()
+    return None if row is None else Position(*row)
+
+
+def _read_compacted(connection: sqlite3.Connection, topic_id: int, start: tuple[int, int], count: int) -> list[Entry]:
+    rows = connection.execute(
+        f"SELECT {_COMPACTED_COLUMNS} FROM compacted_entries WHERE topic_id=? AND (ledger_id, entry_id) >= (?, ?) "
+        "ORDER BY ledger_id, entry_id LIMIT ?",
+        (topic_id, start[0], start[1], count),
+    ).fetchall()
+    return [_compacted_entry(row) for row in rows]
+
+
+def _read_last_compacted(connection: sqlite3.Connection, topic_id: int) -> Entry | None:
+    row = connection.execute(
+        f"SELECT {_COMPACTED_COLUMNS} FROM compacted_entries WHERE topic_id=? "
+        "ORDER BY ledger_id DESC, entry_id DESC LIMIT 1",
+        (topic_id,),
+    ).fetchone()
+    return None if row is None else _compacted_entry(row)

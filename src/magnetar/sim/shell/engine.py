@@ -49,7 +49,7 @@ class SimEngine(SqliteEngine):
         assert self._on_commit is not None
         self._on_commit(report)
 
-    async def run_read(self, function: Callable[..., Any], *args: Any) -> Any:
+    async def _run_read(self, function: Callable[..., Any], *args: Any) -> Any:
         await asyncio.sleep(self._rng.uniform(*self._read_ms) / 1000)
         return self._read(function, args)
 
