@@ -3,8 +3,11 @@
 Owns: reading `--auth-plugin`/`--auth-params` (Pulsar's client class names, or token, basic, tls, with
 `token:<jwt>`, `file:///path`, `{"userId": …, "password": …}`, `tlsCertFile:…,tlsKeyFile:…`) into what
 CONNECT carries (auth_method_name, auth_data) and the client's SSL context for `pulsar+ssl://` URLs
-(trusted CAs, insecure mode, a client certificate).
-Must not touch: sockets (wire.py connects) or the official client's own options (cli/auth_options.py).
+(trusted CAs, insecure mode, a client certificate), and the fresh credentials an AUTH_RESPONSE carries when
+a broker challenges a live connection (the plugin read again, as the official clients' token supplier is
+called again: a `file:` token rewritten since the connection opened is what goes).
+Must not touch: sockets (wire.py and the replicator's producer connect) or the official client's own
+options (cli/auth_options.py).
 """
 
 from __future__ import annotations
@@ -12,10 +15,15 @@ from __future__ import annotations
 import json
 import ssl
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from magnetar.protocol.pulsar_api_pb2 import BaseCommand
+
 __all__ = ["ClientSecurity", "auth_kind", "auth_values"]
+
+# What CONNECT announces: this client answers AUTH_CHALLENGE (FeatureFlags.supports_auth_refresh).
+FEATURE_FLAGS = {"supports_auth_refresh": True}
 
 _PREFIX = "org.apache.pulsar.client.impl.auth."
 _KINDS = {
@@ -70,20 +78,50 @@ class ClientSecurity:
     tls_allow_insecure: bool = False
     tls_certificate_file_path: str | None = None
     tls_key_file_path: str | None = None
+    # The plugin and its parameters as given, read again for each CONNECT and AUTH_RESPONSE.
+    auth_plugin: str | None = None
+    auth_params: str | None = None
 
     @classmethod
     def from_options(
         cls, plugin: str | None = None, params: str | None = None, trust_path: str | None = None, insecure: bool = False
     ) -> ClientSecurity:
         kind = auth_kind(plugin)
+        security = cls(tls_trust_certs_file_path=trust_path or None, tls_allow_insecure=insecure)
         if kind is None:
-            return cls(tls_trust_certs_file_path=trust_path, tls_allow_insecure=insecure)
+            return security
         values = auth_values(kind, params)
+        security = replace(security, auth_plugin=plugin, auth_params=params)
         if kind == "token":
-            return cls("token", values["token"].encode(), trust_path, insecure)
+            return replace(security, auth_method="token", auth_data=values["token"].encode())
         if kind == "basic":
-            return cls("basic", f"{values['user']}:{values['password']}".encode(), trust_path, insecure)
-        return cls("tls", b"", trust_path, insecure, values["cert"], values["key"])
+            return replace(security, auth_method="basic", auth_data=f"{values['user']}:{values['password']}".encode())
+        return replace(
+            security, auth_method="tls", tls_certificate_file_path=values["cert"], tls_key_file_path=values["key"]
+        )
+
+    def connect_fields(self) -> dict[str, object]:
+        """What CONNECT carries besides the versions: the credentials as the plugin gives them now, and
+        that a challenge is answered."""
+        fields: dict[str, object] = {"feature_flags": FEATURE_FLAGS}
+        if self.auth_method:
+            fields |= {"auth_method_name": self.auth_method, "auth_data": self.fresh_auth_data()}
+        return fields
+
+    def fresh_auth_data(self) -> bytes:
+        """The credentials as the plugin gives them now (a `file:` token read again); raises OSError or
+        ValueError when it no longer can."""
+        if self.auth_plugin is None:
+            return self.auth_data
+        return ClientSecurity.from_options(self.auth_plugin, self.auth_params).auth_data
+
+    def auth_response(self, client_version: str, protocol_version: int) -> BaseCommand:
+        """The AUTH_RESPONSE to a broker's AUTH_CHALLENGE: fresh credentials of the same method."""
+        response = {"auth_method_name": self.auth_method or "none", "auth_data": self.fresh_auth_data()}
+        return BaseCommand(
+            type=BaseCommand.AUTH_RESPONSE,
+            authResponse={"client_version": client_version, "protocol_version": protocol_version, "response": response},
+        )
 
     def ssl_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=self.tls_trust_certs_file_path)

@@ -1,7 +1,7 @@
 """A small blocking Pulsar client: what the Spark data source and the perf tool say to a broker, and nothing else.
 
 Owns: one TCP connection per `Connection` (the CONNECT handshake, requests answered by request id,
-PING/PONG), reading a bounded range of a topic through a reader with key hash ranges (`read_range`),
+PING/PONG, AUTH_CHALLENGE answered with fresh credentials), reading a bounded range of a topic through a reader with key hash ranges (`read_range`),
 producing batch entries under a chosen producer name with chosen sequence ids (`Producer`), partition
 metadata and topic lists, and moving a durable subscription with a cumulative ack (`SubscriptionCursor`).
 Must not touch: broker internals or the broker's files (this is a network client; it speaks the wire
@@ -124,13 +124,12 @@ class Connection:
                 sock.close()
                 raise ConnectionLost(f"TLS handshake with the broker at {service_url} failed: {error}") from error
         self._socket = sock
+        self._security = security
         self._decoder = FrameDecoder(64 * 1024 * 1024)
         self._backlog: deque = deque()
         self.closed = False
-        connect = {"client_version": CLIENT_VERSION, "protocol_version": PROTOCOL_VERSION}
-        if security.auth_method:
-            # Credentials are checked once: AUTH_CHALLENGE (a token expiring later) is not answered.
-            connect |= {"auth_method_name": security.auth_method, "auth_data": security.auth_data}
+        # The broker challenges credentials that expire on a live connection; `_received` answers.
+        connect = {"client_version": CLIENT_VERSION, "protocol_version": PROTOCOL_VERSION} | security.connect_fields()
         self.send_command(BaseCommand(type=BaseCommand.CONNECT, connect=connect))
         frame = self.next_frame(
             lambda f: f.command.type in (BaseCommand.CONNECTED, BaseCommand.ERROR), time.monotonic() + timeout_s
@@ -182,25 +181,38 @@ class Connection:
         except OSError as error:
             self.close()
             raise ConnectionLost(f"reading from the broker failed: {error}") from error
-        frames, pings = self._received(data)
+        frames, replies = self._received(data)
         self._backlog.extend(frames)
-        for _ in range(pings):
-            self.send_raw(_PONG)
+        if replies:
+            self.send_raw(replies)
         return True
 
-    def _received(self, data: bytes) -> tuple[list[Frame], int]:
-        """The frames in what one recv returned, keep-alives left out, and how many PINGs want a PONG."""
+    def _received(self, data: bytes) -> tuple[list[Frame], bytes]:
+        """The frames in what one recv returned, keep-alives and auth challenges left out, and what
+        answers those: a PONG per PING, an AUTH_RESPONSE per AUTH_CHALLENGE."""
         if not data:
             self.close()
             raise ConnectionLost("the broker closed the connection")
-        frames, pings = [], 0
+        frames, replies = [], b""
         for frame in self._decoder.receive_data(data):
             kind = frame.command.type
             if kind == BaseCommand.PING:
-                pings += 1
+                replies += _PONG
+            elif kind == BaseCommand.AUTH_CHALLENGE:
+                replies += self._auth_response()
             elif kind != BaseCommand.PONG:
                 frames.append(frame)
-        return frames, pings
+        return frames, replies
+
+    def _auth_response(self) -> bytes:
+        """Fresh credentials for the broker's challenge; a plugin that cannot give them any more (a token
+        file gone) ends the connection, as the broker would once the challenge went unanswered."""
+        try:
+            response = self._security.auth_response(CLIENT_VERSION, PROTOCOL_VERSION)
+        except (OSError, ValueError) as error:
+            self.close()
+            raise ConnectionLost(f"cannot answer the broker's auth challenge: {error}") from error
+        return encode_frame(response)
 
     def next_frame(self, wanted: Callable[[object], bool], deadline: float) -> object:
         """The first frame `wanted` accepts, leaving the others in order for whoever wants them."""
@@ -249,9 +261,9 @@ class Connection:
             if writable:
                 del outgoing[: sock.send(outgoing)]
             if readable or buffered:
-                received, pings = self._received(sock.recv(_RECV_BYTES))
+                received, replies = self._received(sock.recv(_RECV_BYTES))
                 frames += received
-                outgoing += _PONG * pings
+                outgoing += replies
         except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             pass  # select said ready and the kernel (or a partial TLS record) disagreed: the next pump retries
         except OSError as error:
