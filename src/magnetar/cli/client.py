@@ -2,16 +2,19 @@
 
 Owns: reading messages from options and files, pacing to a rate, printing received messages (Pulsar's
 "----- got message -----" text, or JSON lines for scripts), and progress on long runs (a rich bar on a
-terminal, a plain line per interval otherwise, both on stderr so stdout keeps the data). Must not
-touch: the broker; it is a network client like any other.
+terminal, a plain line per interval otherwise, both on stderr so stdout keeps the data), and a failure
+as one line with its cause (an unreachable broker at once, a refused topic within OPERATION_TIMEOUT_S)
+and exit code 1. Must not touch: the broker; it is a network client like any other.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import re
 import signal
+import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +38,14 @@ PROGRESS_INTERVAL_S = 1.0
 BAR_REFRESH_S = 0.1
 # How soon a consume notices Ctrl-C while no message arrives.
 RECEIVE_POLL_MS = 500
+# The client's own deadline for connecting, looking a topic up and creating the producer or consumer, each
+# answered in milliseconds by a reachable broker. The client retries a refused lookup until this passes
+# (its default is 30 s), so it bounds how long a command that cannot start keeps the user waiting.
+OPERATION_TIMEOUT_S = 5
+# How long the check that some broker of the service URL accepts a TCP connection waits for one.
+CONNECT_TIMEOUT_S = 3
+# The client's log line, `2026-11-26 01:01:17.716 ERROR [thread] File:line | [local -> remote] text`: its text.
+CLIENT_LOG_TEXT = re.compile(r"^\S+ \S+ (?:WARN|ERROR)\s.*? \| (?:\[[^\]]*\] )?(?P<text>.*?)(?: -- req_id: \d+)?$")
 
 
 class SubscriptionType(str, Enum):
@@ -70,47 +81,76 @@ def split_messages(messages: list[str], separator: str) -> list[str]:
     return [part for value in messages for part in value.split(separator)]
 
 
-_stdout_moved = False
+def _unreachable(service_url: str) -> str | None:
+    """Why no host of a pulsar:// or pulsar+ssl:// URL accepts a TCP connection, or None when one does (or
+    the URL is not one the check reads; the client then judges it). A dead broker is reported at once: the
+    client would retry it for its whole operation timeout."""
+    scheme, separator, rest = service_url.partition("://")
+    if not separator or scheme not in ("pulsar", "pulsar+ssl"):
+        return None
+    default_port = 6651 if scheme == "pulsar+ssl" else 6650
+    reason = None
+    for address in rest.split("/", 1)[0].split(","):
+        if address.startswith("["):
+            host, _, port = address[1:].partition("]")
+            port = port.removeprefix(":")
+        else:
+            host, _, port = address.partition(":")
+        try:
+            socket.create_connection((host, int(port or default_port)), timeout=CONNECT_TIMEOUT_S).close()
+        except ValueError:
+            return None
+        except OSError as failure:
+            reason = failure.strerror or str(failure) or type(failure).__name__
+            continue
+        return None
+    return reason
 
 
-def _client_logs_to_stderr() -> None:
-    """Point file descriptor 1 at stderr, keeping Python's stdout on the original stdout.
-
-    The C++ client's console logger writes to fd 1, where it would mix with the data scripts read.
-    A Python `logging.Logger` handed to the client instead aborted the process at exit about one run in
-    seven ("terminate called without an active exception", pulsar-client 3.13), and its FileLogger
-    on /dev/stderr writes at its own file offset, over our lines when stderr is a file.
-    """
-    global _stdout_moved
-    if _stdout_moved:
-        return
-    sys.stdout.flush()
-    original_stdout = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = os.fdopen(original_stdout, "w", buffering=1)
-    _stdout_moved = True
+def _client_cause(log_path: Path) -> str | None:
+    """The first warning or error the client logged: the cause (the broker's answer, a refused connection),
+    where the exception it raises names only the result (often just Timeout, after the retries)."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        match = CLIENT_LOG_TEXT.match(line)
+        if match:
+            return match.group("text")
+    return None
 
 
 def _with_client(service_url: str, work: Callable[[Any], T], credentials: Credentials) -> T:
     """Run `work(client)` with an official client that is always closed; a client error ends the command
-    with its message on stderr and exit code 1, never a traceback."""
+    with one line on stderr (the error and its cause from the client's log) and exit code 1, never a
+    traceback. The client logs to a file of its own, read only on failure: its console logger would print
+    every retry, on stdout, among the data."""
     import pulsar
 
-    _client_logs_to_stderr()
-    try:
-        client = pulsar.Client(
-            service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn), **credentials.client_options()
-        )
-    except pulsar.PulsarException as failure:
-        error(f"{service_url}: {failure}")
-        raise typer.Exit(1) from None
-    try:
-        return work(client)
-    except pulsar.PulsarException as failure:
-        error(f"{type(failure).__name__}: {failure}")
-        raise typer.Exit(1) from None
-    finally:
-        client.close()
+    reason = _unreachable(service_url)
+    if reason is not None:
+        error(f"cannot connect to a broker at {service_url}: {reason}")
+        raise typer.Exit(1)
+    with tempfile.TemporaryDirectory(prefix="magnetar-client-") as log_dir:
+        log_path = Path(log_dir) / "client.log"
+        try:
+            client = pulsar.Client(
+                service_url,
+                operation_timeout_seconds=OPERATION_TIMEOUT_S,
+                logger=pulsar.FileLogger(pulsar.LoggerLevel.Warn, str(log_path)),
+                **credentials.client_options(),
+            )
+        except pulsar.PulsarException as failure:
+            error(f"{service_url}: {failure}")
+            raise typer.Exit(1) from None
+        try:
+            return work(client)
+        except pulsar.PulsarException as failure:
+            error(f"{type(failure).__name__}: {_client_cause(log_path) or failure}")
+            raise typer.Exit(1) from None
+        finally:
+            client.close()
 
 
 def _wants_json(fmt: TextFormat | None) -> bool:
