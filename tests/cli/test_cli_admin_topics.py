@@ -207,3 +207,15 @@ def test_replicated_subscription_status(admin, topic) -> None:
         *admin("topics", "set-replicated-subscription-status", topic, "-s", "geo"), code=2
     )
     assert "not found" in fails(*admin("topics", "get-replicated-subscription-status", topic, "-s", "nobody"))
+
+
+def test_topic_deduplication_overrides_the_namespace_and_applied_shows_the_one_in_force(admin, topic) -> None:
+    assert "not found" in fails(*admin("topics", "set-deduplication", topic, "--enable"))
+    ok(*admin("topics", "create", topic))
+    assert ok_json(*admin("topics", "get-deduplication", topic)) is None
+    assert ok_json(*admin("topics", "get-deduplication", topic, "--applied")) is False
+    ok(*admin("topics", "set-deduplication", topic, "--enable"))
+    assert ok_json(*admin("topics", "get-deduplication", topic)) is True
+    assert ok_json(*admin("topics", "get-deduplication", topic, "--applied")) is True
+    assert ok_json(*admin("namespaces", "get-deduplication", "public/default")) is None
+    assert "exactly one" in fails(*admin("topics", "set-deduplication", topic), code=2)

@@ -527,6 +527,36 @@ def topics_remove_replication_clusters(ctx: typer.Context, topic: Topic) -> None
     s.out.done(f"removed replication clusters of {topic}")
 
 
+@topics.command("set-deduplication")
+def topics_set_deduplication(
+    ctx: typer.Context,
+    topic: Topic,
+    enable: Annotated[bool, typer.Option("--enable", "-e", help="turn deduplication on")] = False,
+    disable: Annotated[bool, typer.Option("--disable", "-d", help="turn deduplication off")] = False,
+) -> None:
+    """Turn message deduplication on or off for one topic (it overrides its namespace's)."""
+    if enable == disable:
+        raise typer.BadParameter("give exactly one of --enable or --disable")
+    s = _session(ctx)
+    s.client.post(f"{topic_path(topic)}/deduplicationEnabled", enable)
+    s.out.done(f"{'enabled' if enable else 'disabled'} deduplication on {topic}")
+
+
+@topics.command("get-deduplication")
+def topics_get_deduplication(
+    ctx: typer.Context,
+    topic: Topic,
+    applied: Annotated[
+        bool,
+        typer.Option("--applied", "-ap", help="the policy in force: the topic's, else its namespace's or broker's"),
+    ] = False,
+) -> None:
+    """Show whether deduplication is set on a topic (nothing when the topic sets none), or with --applied in force."""
+    s = _session(ctx)
+    params = {"applied": "true"} if applied else None
+    s.out.show(s.client.get(f"{topic_path(topic)}/deduplicationEnabled", params=params), "deduplication")
+
+
 @topics.command("compact")
 def topics_compact(ctx: typer.Context, topic: Topic) -> None:
     """Start compacting a topic: the latest value of each key (docs/compaction.md)."""
