@@ -13,6 +13,7 @@ import itertools
 import logging
 import time
 from collections import deque
+from functools import partial
 from typing import TYPE_CHECKING
 
 from magnetar.protocol import commands
@@ -116,9 +117,11 @@ class ServerProducer:
         messages, size = sum(counts), sum(map(len, datas))
         if True in markers:
             # Markers are not data: neither in the counts nor in when data last arrived.
-            marker_entries = [data for data, marker in zip(datas, markers) if marker]
+            marker_entries = [(i, data) for i, (data, marker) in enumerate(zip(datas, markers)) if marker]
             messages -= len(marker_entries)
-            size -= sum(map(len, marker_entries))
+            size -= sum(len(data) for _, data in marker_entries)
+            if self.remote_cluster is not None:
+                future.add_done_callback(partial(self._markers_stored, self.remote_cluster, marker_entries))
         if messages:
             topic.last_data_ms = topic.service.now_ms()
         self.msg_in_counter += messages
@@ -127,6 +130,17 @@ class ServerProducer:
         topic.bytes_in_counter += size
         future.add_done_callback(self._on_done)
         return future
+
+    def _markers_stored(self, origin: str, marker_entries: list[tuple[int, bytes]], future: asyncio.Future) -> None:
+        """Another cluster's markers (PIP-33), stored: each goes to the topic's controller now, at the position
+        it got here. (Pulsar hands them over when the replicator pointing back at that cluster reads them,
+        behind everything it has still to forward: a snapshot's round trip then waited for both clusters'
+        replication backlogs.)"""
+        if future.cancelled() or future.exception() is not None:
+            return
+        positions = future.result()
+        for index, data in marker_entries:
+            self.topic.replicated_marker_stored(origin, positions[index], data)
 
     def _on_done(self, _future: asyncio.Future) -> None:
         self._flush()

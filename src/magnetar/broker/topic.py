@@ -17,8 +17,9 @@ from magnetar.broker.compactor import TopicCompaction
 from magnetar.broker.subscription import MARKER_PRODUCER_NAME, PersistentSubscription, entry_after, is_marker_entry
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.positions import EARLIEST, LATEST, Position
-from magnetar.protocol.markers import Marker
-from magnetar.protocol.messages import parse_entry
+from magnetar.protocol.framing import ProtocolError
+from magnetar.protocol.markers import Marker, parse_marker
+from magnetar.protocol.messages import ChecksumError, parse_entry
 from magnetar.replication.acked_ranges import AckedRangesContent, acked_ranges_to_send, ranges_to_acknowledge
 from magnetar.replication.controller import ReplicatedSubscriptionsController
 from magnetar.replication.replicator import REPLICATOR_PREFIX, Replicator, cursor_name
@@ -403,7 +404,6 @@ class PersistentTopic:
                 service.config["replicationProducerQueueSize"],
                 service.partitions(self.name.partitioned_base) if self.name.partition_index >= 0 else 0,
                 service.admin_service_url,
-                self._on_replicated_marker,
                 record_positions=self._acked_ranges_enabled(),
             )
             self.replicators[cluster] = replicator
@@ -472,8 +472,21 @@ class PersistentTopic:
         )
         await self.check_replicated_subscriptions()
 
+    def replicated_marker_stored(self, origin: str, position: Position, data: bytes) -> None:
+        """A marker cluster `origin` wrote, stored here by its replicator. Taken into account, as Pulsar does,
+        only while this topic replicates back to `origin`: a cluster that does not could not answer."""
+        if origin not in self.replicators:
+            return
+        try:
+            marker = parse_marker(data)
+        except (ProtocolError, ChecksumError) as error:
+            log.warning("[%s] Marker from %s at %s unreadable: %s", self.name, origin, position, error)
+            return
+        if marker is not None:
+            self._on_replicated_marker(position, marker)
+
     def _on_replicated_marker(self, position: Position, marker: Marker) -> None:
-        """A marker another cluster wrote, read here by the replicator pointing back at it."""
+        """A marker another cluster wrote, stored here."""
         # Pulsar's receivedReplicatedSubscriptionMarker starts the controller, and this marker is its first.
         self._marker_received = True
         self._start_replicated_subscriptions()

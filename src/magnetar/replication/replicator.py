@@ -21,9 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from magnetar.protocol.framing import ProtocolError
-from magnetar.protocol.markers import Marker, parse_marker
-from magnetar.protocol.messages import ChecksumError, replicated_section, stored_metadata
+from magnetar.protocol.messages import replicated_section, stored_metadata
 from magnetar.replication.acked_ranges import ReplicatedPositions
 from magnetar.replication.producer import RemoteError, RemoteProducer, RemoteUnavailable
 from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
@@ -78,15 +76,12 @@ class Replicator:
         queue_size: int,
         partitions: int = 0,
         resolve_admin_url: Callable[[str], str | None] | None = None,
-        on_marker: Callable[[Any, Marker], None] | None = None,
         record_positions: bool = False,
     ) -> None:
         """`partitions`: how many partitions the topic this one is a partition of has (0 for a topic
         that is not partitioned); the remote gets a partitioned topic with at least as many before
         the first send (Pulsar 4.0's createTopicToRemoteClusterForReplication), through its admin API
-        at `resolve_admin_url(cluster)`. `on_marker(position, marker)`: a marker the remote cluster wrote
-        reached this topic (PIP-33: the replicator pointing back at a cluster hands its markers to the
-        topic's controller). `record_positions`: keep where each entry landed in the remote topic (its
+        at `resolve_admin_url(cluster)`. `record_positions`: keep where each entry landed in the remote topic (its
         receipt), so that replicated subscriptions translate their acknowledgements (acked_ranges.py)."""
         self.topic_name = topic_name
         self.local_cluster = local_cluster
@@ -97,7 +92,6 @@ class Replicator:
         self.queue_size = queue_size
         self.partitions = partitions
         self._resolve_admin_url = resolve_admin_url
-        self._on_marker = on_marker
         self.positions = ReplicatedPositions() if record_positions else None
         self.producer: RemoteProducer | None = None
         # (position, messages, bytes) of each entry sent, in send order; bytes -1 for an entry skipped
@@ -245,7 +239,7 @@ class Replicator:
 
     def _forward_entries(self, producer: RemoteProducer, entries: list[Any]) -> None:
         """Send what of `entries` is for this remote; the rest counts as done: not those that came from
-        another cluster (the remote's own markers go to `on_marker` on the way), nor those whose
+        another cluster (its markers reached the topic's controller when they were stored), nor those whose
         `replicate_to` leaves this remote out (a SNAPSHOT marker names only its own cluster)."""
         remote = self.remote_cluster
         in_flight = self._in_flight
@@ -256,8 +250,6 @@ class Replicator:
             replicated_from = metadata.replicated_from
             replicate_to = metadata.replicate_to
             if replicated_from or (replicate_to and remote not in replicate_to):
-                if replicated_from == remote and metadata.HasField("marker_type"):
-                    self._marker_from_remote(entry)
                 skipped = entry.position
                 if in_flight:
                     in_flight.append((skipped, 0, -1))
@@ -277,19 +269,6 @@ class Replicator:
             in_flight.append((entry.position, messages, len(section)))
         if skipped is not None and not in_flight:
             self.cursor.mark_delete(skipped)
-
-    def _marker_from_remote(self, entry: Any) -> None:
-        if self._on_marker is None:
-            return
-        try:
-            marker = parse_marker(entry.data)
-        except (ProtocolError, ChecksumError) as error:
-            log.warning(
-                "[%s] Marker from %s at %s unreadable: %s", self.topic_name, self.remote_cluster, entry.position, error
-            )
-            return
-        if marker is not None:
-            self._on_marker(entry.position, marker)
 
     def _on_receipts(self, message_ids: list[tuple[int, int]]) -> None:
         """The remote stored the oldest `len(message_ids)` entries in flight (or dropped them as

@@ -35,8 +35,7 @@ def _data(sequence_id: int, **fields: Any) -> bytes:
 
 def _run(tmp_path: Path, entries: list[bytes], receipts: list[int]) -> dict[str, Any]:
     """Append `entries`, let a replicator of cluster r1 to r2 read them all, then hand it receipts in
-    groups of the given sizes; returns what was sent, the markers handed over and the mark-delete
-    position after each step."""
+    groups of the given sizes; returns what was sent and the mark-delete position after each step."""
 
     async def scenario() -> dict[str, Any]:
         factory = await ManagedLedgerFactory.open(str(tmp_path / "data"), CONFIG)
@@ -51,7 +50,6 @@ def _run(tmp_path: Path, entries: list[bytes], receipts: list[int]) -> dict[str,
                         data, parsed.key_hash, 1, parsed.publish_time, parsed.producer_name, parsed.sequence_id
                     )
                 )
-            handed: list[tuple[Position, int]] = []
             replicator = Replicator(
                 "persistent://t/ns/topic",
                 "r1",
@@ -60,7 +58,6 @@ def _run(tmp_path: Path, entries: list[bytes], receipts: list[int]) -> dict[str,
                 cursor,
                 lambda _cluster: None,
                 1000,
-                on_marker=lambda position, marker: handed.append((position, marker.marker_type)),
             )
             producer = RecordingProducer()
             replicator._forward_entries(producer, cursor.undeleted_entries(await cursor.read_entries(100)))  # type: ignore[arg-type]
@@ -71,7 +68,6 @@ def _run(tmp_path: Path, entries: list[bytes], receipts: list[int]) -> dict[str,
             return {
                 "positions": positions,
                 "sent": producer.sent,
-                "handed": handed,
                 "mark_deletes": mark_deletes,
                 "msg_out": replicator.msg_out_counter,
             }
@@ -88,7 +84,7 @@ def test_what_goes_what_is_skipped_and_how_far_the_cursor_moves(tmp_path: Path) 
     local_update = markers.subscription_update("sub", {"r1": Position(1, 0), "r2": Position(7, 7)}, 5)
     entries = [
         _data(0),  # local data: sent
-        encode_entry(request_from_r2.metadata, request_from_r2.payload),  # r2's marker: to the controller
+        encode_entry(request_from_r2.metadata, request_from_r2.payload),  # r2's marker: never sent back
         _data(1),  # sent
         _data(2, replicated_from="r3"),  # came from another cluster: never forwarded again
         _data(3, replicate_to=["r3"]),  # the client left r2 out
@@ -103,7 +99,6 @@ def test_what_goes_what_is_skipped_and_how_far_the_cursor_moves(tmp_path: Path) 
         (0, "r1", True),
     ]
     assert result["sent"][2][0].marker_type == markers.UPDATE
-    assert result["handed"] == [(p[1], markers.SNAPSHOT_REQUEST)]
     before_first = result["mark_deletes"][0]
     assert before_first < p[0]
     # First receipt: entry 0, and the marker skipped right behind it. Second: entry 2 and the three
@@ -115,7 +110,7 @@ def test_what_goes_what_is_skipped_and_how_far_the_cursor_moves(tmp_path: Path) 
 def test_entries_all_skipped_move_the_cursor_at_once(tmp_path: Path) -> None:
     entries = [_data(0, replicated_from="r2"), _data(1, replicated_from="r3"), _data(2, replicate_to=["r1"])]
     result = _run(tmp_path, entries, receipts=[])
-    assert result["sent"] == [] and result["handed"] == []
+    assert result["sent"] == []
     assert result["mark_deletes"] == [result["positions"][-1]]
 
 
