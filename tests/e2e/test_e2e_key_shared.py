@@ -618,8 +618,8 @@ def _ttl_unblocks(client: pulsar.Client, topic: str) -> None:
     send_all(producer, ((i, moving[i % 3]) for i in range(10, 20)))
     time.sleep(1)
     assert collector.count == 0, f"c2 got a message of a key c1 still holds: {collector.by_consumer['c2']}"
-    # The first expiry check runs a minute after the broker started. Probe with one message of a
-    # moving key every 2 s until c2 receives one: probes that are older than 3 s at the check expire too.
+    # The first expiry check runs one check interval (6 s here) after the broker started. Probe with one
+    # message of a moving key every 2 s until c2 receives one: probes older than 3 s at the check expire too.
     value = 1000
     deadline = time.monotonic() + 100
     while collector.count == 0:
@@ -656,13 +656,13 @@ def _ttl_unblocks(client: pulsar.Client, topic: str) -> None:
 
 def test_message_ttl_unblocks_held_keys(broker_factory, client_factory, topic) -> None:
     """testContinueDispatchMessagesWhenMessageTTL, black-box, all three modes at once (the broker's
-    expiry check runs once a minute at the least, so the modes share the wait): c1 (queue 10) holds 10
+    expiry check runs every 6 s here, so the modes share the wait): c1 (queue 10) holds 10
     unacked messages of keys that move to c2 when c2 joins; c2 gets nothing of them; once TTL (3 s)
     expires what c1 holds, those keys flow to c2 again although c1 never acks."""
     errors: dict[str, BaseException] = {}
     clients = {
         mode: start(
-            broker_factory, client_factory, mode, ttlDurationDefaultInSeconds=3, messageExpiryCheckIntervalInMinutes=1
+            broker_factory, client_factory, mode, ttlDurationDefaultInSeconds=3, messageExpiryCheckIntervalInMinutes=0.1
         )
         for mode in MODES
     }
