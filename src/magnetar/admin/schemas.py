@@ -156,9 +156,11 @@ def _schema_data(payload: PostSchemaPayload) -> SchemaData:
 )
 async def get_schema(request: Request, tenant: str, namespace: str, topic: str) -> GetSchemaResponse:
     name = _topic(request, tenant, namespace, topic)
-    stored = _service(request).schemas.latest(name)
+    schemas = _service(request).schemas
+    stored = schemas.latest(name)
     if stored is None:
-        raise not_found("Schema not found")
+        # Pulsar's convertToSchemaResponse: the newest version being a deletion marker says so.
+        raise not_found("Schema is deleted" if schemas.deleted(name) else "Schema not found")
     return _response(stored)
 
 

@@ -187,6 +187,11 @@ class SchemaRegistry:
         versions = self._storage.get_all(schema_id(name))[0]
         return versions[-1] if versions and not versions[-1].deleted else None
 
+    def deleted(self, name: TopicName) -> bool:
+        """Whether the newest version is a deletion marker (the admin API's "Schema is deleted")."""
+        versions = self._storage.get_all(schema_id(name))[0]
+        return bool(versions) and versions[-1].deleted
+
     def get(self, name: TopicName, version: int | None) -> StoredSchema | None:
         """A version (None: the newest), unless deleted or from before the last deletion."""
         if version is None:

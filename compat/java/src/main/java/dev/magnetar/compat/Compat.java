@@ -37,6 +37,7 @@ public final class Compat {
         Subscriptions.register(SCENARIOS);
         Reading.register(SCENARIOS);
         Admin.register(SCENARIOS);
+        Schemas.register(SCENARIOS);
     }
 
     public static void main(String[] argv) throws Exception {
