@@ -48,6 +48,11 @@ var scenarios = map[string]func(env) (observed, error){
 	"admin-resources":       adminResources,
 	"admin-topics":          adminTopics,
 	"admin-brokers":         adminBrokers,
+	"schema-json":           schemaJSON,
+	"schema-avro":           schemaAvro,
+	"schema-evolution":      schemaEvolution,
+	"schema-read-python":    schemaReadPython,
+	"schema-admin":          schemaAdmin,
 }
 
 func main() {
