@@ -26,6 +26,7 @@ from magnetar.broker.topic_name import TopicName
 from magnetar.core.settings import DispatcherSettings
 from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
 from magnetar.storage import ManagedLedgerFactory
+from magnetar.storage.clock import LoopClock
 from magnetar.storage.metadata import BadVersionError, NotFoundError
 from magnetar.storage.sqlite_engine import SqliteEngine
 
@@ -90,7 +91,10 @@ class BrokerService:
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.storage = await ManagedLedgerFactory.open(
-            str(self.data_dir), self.config.storage_config(), self._storage_engine
+            str(self.data_dir),
+            self.config.storage_config(),
+            self._storage_engine,
+            LoopClock(asyncio.get_running_loop(), self.now_ms),
         )
         await self.storage.metadata.ensure_defaults(self.config["clusterName"])
         await self.schemas.import_legacy_records()

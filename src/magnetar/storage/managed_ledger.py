@@ -1,11 +1,12 @@
 """Managed ledgers: one append-only log of entries per topic, split into ledgers; and their factory.
 
-Owns: appending (one entry, or a batch as parallel lists; positions, ledger rollover, completion
-only once durable), reading (ranges, lists
-of positions, the entry cache in front of the engine), position arithmetic across ledgers, ledger
-deletion under retention, the cursors of each ledger and the periodic cursor flush. Everything here
-runs on the event loop thread; blocking work goes to the engine's threads. Must not touch:
-consumers, dispatch or the wire; SQL (the engine owns it).
+Owns: appending (one entry, or a batch as parallel lists; positions, completion only once
+durable), reading (ranges, lists of positions, the entry cache in front of the engine), position
+arithmetic across ledgers, the cursors of each ledger, and the factory's periodic cursor flush,
+rollover and retention checks. When a ledger rolls over and which ledgers retention deletes is
+`ledger_policy`'s; time comes from the factory's `Clock`; every statement is the engine's (named
+operations: `delete_ledger`, `upsert_cursor`, ...). Everything here runs on the event loop thread;
+blocking work goes to the engine's threads. Must not touch: consumers, dispatch or the wire; SQL.
 
 Positions follow Pulsar: `(ledger_id, entry_id)`, entry ids from 0 in each ledger, ledger ids unique
 across all topics. A ledger is closed when it is full (`managedLedgerMaxEntriesPerLedger`,
@@ -19,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
-import time
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -29,10 +28,12 @@ from itertools import accumulate, chain, repeat
 from typing import Any, overload
 
 from magnetar.core.positions import EARLIEST, LATEST, Position
+from magnetar.storage.clock import Clock, LoopClock
 from magnetar.storage.config import StorageConfig
 from magnetar.storage.cursor import CursorRecord, ManagedCursor, decode_ranges
 from magnetar.storage.entry_cache import EntryCache
 from magnetar.storage.errors import StorageBusyError, StorageClosedError, StorageError
+from magnetar.storage.ledger_policy import RolloverPolicy, ledgers_to_trim
 from magnetar.storage.metadata import MetadataStore
 from magnetar.storage.sqlite_engine import (
     CommitReport,
@@ -155,6 +156,20 @@ def _cache_joined(cache: EntryCache, runs: list[Run], sizes: list[int]) -> None:
 
 
 class ManagedLedger:
+    """A topic's log: its ledgers, the entry write path, reads and position arithmetic across ledgers,
+    its cursors and its retention.
+
+    The write path: `append` / `append_many` give positions in call order (after the one rollover
+    check, `_roll_if_full`, which asks `RolloverPolicy`), queue the entries as pending and hand them to
+    the commit thread once per loop iteration (`_submit`); `_on_durable` / `_on_failed` complete them
+    from the commit reports, in position order. Retention picks ledgers with
+    `ledger_policy.ledgers_to_trim`; the engine's named writes delete them and persist cursors.
+
+    Invariants: ledger ids are in increasing order and the last is the current ledger; `_pending` is
+    in position order; an append's future resolves only once the commit holding it is durable;
+    `last_confirmed_entry` is the last durable entry.
+    """
+
     def __init__(
         self,
         factory: ManagedLedgerFactory,
@@ -199,18 +214,10 @@ class ManagedLedger:
                 self.last_confirmed_entry = Position(info.ledger_id, info.entries - 1)
                 break
         self._current: LedgerInfo | None = None
-        self._roll_requested = False
         self._current_ledger_id = -1
         self._pending_adds_max = self.config.managedLedgerMaxPendingAdds
-        self._entries_max = self.config.managedLedgerMaxEntriesPerLedger
-        self._size_bytes_max = self.config.managedLedgerMaxSizePerLedgerMbytes * MB
-        # What the inline check in `append` compares with: the limits, or never while the current
-        # ledger is full but younger than managedLedgerMinLedgerRolloverTimeMinutes (a timer then
-        # requests the roll), so that such a ledger does not send every append down the slow path.
-        self._check_entries_at = self._entries_max
-        self._check_size_at = self._size_bytes_max
-        self._matured_handle: asyncio.TimerHandle | None = None
-        self._current_created_monotonic = 0.0
+        self._clock = factory.clock
+        self._rollover = RolloverPolicy(self.config, self._clock)
         self._next_entry_id = 0
         self._assigned_size = 0
         self._create_ledger()
@@ -241,15 +248,8 @@ class ManagedLedger:
             raise StorageBusyError(f"{factory.pending_adds} appends wait for a commit (managedLedgerMaxPendingAdds)")
         if "\0" in producer_name:
             raise ValueError("producer name contains NUL")
+        self._roll_if_full()
         entry_id = self._next_entry_id
-        if (
-            entry_id >= self._check_entries_at
-            or self._assigned_size >= self._check_size_at
-            or self._roll_requested
-            or self._current is None
-        ) and self._current_is_full():
-            self._create_ledger()
-            entry_id = 0
         self._next_entry_id = entry_id + 1
         self._assigned_size += len(data)
         ledger_id = self._current_ledger_id
@@ -322,15 +322,15 @@ class ManagedLedger:
         spans: list[tuple[int, int, int]] = []
         start = 0
         while start < count:
-            if (
-                self._next_entry_id >= self._check_entries_at
-                or self._assigned_size >= self._check_size_at
-                or self._roll_requested
-                or self._current is None
-            ) and self._current_is_full():
-                self._create_ledger()
+            self._roll_if_full()
             first = self._next_entry_id
-            end = self._fitting_end(datas, start, batch_size if start == 0 else sum(map(len, datas[start:])))
+            end = self._rollover.fitting_end(
+                datas,
+                start,
+                batch_size if start == 0 else sum(map(len, datas[start:])),
+                first,
+                self._assigned_size,
+            )
             ledger_id = self._current_ledger_id
             columns = (datas, sticky_key_hashes, message_counts, publish_times, producer_names, sequence_ids)
             if end - start == count:
@@ -349,20 +349,6 @@ class ManagedLedger:
             start = end
         factory.pending_adds += count
         return future
-
-    def _fitting_end(self, datas: Sequence[bytes], start: int, remaining_size: int) -> int:
-        """Where the run of `datas[start:]` that the current ledger takes ends: as `append` decides
-        per entry, an entry goes in while the ledger has fewer than the maximum entries and bytes."""
-        end = len(datas)
-        room = self._entries_max - self._next_entry_id
-        if room <= 0 or self._assigned_size >= self._size_bytes_max:
-            return end  # full, but younger than managedLedgerMinLedgerRolloverTimeMinutes: no roll yet
-        end = min(end, start + room)
-        if self._assigned_size + remaining_size >= self._size_bytes_max:
-            # sizes before each entry: the entry at index i goes in while that is below the maximum
-            before = list(accumulate(map(len, datas[start:end]), initial=self._assigned_size))
-            end = start + min(bisect_left(before, self._size_bytes_max), end - start)
-        return end
 
     def _submit(self) -> None:
         pieces, runs_count, size = self._unsubmitted, self._unsubmitted_runs, self._unsubmitted_size
@@ -388,39 +374,26 @@ class ManagedLedger:
         if runs:
             last = runs[-1]
             last_position = (last.ledger_id, last.first_entry_id + len(last.datas) - 1)
-            self._submitted.append((last_position, entries, time.monotonic()))
+            self._submitted.append((last_position, entries, self._clock.monotonic()))
         self._engine.submit((self, runs, size, entries))
 
-    def _current_is_full(self) -> bool:
-        # Counts first: they are what usually decides, and reading the clock on every append costs
-        # more than the rest of this check.
-        if self._current is None or self._roll_requested:
-            return True
-        if self._next_entry_id < self._entries_max and self._assigned_size < self._size_bytes_max:
-            return False
-        young_seconds = self.config.managedLedgerMinLedgerRolloverTimeMinutes * 60 - (
-            time.monotonic() - self._current_created_monotonic
-        )
-        if young_seconds <= 0:
-            return True
-        self._check_entries_at = self._check_size_at = sys.maxsize
-        if self._matured_handle is None:
-            self._matured_handle = self._loop.call_later(young_seconds, self._full_ledger_matured)
-        return False
-
-    def _full_ledger_matured(self) -> None:
-        self._matured_handle = None
-        self._roll_requested = True
+    def _roll_if_full(self) -> None:
+        """The rollover check, before the next entry gets its position: two comparisons while the
+        current ledger is below its limits (the append path is the broker's hottest), the policy's
+        decision once one is reached."""
+        rollover = self._rollover
+        if (
+            self._next_entry_id >= rollover.check_entries_at or self._assigned_size >= rollover.check_size_at
+        ) and rollover.is_full(self._next_entry_id, self._assigned_size):
+            self._create_ledger()
 
     def roll_if_too_old(self) -> None:
         """`managedLedgerMaxLedgerRolloverTimeMinutes`: checked by the factory's timer, as Pulsar does."""
-        age_minutes = (time.monotonic() - self._current_created_monotonic) / 60
-        if self._next_entry_id and age_minutes >= self.config.managedLedgerMaxLedgerRolloverTimeMinutes:
-            self._roll_requested = True
+        self._rollover.roll_if_too_old(self._next_entry_id)
 
     def _create_ledger(self) -> None:
         ledger_id = self.factory.allocate_ledger_id()
-        now_ms = int(time.time() * 1000)
+        now_ms = self._clock.time_ms()
         previous = self._current
         if previous is not None and previous.entries == 0 and not self._has_pending(previous.ledger_id):
             self._forget_ledger(previous.ledger_id)
@@ -429,13 +402,7 @@ class ManagedLedger:
         self._ledger_ids.append(ledger_id)
         self._current = info
         self._current_ledger_id = ledger_id
-        self._roll_requested = False
-        self._check_entries_at = self._entries_max
-        self._check_size_at = self._size_bytes_max
-        if self._matured_handle is not None:
-            self._matured_handle.cancel()
-            self._matured_handle = None
-        self._current_created_monotonic = time.monotonic()
+        self._rollover.started()
         self._next_entry_id = 0
         self._assigned_size = 0
         self.last_ledger_created_timestamp_ms = now_ms
@@ -496,7 +463,7 @@ class ManagedLedger:
             self.last_confirmed_entry = last_position
         submitted = self._submitted
         if submitted and submitted[0][0] <= last:
-            now = time.monotonic()
+            now = self._clock.monotonic()
             record = self.write_latency.record
             while submitted and submitted[0][0] <= last:
                 _last, entries, submitted_at = submitted.popleft()
@@ -507,7 +474,7 @@ class ManagedLedger:
         self.entries_added_counter += done
         self.factory.pending_adds -= done
         if info is not None:
-            info.timestamp_ms = int(time.time() * 1000)
+            info.timestamp_ms = self._clock.time_ms()
         if self._waiters:
             waiters, self._waiters = self._waiters, []
             for waiter in waiters:
@@ -811,40 +778,30 @@ class ManagedLedger:
         self.retention = retention
         self.factory.schedule_trim(self)
 
-    def trim(self) -> None:
-        """Delete closed ledgers every durable cursor has passed, as far as retention allows."""
+    def trim(self) -> list[asyncio.Future[None]]:
+        """Delete closed ledgers every durable cursor has passed, as far as retention allows
+        (`ledger_policy.ledgers_to_trim`); returns the deletions' futures, resolved once durable."""
         config = self.config
-        if self.retention is None:
-            time_minutes = config.defaultRetentionTimeInMinutes
-            size_mb = config.defaultRetentionSizeInMB
-        else:
-            time_minutes, size_mb = self.retention
-        if time_minutes < 0 and size_mb < 0:
-            return
+        retention = self.retention or (config.defaultRetentionTimeInMinutes, config.defaultRetentionSizeInMB)
+        if retention[0] < 0 and retention[1] < 0:
+            return []
         durable = [c.mark_delete_position for c in self.cursors.values() if c.durable]
         slowest = min(durable) if durable else self.last_confirmed_entry
-        now_ms = int(time.time() * 1000)
-        total = self.total_size
-        deleted_size = 0
-        for ledger_id in list(self._ledger_ids):
-            info = self._ledgers[ledger_id]
-            if info is self._current or self._has_pending(ledger_id):
-                break
-            consumed = ledger_id < slowest[0] or (ledger_id == slowest[0] and slowest[1] >= info.entries - 1)
-            if not consumed:
-                break
-            expired = time_minutes >= 0 and now_ms - info.timestamp_ms >= time_minutes * 60_000
-            over_quota = size_mb >= 0 and total - deleted_size > size_mb * MB
-            if not (expired or over_quota):
-                break
-            deleted_size += info.size
-            self._delete_ledger(info)
+        current = self._current_ledger_id
+        trimmed = ledgers_to_trim(
+            [(info.ledger_id, info.entries, info.size, info.timestamp_ms) for info in self.ledgers],
+            lambda ledger_id: ledger_id != current and not self._has_pending(ledger_id),
+            slowest,
+            retention,
+            self._clock.time_ms(),
+        )
+        return [self._delete_ledger(self._ledgers[ledger_id]) for ledger_id in trimmed]
 
-    def _delete_ledger(self, info: LedgerInfo) -> None:
+    def _delete_ledger(self, info: LedgerInfo) -> asyncio.Future[None]:
         self._forget_ledger(info.ledger_id)
         self._cache.invalidate_ledger(info.ledger_id, info.entries)
         self.factory.check_open()
-        self._engine.delete_ledger(self.topic_id, info.ledger_id, info.entries)
+        return self._engine.delete_ledger(self.topic_id, info.ledger_id, info.entries)
 
     def _forget_ledger(self, ledger_id: int) -> None:
         del self._ledgers[ledger_id]
@@ -861,29 +818,39 @@ class ManagedLedger:
 class ManagedLedgerFactory:
     """The storage of one data directory: engine, cache, metadata, and a managed ledger per topic."""
 
-    def __init__(self, data_dir: str, config: StorageConfig, engine: SqliteEngine | None = None) -> None:
+    def __init__(
+        self, data_dir: str, config: StorageConfig, engine: SqliteEngine | None = None, clock: Clock | None = None
+    ) -> None:
         self.config = config
         self.engine = engine or SqliteEngine(data_dir, config.journalSyncData, config.journalMaxGroupWaitMSec)
         self.cache = EntryCache(config.managedLedgerCacheSizeMB * MB)
         self.loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
+        self.clock: Clock = clock or LoopClock(self.loop)
         self.ledgers: dict[str, ManagedLedger] = {}
         self.pending_adds = 0
         self._topic_ids: dict[str, int] = {}
         self._next_ledger_id = 1
         self._opening: dict[str, asyncio.Future[ManagedLedger]] = {}
         self._trim_scheduled: set[ManagedLedger] = set()
+        self._trim_writes: set[asyncio.Future[None]] = set()
         self._background: asyncio.Task[None] | None = None
         self._closed = False
         self.metadata: MetadataStore
 
     @classmethod
     async def open(
-        cls, data_dir: str, config: StorageConfig | None = None, engine: SqliteEngine | None = None
+        cls,
+        data_dir: str,
+        config: StorageConfig | None = None,
+        engine: SqliteEngine | None = None,
+        clock: Clock | None = None,
     ) -> ManagedLedgerFactory:
-        """`engine` replaces the threaded SQLite engine (the shell simulator commits on its event loop)."""
-        factory = cls(data_dir, config or StorageConfig(), engine)
+        """`engine` replaces the threaded SQLite engine (the shell simulator commits on its event loop);
+        `clock` the event loop's clock and the wall clock (`LoopClock`) that rollovers, retention,
+        ledger timestamps and the periodic cursor flush read."""
+        factory = cls(data_dir, config or StorageConfig(), engine, clock)
         await asyncio.to_thread(factory._open_blocking)
-        factory.engine.start(factory.loop, factory._on_commit)
+        factory.engine.start(factory.loop, factory._on_commit, factory.clock.time_ms)
         await factory.metadata.ensure_defaults(factory.config.clusterName)
         factory._background = factory.loop.create_task(factory._run_background())
         return factory
@@ -982,7 +949,18 @@ class ManagedLedgerFactory:
         scheduled, self._trim_scheduled = self._trim_scheduled, set()
         for ledger in scheduled:
             if ledger.state != "Closed" and not self._closed:
-                ledger.trim()
+                for write in ledger.trim():
+                    self._trim_writes.add(write)
+                    write.add_done_callback(self._trim_writes.discard)
+
+    async def trims_settled(self) -> None:
+        """Return once the trims scheduled so far ran and the ledger deletions they queued are durable
+        (a trim runs on the loop iteration after what scheduled it: an ack, a rollover, a timer)."""
+        while self._trim_scheduled or self._trim_writes:
+            if self._trim_writes:
+                await asyncio.wait(set(self._trim_writes))
+            else:
+                await asyncio.sleep(0)
 
     async def flush_cursors(self) -> None:
         """Persist every dirty durable cursor; returns when they are durable."""
@@ -999,14 +977,15 @@ class ManagedLedgerFactory:
         config = self.config
         flush_every = config.managedLedgerCursorPositionFlushSeconds or config.retentionCheckIntervalInSeconds
         interval = min(flush_every, config.retentionCheckIntervalInSeconds)
-        last_retention_check = time.monotonic()
+        clock = self.clock
+        last_retention_check = clock.monotonic()
         while True:
-            await asyncio.sleep(interval)
+            await clock.sleep(interval)
             await self.flush_cursors()
             for ledger in self.ledgers.values():
                 ledger.roll_if_too_old()
-            if time.monotonic() - last_retention_check >= config.retentionCheckIntervalInSeconds:
-                last_retention_check = time.monotonic()
+            if clock.monotonic() - last_retention_check >= config.retentionCheckIntervalInSeconds:
+                last_retention_check = clock.monotonic()
                 for ledger in self.ledgers.values():
                     self.schedule_trim(ledger)
 

@@ -217,6 +217,10 @@ class Run(NamedTuple):
     sequence_ids: Sequence[int]
 
 
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 def segment_id(ledger_id: int, entry_id: int) -> int:
     return ledger_id << _ENTRY_SHIFT | entry_id
 
@@ -282,6 +286,7 @@ class SqliteEngine:
         self._committed_since_checkpoint = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_commit: Callable[[CommitReport], None] | None = None
+        self._time_ms: Callable[[], int] = _wall_clock_ms
         self._fenced_ledgers: set[int] = set()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
@@ -427,9 +432,17 @@ class SqliteEngine:
         raw = self._commit_seq.to_bytes(8, "little")
         os.pwrite(self._commit_seq_fd, _COMMIT_SEQ_RECORD.pack(self._commit_seq, zlib.crc32(raw)), 0)
 
-    def start(self, loop: asyncio.AbstractEventLoop, on_commit: Callable[[CommitReport], None]) -> None:
+    def start(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_commit: Callable[[CommitReport], None],
+        time_ms: Callable[[], int] = _wall_clock_ms,
+    ) -> None:
+        """Start the threads; `on_commit` gets each commit's report on `loop`, and `time_ms` (the
+        storage's clock, called on the commit thread) stamps the ledgers a commit appends to."""
         self._loop = loop
         self._on_commit = on_commit
+        self._time_ms = time_ms
         self._read_pool = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="magnetar-storage-read")
         self._thread = threading.Thread(target=self._commit_loop, name="magnetar-group-commit", daemon=True)
         self._thread.start()
@@ -626,7 +639,7 @@ class SqliteEngine:
                     owners[ledger_id] = owner
                 else:
                     ledger_runs.append(run)
-        now_ms = int(time.time() * 1000)
+        now_ms = self._time_ms()
         segments: list[tuple[Any, ...]] = []
         ledgers: list[tuple[int, int, int, int, int]] = []
         topic_ids: list[int] = []  # per segment row, for the one-statement commit

@@ -295,22 +295,46 @@ def test_checkpoints_beside_commits_keep_the_wal_bounded(tmp_path: Path, small_c
     asyncio.run(main())
 
 
-def test_a_full_young_ledger_rolls_once_it_reaches_the_minimum_rollover_time(run_storage, small_config):
-    config = small_config.with_changes(managedLedgerMinLedgerRolloverTimeMinutes=0.2 / 60)  # 0.2 s
+def test_a_full_young_ledger_rolls_once_it_reaches_the_minimum_rollover_time(run_storage, small_config, manual_clock):
+    config = small_config.with_changes(managedLedgerMinLedgerRolloverTimeMinutes=10)
+    clock = manual_clock
 
     async def scenario(factory):
         ledger = await factory.open_ledger(TOPIC)
         young = [await ledger.append(b"x") for _ in range(7)]
         young += await ledger.append_many(*columns([b"y"] * 3))
         assert {p[0] for p in young} == {young[0][0]} and [p[1] for p in young] == list(range(10))
-        await asyncio.sleep(0.3)
+        await clock.advance(599)
+        assert (await ledger.append(b"u"))[0] == young[0][0], "a second short of the minimum age"
+        await clock.advance(1)
         assert (await ledger.append(b"z"))[0] > young[0][0]
         batch = await ledger.append_many(*columns([b"w"] * 6))
         assert [p[1] for p in batch] == [1, 2, 3, 4, 5, 6], "the new ledger is young too"
-        await asyncio.sleep(0.3)
+        await clock.advance(600)
         assert (await ledger.append(b"v"))[1] == 0
 
-    run_storage(scenario, config)
+    run_storage(scenario, config, clock)
+
+
+def test_a_ledger_rolls_at_the_maximum_rollover_time_whatever_it_holds(run_storage, small_config, manual_clock):
+    config = small_config.with_changes(
+        managedLedgerMaxEntriesPerLedger=1000,
+        managedLedgerMaxLedgerRolloverTimeMinutes=240,
+        managedLedgerCursorPositionFlushSeconds=60,
+    )
+    clock = manual_clock
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        first = await ledger.append(b"a")
+        await clock.advance(239 * 60)
+        assert (await ledger.append(b"b"))[0] == first[0]
+        await clock.advance(60)
+        assert (await ledger.append(b"c")) == Position(ledger.current_ledger.ledger_id, 0) and first[
+            0
+        ] < ledger.current_ledger.ledger_id
+
+    run_storage(scenario, config, clock)
 
 
 def test_a_field_that_does_not_fit_fails_its_ledger_and_nothing_else(run_storage):

@@ -154,11 +154,11 @@ def test_consumed_ledgers_are_deleted_without_retention_and_ids_never_reused(run
         cursor = await ledger.open_cursor("sub", "earliest")
         positions = await append_all(ledger, [b"r"] * 12)
         cursor.mark_delete(positions[7])
-        await asyncio.sleep(0.05)
+        await factory.trims_settled()
         # the first ledger is consumed; the second still holds unacknowledged entries
         assert [info.ledger_id for info in ledger.ledgers][0] == positions[5][0]
         cursor.mark_delete(positions[-1])
-        await asyncio.sleep(0.05)
+        await factory.trims_settled()
         # every closed ledger is consumed; the current one is never deleted
         assert [info.ledger_id for info in ledger.ledgers] == [positions[-1][0]]
         return positions
@@ -185,7 +185,7 @@ def test_entries_added_counter_counts_trimmed_entries_across_restarts(run_storag
         cursor = await ledger.open_cursor("sub", "earliest")
         positions = await append_all(ledger, [b"t"] * 12)
         cursor.mark_delete(positions[9])
-        await asyncio.sleep(0.05)
+        await factory.trims_settled()
         assert ledger.first_position() == positions[10]
         assert ledger.entries_added_counter - ledger.number_of_entries == 10
 
@@ -210,11 +210,34 @@ def test_retention_size_keeps_consumed_ledgers_up_to_the_quota(run_storage, smal
         cursor = await ledger.open_cursor("sub", "earliest")
         positions = await append_all(ledger, [payload] * 30)
         cursor.mark_delete(positions[-1])
-        await asyncio.sleep(0.05)
+        await factory.trims_settled()
         assert ledger.total_size <= 1024 * 1024 + 5 * len(payload)
         assert ledger.total_size > 1024 * 1024 - 5 * len(payload)
 
     run_storage(scenario, config)
+
+
+def test_consumed_ledgers_are_kept_for_the_retention_time(run_storage, small_config, manual_clock):
+    """defaultRetentionTimeInMinutes counts from a ledger's last entry; the retention check runs every
+    retentionCheckIntervalInSeconds (120) on the storage's clock."""
+    config = small_config.with_changes(defaultRetentionTimeInMinutes=60, defaultRetentionSizeInMB=-1)
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        cursor = await ledger.open_cursor("sub", "earliest")
+        positions = await append_all(ledger, [b"o"] * 12)
+        cursor.mark_delete(positions[-1])
+        await cursor.flush()  # nothing for the periodic flush to wait for: the timers run back to back
+        await factory.trims_settled()
+        assert ledger.number_of_entries == 12
+        await manual_clock.advance(59 * 60)
+        await factory.trims_settled()
+        assert ledger.number_of_entries == 12, "consumed, but younger than the retention time"
+        await manual_clock.advance(60)
+        await factory.trims_settled()
+        assert [info.ledger_id for info in ledger.ledgers] == [positions[-1][0]]
+
+    run_storage(scenario, config, manual_clock)
 
 
 def test_infinite_retention_keeps_everything(run_storage):
@@ -223,7 +246,7 @@ def test_infinite_retention_keeps_everything(run_storage):
         cursor = await ledger.open_cursor("sub", "earliest")
         positions = await append_all(ledger, [b"i"] * 12)
         cursor.mark_delete(positions[-1])
-        await asyncio.sleep(0.05)
+        await factory.trims_settled()
         assert ledger.number_of_entries == 12
 
     run_storage(scenario)

@@ -29,9 +29,16 @@ class SimEngine(SqliteEngine):
         self._queued: list[Any] = []
         self._commit_handle: asyncio.TimerHandle | None = None
 
-    def start(self, loop: asyncio.AbstractEventLoop, on_commit: Callable[[CommitReport], None]) -> None:
+    def start(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_commit: Callable[[CommitReport], None],
+        time_ms: Callable[[], int] | None = None,
+    ) -> None:
         self._loop = loop
         self._on_commit = on_commit
+        if time_ms is not None:
+            self._time_ms = time_ms
 
     def submit(self, item: Any) -> None:
         """Everything submitted before the commit fires goes into it, as a group commit takes what queued
