@@ -23,7 +23,7 @@ from magnetar.protocol.messages import split_batch
 if TYPE_CHECKING:
     from magnetar.cli.auth_options import Credentials
 
-__all__ = ["AdminClient", "AdminError", "decode_messages", "namespace_path", "segment", "topic_path"]
+__all__ = ["AdminClient", "AdminError", "decode_messages", "namespace_path", "schema_path", "segment", "topic_path"]
 
 # Long enough for a delete that closes many consumers or a large skip; a hung broker still ends the command.
 REQUEST_TIMEOUT_S = 60
@@ -60,6 +60,15 @@ def topic_path(topic: str) -> str:
         raise AdminError(0, str(error)) from None
     parts = (name.tenant, name.namespace, name.local)
     return f"/admin/v2/{name.domain}/" + "/".join(segment(part) for part in parts)
+
+
+def schema_path(topic: str) -> str:
+    """`/admin/v2/schemas/tenant/namespace/topic`: a schema is the topic's whatever its domain."""
+    try:
+        name = TopicName.parse(topic)
+    except InvalidTopicName as error:
+        raise AdminError(0, str(error)) from None
+    return "/admin/v2/schemas/" + "/".join(segment(part) for part in (name.tenant, name.namespace, name.local))
 
 
 class AdminClient:
