@@ -303,8 +303,7 @@ def test_a_failed_lookup_raises_remote_error(broker_factory) -> None:
 
 
 def test_service_urls() -> None:
-    with pytest.raises(ValueError, match="TLS replication is not supported yet"):
-        RemoteProducer("pulsar+ssl://remote:6651", "t", NAME)
+    assert RemoteProducer("pulsar+ssl://remote", "t", NAME).address == "remote:6651"
     with pytest.raises(ValueError):
         RemoteProducer("http://remote:8080", "t", NAME)
     assert RemoteProducer("pulsar://remote", "t", NAME).address == "remote:6650"

@@ -68,6 +68,7 @@ class ClusterData(BaseModel):
     peerClusterNames: list[str] | None = None
     brokerClientTlsEnabled: bool | None = Field(default=None, strict=True)
     tlsAllowInsecureConnection: bool | None = Field(default=None, strict=True)
+    brokerClientTrustCertsFilePath: str | None = None
 
 
 class TenantInfo(BaseModel):

@@ -202,6 +202,22 @@ BROKER_KEYS: tuple[Setting, ...] = (
     Setting("basicAuthConf", "", "htpasswd file of the basic provider: a path, file:///path or data:;base64,..."),
     Setting("authorizationEnabled", False, "Check roles' permissions on produce, consume, lookup and admin calls."),
     Setting("superUserRoles", "", "Comma-separated roles allowed everything."),
+    # The broker as a client of other clusters (replication; docs/security.md): used where the cluster's
+    # registration names no TLS and no credentials of its own.
+    Setting("brokerClientTlsEnabled", False, "Replicate to other clusters over TLS (their brokerServiceUrlTls)."),
+    Setting("brokerClientTrustCertsFilePath", "", "CA certificates (PEM) other clusters' brokers must chain to."),
+    Setting(
+        "brokerClientAuthenticationPlugin",
+        "",
+        "Credentials for other clusters (with authenticationEnabled): org.apache.pulsar.client.impl.auth."
+        "AuthenticationToken, ...Basic or ...Tls.",
+    ),
+    Setting(
+        "brokerClientAuthenticationParameters",
+        "",
+        "The plugin's parameters: token:<jwt> or file:///path, a JSON userId and password (basic), "
+        "tlsCertFile:<path>,tlsKeyFile:<path>.",
+    ),
 )
 
 

@@ -23,8 +23,10 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.topic import PersistentTopic, delayed_delivery_path
 from magnetar.broker.topic_name import TopicName
+from magnetar.client.security import ClientSecurity
 from magnetar.core.settings import DispatcherSettings
 from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
+from magnetar.replication.remote_cluster import remote_security, remote_urls
 from magnetar.storage import ManagedLedgerFactory
 from magnetar.storage.clock import LoopClock
 from magnetar.storage.metadata import BadVersionError, NotFoundError
@@ -113,14 +115,21 @@ class BrokerService:
         return list(clusters or [])
 
     def broker_service_url(self, cluster: str) -> str | None:
-        """Where a replicator reaches `cluster`: the brokerServiceUrl registered for it."""
+        """Where a replicator reaches `cluster`: the brokerServiceUrl registered for it (brokerServiceUrlTls
+        when replication to it uses TLS, replication/remote_cluster.py)."""
         record = self.metadata.get(f"/admin/clusters/{cluster}")
-        return None if record is None else record[0].get("brokerServiceUrl") or None
+        return None if record is None else remote_urls(record[0], self.config)[0]
 
     def admin_service_url(self, cluster: str) -> str | None:
-        """The serviceUrl (admin API) registered for `cluster`."""
+        """The serviceUrl (admin API) registered for `cluster` (serviceUrlTls with TLS)."""
         record = self.metadata.get(f"/admin/clusters/{cluster}")
-        return None if record is None else record[0].get("serviceUrl") or None
+        return None if record is None else remote_urls(record[0], self.config)[1]
+
+    def replication_security(self, cluster: str) -> ClientSecurity:
+        """TLS trust and credentials for reaching `cluster`: its registration's, else this broker's
+        brokerClient* settings. Raises ValueError when they cannot be read."""
+        record = self.metadata.get(f"/admin/clusters/{cluster}")
+        return remote_security({} if record is None else record[0], self.config)
 
     def _replicates(self, name: TopicName) -> bool:
         local = self.config["clusterName"]
@@ -460,8 +469,8 @@ class BrokerService:
 
     async def _ensure_partitions(self, cluster: str, admin: str, name: TopicName, partitions: int) -> None:
         try:
-            await ensure_partitioned_topic(admin, str(name), partitions)
-        except RemoteAdminError as error:
+            await ensure_partitioned_topic(admin, str(name), partitions, self.replication_security(cluster))
+        except (RemoteAdminError, ValueError) as error:
             log.warning("[%s] Could not give cluster %s %d partitions now: %s", name, cluster, partitions, error)
 
     async def delete_partitioned_topic(self, name: TopicName, force: bool) -> None:

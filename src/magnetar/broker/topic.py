@@ -405,6 +405,7 @@ class PersistentTopic:
                 service.partitions(self.name.partitioned_base) if self.name.partition_index >= 0 else 0,
                 service.admin_service_url,
                 record_positions=self._acked_ranges_enabled(),
+                resolve_security=service.replication_security,
             )
             self.replicators[cluster] = replicator
             replicator.start()

@@ -12,6 +12,7 @@ options (cli/auth_options.py).
 
 from __future__ import annotations
 
+import base64
 import json
 import ssl
 import urllib.parse
@@ -122,6 +123,15 @@ class ClientSecurity:
             type=BaseCommand.AUTH_RESPONSE,
             authResponse={"client_version": client_version, "protocol_version": protocol_version, "response": response},
         )
+
+    def http_authorization(self) -> str | None:
+        """The `Authorization` header of an admin call with these credentials (a TLS client authenticates
+        with its certificate instead: None)."""
+        if self.auth_method == "token":
+            return "Bearer " + self.fresh_auth_data().decode()
+        if self.auth_method == "basic":
+            return "Basic " + base64.b64encode(self.fresh_auth_data()).decode()
+        return None
 
     def ssl_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=self.tls_trust_certs_file_path)

@@ -1,6 +1,8 @@
 """The producer a replicator opens on a remote cluster: one connection, one producer, receipts in send order.
 
-Owns: one TCP connection to a remote Pulsar or magnetar cluster for one topic: CONNECT, LOOKUP (following
+Owns: one TCP connection to a remote Pulsar or magnetar cluster for one topic (TLS for a `pulsar+ssl://`
+URL), CONNECT with the credentials given (`ClientSecurity`, as remote_cluster.py decides them), the answer
+to an AUTH_CHALLENGE (the credentials read again: a token file rewritten since is what goes), LOOKUP (following
 one redirect), PRODUCER under the replicator's name (`pulsar.repl.<local>--><remote>`, replication
 reference §1.4), SENDs of stored entries as they are (one entry, one SEND, a batch with its message count:
 the replicator's producer never batches and never times out), their receipts, handed to the replicator a
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -30,6 +33,7 @@ from functools import partial
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
+from magnetar.client.security import ClientSecurity
 from magnetar.protocol import commands
 from magnetar.protocol.commands import pong, signed_id
 from magnetar.protocol.framing import (
@@ -52,8 +56,9 @@ __all__ = ["CLIENT_VERSION", "RemoteError", "RemoteProducer", "RemoteUnavailable
 
 CLIENT_VERSION = "magnetar-replicator"
 PROTOCOL_VERSION = 20
-# Pulsar's default broker port, for a service URL that names none.
+# Pulsar's default broker ports, for a service URL that names none.
 DEFAULT_PORT = 6650
+DEFAULT_TLS_PORT = 6651
 # One producer per connection, so its id is fixed.
 _PRODUCER_ID = 0
 # CONNECT has no request id; its answer (CONNECTED, or ERROR with Java's -1) is filed under -1.
@@ -101,14 +106,16 @@ class _Send(NamedTuple):
 _new_send = partial(tuple.__new__, _Send)
 
 
-def _address(service_url: str) -> tuple[str, int]:
-    """(host, port) of a `pulsar://host[:port]` URL; raises ValueError for anything else."""
+def _address(service_url: str) -> tuple[str, int, bool]:
+    """(host, port, TLS?) of a `pulsar://host[:port]` or `pulsar+ssl://host[:port]` URL; raises ValueError
+    for anything else."""
     url = urlsplit(service_url)
-    if url.scheme == "pulsar+ssl":
-        raise ValueError("TLS replication is not supported yet")
-    if url.scheme != "pulsar" or not url.hostname or "," in url.netloc:
-        raise ValueError(f"a remote service URL looks like pulsar://host:port, not {service_url!r}")
-    return url.hostname, url.port or DEFAULT_PORT
+    if url.scheme not in ("pulsar", "pulsar+ssl") or not url.hostname or "," in url.netloc:
+        raise ValueError(
+            f"a remote service URL looks like pulsar://host:port or pulsar+ssl://host:port, not {service_url!r}"
+        )
+    tls = url.scheme == "pulsar+ssl"
+    return url.hostname, url.port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT), tls
 
 
 class RemoteProducer:
@@ -136,9 +143,14 @@ class RemoteProducer:
         connect_timeout_s: float = 10.0,
         on_receipts: Callable[[list[tuple[int, int]]], None] | None = None,
         on_disconnect: Callable[[RemoteUnavailable], None] | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
-        self._service_address = _address(service_url)
+        host, port, self._tls = _address(service_url)
+        self._service_address = (host, port)
         self.service_url = service_url
+        # TLS trust and credentials (none by default); the credentials are read at each CONNECT and challenge.
+        self.security = security or ClientSecurity()
+        self._ssl_context: ssl.SSLContext | None = None
         self.topic = topic
         self.producer_name = producer_name
         # Pulsar's replicationProducerQueueSize: what a slow remote may hold unanswered before the
@@ -296,14 +308,21 @@ class RemoteProducer:
         (a Pulsar proxy)."""
         self._host, self._port, self._proxy_to_broker_url = host, port, proxy_to_broker_url
         try:
-            self._reader, self._writer = await asyncio.open_connection(host, port)
-        except OSError as error:
+            if self._tls and self._ssl_context is None:
+                self._ssl_context = self.security.ssl_context()
+            tls = {"ssl": self._ssl_context, "server_hostname": host} if self._tls else {}
+            self._reader, self._writer = await asyncio.open_connection(host, port, **tls)  # type: ignore[arg-type]
+        except OSError as error:  # ssl.SSLError too: an untrusted certificate, a failed handshake
             raise RemoteUnavailable(f"cannot connect to {self.address}: {error}") from error
         self._decoder = FrameDecoder()
         self._read_task = asyncio.get_running_loop().create_task(
             self._read_frames(self._reader), name=f"remote producer {self.producer_name} on {self.address}"
         )
         connect: dict[str, object] = {"client_version": CLIENT_VERSION, "protocol_version": PROTOCOL_VERSION}
+        try:
+            connect |= self.security.connect_fields()
+        except (OSError, ValueError) as error:
+            raise RemoteUnavailable(f"no credentials for {self.address}: {error}") from error
         if proxy_to_broker_url is not None:
             connect["proxy_to_broker_url"] = proxy_to_broker_url
         connected = await self._request(BaseCommand(type=BaseCommand.CONNECT, connect=connect), _CONNECT_REQUEST_ID)
@@ -329,16 +348,19 @@ class RemoteProducer:
             response = answer.lookupTopicResponse
             if response.response == CommandLookupTopicResponse.Failed:
                 raise RemoteError(ServerError.Name(response.error), response.message)
+            # A TLS client goes on with TLS: to the answer's brokerServiceUrlTls, as Pulsar's clients do.
+            url = response.brokerServiceUrlTls if self._tls else response.brokerServiceUrl
             try:
-                host, port = _address(response.brokerServiceUrl)
+                host, port, tls = _address(url)
+                if tls != self._tls:
+                    raise ValueError(f"{'a TLS' if self._tls else 'a plain'} connection cannot follow it")
             except ValueError as error:
-                url = response.brokerServiceUrl
                 raise RemoteError("UnknownError", f"lookup of {self.topic} answered {url!r}: {error}") from None
             if response.response == CommandLookupTopicResponse.Redirect:
                 await self._reconnect(host, port)
                 authoritative = response.authoritative
             elif response.proxy_through_service_url:
-                await self._reconnect(*self._service_address, proxy_to_broker_url=response.brokerServiceUrl)
+                await self._reconnect(*self._service_address, proxy_to_broker_url=url)
                 return
             else:
                 await self._reconnect(host, port)
@@ -415,6 +437,8 @@ class RemoteProducer:
             self._writer.write(pong())
         elif kind == BaseCommand.PONG:
             pass
+        elif kind == BaseCommand.AUTH_CHALLENGE:
+            self._answer_challenge()
         elif kind == BaseCommand.CLOSE_PRODUCER:
             # Pulsar's broker does this on unload and shutdown; its client reconnects, so does the replicator.
             raise RemoteUnavailable(f"{self.address} closed the producer")
@@ -424,6 +448,16 @@ class RemoteProducer:
             self._answer(signed_id(getattr(command, _ANSWER_FIELDS[kind]).request_id), command)
         else:
             raise ProtocolError(f"a producer does not expect {BaseCommand.Type.Name(kind)}")
+
+    def _answer_challenge(self) -> None:
+        """The remote found our credentials expired: fresh ones go back (AUTH_RESPONSE), or, when the
+        plugin cannot give them any more, the connection ends (the remote would end it at its next check)."""
+        try:
+            response = self.security.auth_response(CLIENT_VERSION, PROTOCOL_VERSION)
+        except (OSError, ValueError) as error:
+            raise RemoteUnavailable(f"cannot answer the auth challenge of {self.address}: {error}") from error
+        assert self._writer is not None
+        self._writer.write(encode_frame(response))
 
     def _answer(self, request_id: int, command: BaseCommand) -> None:
         future = self._requests.get(request_id)

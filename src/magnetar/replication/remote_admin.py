@@ -2,7 +2,8 @@
 
 Owns: creating a partitioned topic on a remote cluster, or raising its partition count, so that the
 partitions a replicator sends to exist there (Pulsar 4.0's createTopicToRemoteClusterForReplication)
-and a partitioned topic created or grown in one cluster is so in the others.
+and a partitioned topic created or grown in one cluster is so in the others; over HTTPS and with the
+credentials remote_cluster.py decides (a token or basic `Authorization` header, a client certificate).
 Must not touch: anything local. One blocking HTTP request at a time, on a worker thread.
 """
 
@@ -13,6 +14,8 @@ import json
 import logging
 import urllib.error
 import urllib.request
+
+from magnetar.client.security import ClientSecurity
 
 __all__ = ["RemoteAdminError", "ensure_partitioned_topic"]
 
@@ -25,25 +28,36 @@ class RemoteAdminError(Exception):
     """The remote admin API could not be reached, or refused."""
 
 
-async def ensure_partitioned_topic(admin_url: str, topic: str, partitions: int) -> None:
+async def ensure_partitioned_topic(
+    admin_url: str, topic: str, partitions: int, security: ClientSecurity | None = None
+) -> None:
     """`topic` (persistent://tenant/namespace/name) has at least `partitions` partitions at `admin_url`:
-    created when it has none, updated when it has fewer."""
+    created when it has none, updated when it has fewer. `security`: TLS trust and credentials."""
     path = f"{admin_url.rstrip('/')}/admin/v2/persistent/{topic.split('://', 1)[1]}/partitions"
-    status, body = await asyncio.to_thread(_request, "GET", path, None)
+    security = security or ClientSecurity()
+    status, body = await asyncio.to_thread(_request, "GET", path, None, security)
     remote = json.loads(body).get("partitions", 0) if status == 200 else 0
     if remote >= partitions:
         return
-    status, body = await asyncio.to_thread(_request, "PUT" if remote == 0 else "POST", path, partitions)
+    status, body = await asyncio.to_thread(_request, "PUT" if remote == 0 else "POST", path, partitions, security)
     if status not in (200, 204, 409):
         raise RemoteAdminError(f"{admin_url} refused {partitions} partitions for {topic}: {status} {body[:200]!r}")
     log.info("[%s] Partitioned topic has %d partitions at %s", topic, partitions, admin_url)
 
 
-def _request(method: str, url: str, body: object) -> tuple[int, bytes]:
+def _request(method: str, url: str, body: object, security: ClientSecurity) -> tuple[int, bytes]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        authorization = security.http_authorization()
+        context = security.ssl_context() if url.startswith("https:") else None
+    except (OSError, ValueError) as error:
+        raise RemoteAdminError(f"{method} {url}: no credentials: {error}") from error
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()

@@ -27,6 +27,7 @@ from magnetar.replication.producer import RemoteError, RemoteProducer, RemoteUna
 from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
 
 if TYPE_CHECKING:
+    from magnetar.client.security import ClientSecurity
     from magnetar.storage import ManagedCursor, ManagedLedger
 
 __all__ = ["Replicator", "REPLICATOR_PREFIX", "cursor_name", "producer_name", "remote_cluster_of"]
@@ -77,6 +78,7 @@ class Replicator:
         partitions: int = 0,
         resolve_admin_url: Callable[[str], str | None] | None = None,
         record_positions: bool = False,
+        resolve_security: Callable[[str], ClientSecurity] | None = None,
     ) -> None:
         """`partitions`: how many partitions the topic this one is a partition of has (0 for a topic
         that is not partitioned); the remote gets a partitioned topic with at least as many before
@@ -92,6 +94,9 @@ class Replicator:
         self.queue_size = queue_size
         self.partitions = partitions
         self._resolve_admin_url = resolve_admin_url
+        # TLS trust and credentials for a remote cluster (remote_cluster.py), asked at each connect so that
+        # a corrected registration is used; ValueError when they cannot be read.
+        self._resolve_security = resolve_security
         self.positions = ReplicatedPositions() if record_positions else None
         self.producer: RemoteProducer | None = None
         # (position, messages, bytes) of each entry sent, in send order; bytes -1 for an entry skipped
@@ -169,12 +174,15 @@ class Replicator:
             return None
         self.state = "Starting"
         name = producer_name(self.local_cluster, self.remote_cluster)
-        producer = RemoteProducer(url, self.topic_name, name, self.queue_size, on_receipts=self._on_receipts)
         try:
+            security = self._resolve_security(self.remote_cluster) if self._resolve_security else None
+            producer = RemoteProducer(
+                url, self.topic_name, name, self.queue_size, on_receipts=self._on_receipts, security=security
+            )
             if self.partitions:
-                await self._ensure_remote_partitions()
+                await self._ensure_remote_partitions(security)
             await producer.start()
-        except (RemoteUnavailable, RemoteError, OSError) as error:
+        except (RemoteUnavailable, RemoteError, OSError, ValueError) as error:
             log.info("[%s] Replicator to %s at %s not connected: %s", self.topic_name, self.remote_cluster, url, error)
             self.state = "Disconnected"
             return None
@@ -194,13 +202,13 @@ class Replicator:
         )
         return producer
 
-    async def _ensure_remote_partitions(self) -> None:
+    async def _ensure_remote_partitions(self, security: ClientSecurity | None) -> None:
         admin = self._resolve_admin_url(self.remote_cluster) if self._resolve_admin_url else None
         if not admin:
             raise RemoteUnavailable(f"cluster {self.remote_cluster} has no serviceUrl for its admin API")
         base = self.topic_name.rsplit(PARTITION_SUFFIX, 1)[0]
         try:
-            await ensure_partitioned_topic(admin, base, self.partitions)
+            await ensure_partitioned_topic(admin, base, self.partitions, security)
         except RemoteAdminError as error:
             raise RemoteUnavailable(str(error)) from error
 

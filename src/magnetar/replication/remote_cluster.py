@@ -1,0 +1,58 @@
+"""How this broker reaches a cluster it replicates to: the URLs, TLS and credentials, decided from the
+cluster's registration (ClusterData) and the broker's `brokerClient*` settings the way Pulsar's
+BrokerService.getReplicationClient and getClusterPulsarAdmin decide them.
+
+Owns: that decision. Credentials: the registration's `authenticationPlugin` and `authenticationParameters`
+when both are there, else, on a broker with authenticationEnabled, `brokerClientAuthenticationPlugin` and
+`brokerClientAuthenticationParameters`, else none. TLS: the registration's `brokerClientTlsEnabled` with its
+`brokerClientTrustCertsFilePath` and `tlsAllowInsecureConnection`, else the broker's `brokerClientTlsEnabled`
+with its `brokerClientTrustCertsFilePath`; with TLS the binary URL is `brokerServiceUrlTls` (Pulsar falls
+back to `serviceUrlTls`, an https URL its client looks up over HTTP: magnetar's replicator speaks only the
+binary protocol, so it needs `brokerServiceUrlTls`) and the admin URL `serviceUrlTls`; without, they are
+`brokerServiceUrl` and `serviceUrl`.
+Must not touch: connections (producer.py and remote_admin.py use what this returns) or the stored
+registration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from magnetar.client.security import ClientSecurity
+
+__all__ = ["remote_security", "remote_urls"]
+
+
+def _tls(data: Mapping[str, Any], settings: Any) -> tuple[bool, str | None, bool]:
+    """(TLS?, trusted CAs, insecure?): the registration's when it enables TLS, else the broker's."""
+    if data.get("brokerClientTlsEnabled"):
+        return True, data.get("brokerClientTrustCertsFilePath") or None, bool(data.get("tlsAllowInsecureConnection"))
+    if settings["brokerClientTlsEnabled"]:
+        return True, settings["brokerClientTrustCertsFilePath"] or None, False
+    return False, None, False
+
+
+def remote_urls(data: Mapping[str, Any], settings: Any) -> tuple[str | None, str | None]:
+    """(binary URL, admin URL) of the cluster registered as `data` (ClusterData's fields as stored), for a
+    broker configured as `settings` (`settings[key]`); None where the registration lacks it."""
+    if _tls(data, settings)[0]:
+        return data.get("brokerServiceUrlTls") or None, data.get("serviceUrlTls") or None
+    return data.get("brokerServiceUrl") or None, data.get("serviceUrl") or None
+
+
+def remote_security(data: Mapping[str, Any], settings: Any) -> ClientSecurity:
+    """TLS trust and credentials for the cluster registered as `data`. Raises ValueError for a plugin
+    magnetar lacks or parameters it cannot read (a token file that is not there)."""
+    if data.get("authenticationPlugin") is not None and data.get("authenticationParameters") is not None:
+        plugin, params = data["authenticationPlugin"], data["authenticationParameters"]
+    elif settings["authenticationEnabled"]:
+        plugin = settings["brokerClientAuthenticationPlugin"]
+        params = settings["brokerClientAuthenticationParameters"]
+    else:
+        plugin = params = None
+    _, trust, insecure = _tls(data, settings)
+    try:
+        return ClientSecurity.from_options(plugin or None, params, trust, insecure)
+    except OSError as error:
+        raise ValueError(f"authentication parameters unreadable: {error}") from error
