@@ -8,10 +8,8 @@ Must not touch: protocol handling (connection.py) or topics (service.py).
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,22 +29,6 @@ __all__ = ["Broker", "run_standalone"]
 
 log = logging.getLogger("magnetar.broker")
 
-# Generation thresholds for the cyclic collector (CPython's defaults: 700, 10, 10). A broker allocates
-# a few objects per message; at tens of thousands of messages a second the default collects the young
-# generation every few milliseconds and the oldest every few seconds.
-GC_THRESHOLDS = (50_000, 20, 100)
-# How long a thread that wants the GIL waits before asking its holder to let go (CPython's default:
-# 5 ms). The group-commit thread needs the GIL back after every SQLite step and fsync; while the
-# event loop thread is busy, each of those waits could last the whole interval, several times per
-# commit; at 10,000 msg/s 1 ms took about a millisecond off the p99 (docs/broker.md, "The process").
-GIL_SWITCH_INTERVAL_S = 0.001
-# The young generation is collected on this timer as well as by allocation counts. A generation-0
-# collection runs only after 50,000 more allocations than deallocations, and while acked messages
-# are freed as fast as new ones arrive that took seconds: the collection then found the entry cache's
-# runs of those seconds (40,000 objects, every payload tuple checked for untracking) and held the
-# loop 25-60 ms. Every 100 ms it finds a tenth of a second's worth instead.
-YOUNG_COLLECTION_INTERVAL_S = 0.1
-
 
 class Broker:
     def __init__(self, config: BrokerConfig, data_dir: str | Path) -> None:
@@ -57,7 +39,6 @@ class Broker:
         self._http: AdminServer | None = None
         self._binary_tls: asyncio.Server | None = None
         self._https: AdminServer | None = None
-        self._young_collections: asyncio.Task[None] | None = None
         self.ready = False
         self.binary_port = 0
         self.http_port = 0
@@ -86,15 +67,6 @@ class Broker:
             self.config = type(self.config)(dict(self.config.values) | {"webServicePort": self.http_port})
             self.service.config = self.config
         await self._start_tls(host)
-        # What exists now (modules, config, storage) lives for the whole process: keep the cyclic
-        # collector from walking it again and again, and let young objects (per-message tuples,
-        # futures) build up longer between collections, which otherwise pause the loop for
-        # milliseconds at a time under load (docs/performance.md, Broker).
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(*GC_THRESHOLDS)
-        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-        self._young_collections = asyncio.get_running_loop().create_task(_collect_young())
         self.ready = True
         log.info(
             "magnetar ready in %.0f ms: pulsar://%s:%d, http://%s:%d, data %s",
@@ -149,8 +121,6 @@ class Broker:
     async def stop(self) -> None:
         """Staged shutdown: stop accepting, close clients, wait (bounded), flush cursors, close storage."""
         self.ready = False
-        if self._young_collections is not None:
-            self._young_collections.cancel()
         if self._binary is not None:
             self._binary.close()
         if self._binary_tls is not None:
@@ -170,12 +140,6 @@ class Broker:
         log.info("magnetar stopped")
 
 
-async def _collect_young() -> None:
-    while True:
-        await asyncio.sleep(YOUNG_COLLECTION_INTERVAL_S)
-        gc.collect(0)
-
-
 def _admin_server(
     service: BrokerService,
     is_ready: Callable[[], bool],
@@ -189,13 +153,22 @@ def _admin_server(
     return AdminServer(create_app(service, is_ready), host, port, ssl_context)
 
 
-async def run_standalone(config: BrokerConfig, data_dir: str | Path) -> int:
+async def run_standalone(
+    config: BrokerConfig,
+    data_dir: str | Path,
+    on_started: Callable[[], asyncio.Task[None]] | None = None,
+) -> int:
+    """Run a broker until SIGTERM or SIGINT. `on_started` runs once it serves (the CLI's process-wide
+    tuning, cli/tuning.py); the task it returns is cancelled at shutdown."""
     broker = Broker(config, data_dir)
     await broker.start()
+    started_task = on_started() if on_started is not None else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    if started_task is not None:
+        started_task.cancel()
     await broker.stop()
     return 0

@@ -52,6 +52,7 @@ def standalone(
     from magnetar.broker.config import ConfigError, load_config
     from magnetar.broker.logs import configure_logging, parse_log_level
     from magnetar.broker.server import run_standalone
+    from magnetar.cli.tuning import tune_process
 
     overrides = [tuple(item.split("=", 1)) for item in settings or [] if "=" in item]
     if len(overrides) != len(settings or []):
@@ -75,7 +76,9 @@ def standalone(
     # libuv's event loop: the same asyncio API, with its socket reads and writes, callbacks and
     # wake-ups from the commit thread in C; the broker's event loop spends ~6% less CPU per message
     # (docs/broker.md, "The process").
-    raise typer.Exit(uvloop.run(run_standalone(broker_config, data_dir)))
+    # The process-wide tuning (collector, GIL switch interval) is this command's, applied once the
+    # broker serves: library code leaves the interpreter's settings alone (cli/tuning.py).
+    raise typer.Exit(uvloop.run(run_standalone(broker_config, data_dir, on_started=tune_process)))
 
 
 app.add_typer(admin.app, name="admin")
