@@ -100,7 +100,7 @@ class ManagedCursor:
         self.properties: dict[str, Any] = properties or {}
         self.read_position = ledger.next_valid_position(self.mark_delete_position)
         self.persisted_mark_delete_position: Position | None = self.mark_delete_position if durable else None
-        self.last_persist_error: Exception | None = None
+        self.last_persist_error: BaseException | None = None
         # Pulsar starts this at "entries added minus backlog" when a cursor is recovered; computing the
         # backlog walks every deleted range, so it is done on first use, not for every cursor at open.
         self._messages_consumed_counter: int | None = None
@@ -134,8 +134,8 @@ class ManagedCursor:
     def delete(self, positions: list[tuple[int, int]] | tuple[int, int]) -> asyncio.Future[None] | None:
         """Individual acknowledgement of whole entries."""
         if positions and isinstance(positions[0], int):
-            positions = [positions]  # type: ignore[list-item]
-        if not self._delete([Position(*raw) for raw in positions]):  # type: ignore[union-attr]
+            positions = [positions]
+        if not self._delete([Position(*raw) for raw in positions]):
             return None
         return self._changed()
 
@@ -327,7 +327,7 @@ class ManagedCursor:
         self._dirty = False
         return self.ledger.persist_cursor(self, self.snapshot())
 
-    def _persisted(self, record: CursorRecord, error: Exception | None) -> None:
+    def _persisted(self, record: CursorRecord, error: BaseException | None) -> None:
         if error is None:
             self.persisted_mark_delete_position = record.mark_delete_position
             self.last_persist_error = None

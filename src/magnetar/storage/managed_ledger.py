@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from magnetar.core.positions import EARLIEST, LATEST, Position
 from magnetar.storage.clock import Clock, LoopClock
@@ -334,9 +334,9 @@ class ManagedLedger:
             ledger_id = self._current_ledger_id
             columns = (datas, sticky_key_hashes, message_counts, publish_times, producer_names, sequence_ids)
             if end - start == count:
-                run = Run(ledger_id, first, *map(tuple, columns))
+                run = Run._make((ledger_id, first, *map(tuple, columns)))
             else:
-                run = Run(ledger_id, first, *[tuple(column[start:end]) for column in columns])
+                run = Run._make((ledger_id, first, *[tuple(column[start:end]) for column in columns]))
             size = batch_size if end - start == count else sum(map(len, datas[start:end]))
             spans.append((ledger_id, first, end - start))
             self._next_entry_id = first + end - start
@@ -353,15 +353,16 @@ class ManagedLedger:
     def _submit(self) -> None:
         pieces, runs_count, size = self._unsubmitted, self._unsubmitted_runs, self._unsubmitted_size
         self._unsubmitted, self._unsubmitted_runs, self._unsubmitted_size = [], 0, 0
+        runs: list[Run]
         if runs_count == len(pieces):
-            runs = pieces
+            runs = cast(list[Run], pieces)
         elif runs_count == 0:
             runs = runs_of_records(pieces)
         else:
             runs = []
             records: list[Record] = []
             for piece in pieces:
-                if type(piece) is Run:
+                if isinstance(piece, Run):
                     if records:
                         runs.extend(runs_of_records(records))
                         records = []
@@ -435,7 +436,7 @@ class ManagedLedger:
         run_sizes: list[int] = []
         while pending and pending[0][0] <= last:
             last_position, future, payload, result, payload_size = pending.popleft()
-            if type(payload) is Run:
+            if isinstance(payload, Run):
                 if singles:
                     for run in runs_of_records(singles):
                         cache.put(run)
@@ -665,9 +666,9 @@ class ManagedLedger:
             runs, entries = await self._engine.read_entries(ledger_id, first, last)
             for run in runs:
                 self._cache.put(run, from_disk=True)
-            wanted = set(missing[index : end + 1])
+            wanted_here = set(missing[index : end + 1])
             for entry in entries:
-                if entry.position in wanted:
+                if entry.position in wanted_here:
                     found[entry.position] = entry
             index = end + 1
         return [found[p] for p in positions if p in found]

@@ -876,7 +876,7 @@ class SqliteEngine:
                 if take <= 0:
                     continue
                 if skip or take < len(run.datas):
-                    run = Run(ledger_id, expected, *[column[skip : skip + take] for column in run[2:]])
+                    run = Run._make((ledger_id, expected, *[column[skip : skip + take] for column in run[2:]]))
                 runs.append(run)
                 entries.extend(entries_of_run(run))
                 expected += take
@@ -974,6 +974,7 @@ def entries_of_run(run: Run, start: int = 0, count: int = -1) -> list[Entry]:
     end = len(run.datas) if count < 0 else start + count
     first = run.first_entry_id + start
     positions = map(new_position, zip(repeat(run.ledger_id), range(first, first + end - start)))
+    columns: Sequence[Sequence[Any]]
     if start == 0 and end == len(run.datas):
         columns = run[2:]
     else:
@@ -1099,6 +1100,7 @@ def _encode_segment(
 ) -> tuple[Any, ...]:
     """The row of one segment: entries `start..end-1` of each piece's run, consecutive. Each column
     of the segment is one C call over the pieces' columns chained, never a merged copy."""
+    columns: list[list[Sequence[Any]]]
     if len(pieces) == 1:
         run, start, end, lengths = pieces[0]
         if start == 0 and end == len(lengths):
