@@ -174,3 +174,41 @@ def test_schema_admin_api(java, topic):
     assert seen["allAfterDelete"] == 0
     # The deletion marker is version 2: the next schema is version 3.
     assert seen["createAfterDelete"] == 3
+
+
+def test_namespace_schema_policies(java, topic):
+    seen = java("schema_policies", topic=topic, namespace=f"schemas-{uuid.uuid4().hex[:8]}")
+    # Another type on an AVRO topic is refused under the default strategy.
+    assert seen["stringProducerOnAvro"]["error"] == "IncompatibleSchemaException"
+    # isAllowAutoUpdateSchema off: a new schema is refused, the registered one still matches.
+    assert seen["autoUpdate"] is False
+    assert seen["newSchemaWithoutAutoUpdate"]["error"] == "IncompatibleSchemaException"
+    assert "Schema not found and schema auto updating is disabled." in seen["newSchemaWithoutAutoUpdate"]["message"]
+    assert seen["knownSchemaWithoutAutoUpdate"] == {"error": "none"}
+    # A producer without a schema is let onto a topic with one unless validation is enforced.
+    assert seen["bytesProducer"] == {"error": "none"}
+    assert seen["validationEnforced"] is True
+    assert seen["bytesProducerEnforced"]["error"] == "IncompatibleSchemaException"
+    assert "without a schema to topics with a schema" in seen["bytesProducerEnforced"]["message"]
+    # A consumer with a schema on a topic that has data but no schema.
+    assert seen["consumerOnDataWithoutSchema"]["error"] == "IncompatibleSchemaException"
+    assert "active topic with empty(BYTES) schema" in seen["consumerOnDataWithoutSchema"]["message"]
+
+
+@pytest.mark.parametrize("encoding", ["SEPARATED", "INLINE"])
+def test_key_value_schema(java, topic, encoding):
+    seen = java("schema_key_value", topic=topic, encoding=encoding)
+    assert seen["typed"] == [
+        {"name": "ada", "age": 36, "key": "k-1", "version": 0},
+        {"name": "grace", "age": 45, "key": "k-2", "version": 0},
+    ]
+    assert seen["autoConsumed"] == [
+        {"age": "36", "name": "ada", "key": "k-1", "schemaType": "KEY_VALUE"},
+        {"age": "45", "name": "grace", "key": "k-2", "schemaType": "KEY_VALUE"},
+    ]
+    registered = seen["registered"]
+    assert registered["type"] == "KEY_VALUE"
+    assert (registered["properties"]["kv.encoding.type"], registered["properties"]["value.schema.type"]) == (
+        encoding,
+        "AVRO",
+    )

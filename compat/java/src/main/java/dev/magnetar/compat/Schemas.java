@@ -18,6 +18,8 @@ import org.apache.pulsar.client.api.Schema;
 import org.apache.pulsar.client.api.SubscriptionInitialPosition;
 import org.apache.pulsar.client.api.schema.Field;
 import org.apache.pulsar.client.api.schema.GenericRecord;
+import org.apache.pulsar.common.schema.KeyValue;
+import org.apache.pulsar.common.schema.KeyValueEncodingType;
 import org.apache.pulsar.common.policies.data.SchemaCompatibilityStrategy;
 import org.apache.pulsar.common.protocol.schema.PostSchemaPayload;
 import org.apache.pulsar.common.schema.SchemaInfo;
@@ -41,6 +43,8 @@ final class Schemas {
         scenarios.put("schema_auto_consume", Schemas::autoConsume);
         scenarios.put("schema_produce_users", Schemas::produceUsers);
         scenarios.put("schema_admin", Schemas::admin);
+        scenarios.put("schema_policies", Schemas::policies);
+        scenarios.put("schema_key_value", Schemas::keyValue);
     }
 
     /** The first version of the record every scenario writes; Avro's record name is the class's, "User". */
@@ -425,6 +429,83 @@ final class Schemas {
                         .schema(v3.getBytes(StandardCharsets.UTF_8)).properties(Map.of()).build());
                 return admin.schemas().getSchemaInfoWithVersion(topic).getVersion();
             });
+        }
+        return seen;
+    }
+
+    /**
+     * The namespace's schema policies: with auto-update off a new schema is refused and a known one
+     * matched (a schema of another type is refused before that); with validation enforced a producer without a schema is refused on a topic with one; a
+     * consumer with a schema is refused on a topic that has data but no schema.
+     */
+    private static Map<String, Object> policies(Args args) throws Exception {
+        Map<String, Object> seen = new LinkedHashMap<>();
+        try (PulsarAdmin admin = args.admin(); PulsarClient client = args.client()) {
+            String namespace = ownNamespace(admin, args);
+            String topic = "persistent://" + namespace + "/users";
+            try (Producer<V1.User> first = client.newProducer(Schema.AVRO(V1.User.class)).topic(topic).create()) {
+                first.send(new V1.User("ada", 36));
+            }
+            seen.put("stringProducerOnAvro", refusal(() -> client.newProducer(Schema.STRING).topic(topic).create()
+                    .close()));
+            admin.namespaces().setIsAllowAutoUpdateSchema(namespace, false);
+            seen.put("autoUpdate", admin.namespaces().getIsAllowAutoUpdateSchema(namespace));
+            seen.put("newSchemaWithoutAutoUpdate", refusal(() -> client.newProducer(Schema.AVRO(V2.User.class))
+                    .topic(topic).create().close()));
+            seen.put("knownSchemaWithoutAutoUpdate", refusal(() -> client.newProducer(Schema.AVRO(V1.User.class))
+                    .topic(topic).create().close()));
+            seen.put("bytesProducer", refusal(() -> client.newProducer().topic(topic).create().close()));
+            admin.namespaces().setSchemaValidationEnforced(namespace, true);
+            seen.put("validationEnforced", admin.namespaces().getSchemaValidationEnforced(namespace));
+            seen.put("bytesProducerEnforced", refusal(() -> client.newProducer().topic(topic).create().close()));
+
+            String plain = "persistent://" + namespace + "/plain";
+            try (Producer<byte[]> bytes = client.newProducer().topic(plain).create()) {
+                bytes.send(Util.bytes("no schema"));
+            }
+            seen.put("consumerOnDataWithoutSchema", refusal(() -> subscribe(client, Schema.AVRO(V1.User.class), plain,
+                    "typed").close()));
+        }
+        return seen;
+    }
+
+    /** KEY_VALUE schemas, SEPARATED (the key in the message key) and INLINE, typed and AUTO_CONSUME. */
+    private static Map<String, Object> keyValue(Args args) throws Exception {
+        KeyValueEncodingType encoding = KeyValueEncodingType.valueOf(args.str("encoding"));
+        Schema<KeyValue<String, V1.User>> schema = Schema.KeyValue(Schema.STRING, Schema.AVRO(V1.User.class),
+                encoding);
+        String topic = args.topic();
+        Map<String, Object> seen = new LinkedHashMap<>();
+        try (PulsarClient client = args.client();
+                Consumer<KeyValue<String, V1.User>> consumer = subscribe(client, schema, topic, "typed");
+                Producer<KeyValue<String, V1.User>> producer = client.newProducer(schema).topic(topic).create()) {
+            producer.send(new KeyValue<>("k-1", new V1.User("ada", 36)));
+            producer.send(new KeyValue<>("k-2", new V1.User("grace", 45)));
+            List<Map<String, Object>> typed = new ArrayList<>();
+            for (Message<KeyValue<String, V1.User>> message : receive(consumer, 2)) {
+                KeyValue<String, V1.User> value = message.getValue();
+                Map<String, Object> one = v1Fields(value.getValue().name, value.getValue().age);
+                one.put("key", value.getKey());
+                one.put("version", version(message.getSchemaVersion()));
+                typed.add(one);
+            }
+            seen.put("typed", typed);
+            try (Consumer<GenericRecord> auto = subscribe(client, Schema.AUTO_CONSUME(), topic, "auto")) {
+                List<Map<String, Object>> records = new ArrayList<>();
+                for (Message<GenericRecord> message : receive(auto, 2)) {
+                    @SuppressWarnings("unchecked")
+                    KeyValue<Object, GenericRecord> value =
+                            (KeyValue<Object, GenericRecord>) message.getValue().getNativeObject();
+                    Map<String, Object> one = fields(value.getValue());
+                    one.put("key", String.valueOf(value.getKey()));
+                    one.put("schemaType", message.getValue().getSchemaType().name());
+                    records.add(one);
+                }
+                seen.put("autoConsumed", records);
+            }
+        }
+        try (PulsarAdmin admin = args.admin()) {
+            seen.put("registered", describe(admin.schemas().getSchemaInfo(topic)));
         }
         return seen;
     }
