@@ -435,6 +435,7 @@ def read_range(
     hash_ranges: Sequence[tuple[int, int]],
     timeout_s: float = 120.0,
     reconnects_max: int = 3,
+    security: ClientSecurity | None = None,
 ) -> Iterator[ReceivedEntry]:
     """The entries after `start` up to and including `end` whose sticky key hash lies in `hash_ranges`,
     in position order; the broker filters by hash, so no other entry crosses the network.
@@ -449,7 +450,7 @@ def read_range(
     reconnects = 0
     while True:
         try:
-            for entry in _read_range_once(service_url, topic, last, end, hash_ranges, timeout_s):
+            for entry in _read_range_once(service_url, topic, last, end, hash_ranges, timeout_s, security):
                 last = entry.position
                 yield entry
             return
@@ -466,10 +467,11 @@ def _read_range_once(
     end: tuple[int, int],
     hash_ranges: Sequence[tuple[int, int]],
     timeout_s: float,
+    security: ClientSecurity | None,
 ) -> Iterator[ReceivedEntry]:
     if end <= start and start != EARLIEST:
         return
-    with Connection(service_url, min(timeout_s, 30.0)) as connection:
+    with Connection(service_url, min(timeout_s, 30.0), security) as connection:
         subscription = f"spark-reader-{os.urandom(5).hex()}"
         consumer_id = connection.subscribe(topic, subscription, durable=False, start=start, hash_ranges=hash_ranges)
         connection.flow(consumer_id, READER_PERMITS)
@@ -620,8 +622,16 @@ class SubscriptionCursor:
     (no FLOW) and only acks cumulatively, so the backlog drains and retention may free what is behind
     it. The connection is kept between commits and opened again if it broke."""
 
-    def __init__(self, service_url: str, topic: str, subscription: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        service_url: str,
+        topic: str,
+        subscription: str,
+        timeout_s: float = 30.0,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.service_url = service_url
+        self.security = security
         self.topic = topic
         self.subscription = subscription
         self.timeout_s = timeout_s
@@ -630,7 +640,7 @@ class SubscriptionCursor:
 
     def _consumer(self) -> tuple[Connection, int]:
         if self._connection is None or self._connection.closed:
-            connection = Connection(self.service_url, self.timeout_s)
+            connection = Connection(self.service_url, self.timeout_s, self.security)
             try:
                 self._consumer_id = connection.subscribe(self.topic, self.subscription, durable=True)
             except BaseException:

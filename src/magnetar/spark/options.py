@@ -1,7 +1,11 @@
 """The data source's options: parsed and checked once, at planning time, each error naming its option.
 
 Owns: the option names (Spark's Kafka source's style, with Pulsar's `service.url` / `admin.url`
-accepted as aliases), their defaults, and their validation. Must not touch: the network or Spark.
+accepted as aliases), their defaults, and their validation; the pulsar-spark connector's TLS and
+authentication options: `pulsar.client.authPluginClassName`, `pulsar.client.authParams`,
+`pulsar.client.tlsTrustCertsFilePath`, `pulsar.client.tlsAllowInsecureConnection` for the binary protocol,
+and the same names under `pulsar.admin.` for the admin API, each falling back to its `pulsar.client.` one
+when not given, as the connector does. Must not touch: the network or Spark.
 
 Options arrive as strings in a case-insensitive mapping.
 """
@@ -11,9 +15,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from magnetar.client.security import ClientSecurity
 from magnetar.client.wire import normalize_topic
 from magnetar.spark.offsets import check_ranges, even_ranges
 
@@ -21,6 +26,9 @@ __all__ = ["OptionError", "SinkOptions", "SourceOptions", "parse_sink_options", 
 
 # Read ranges no finer than this: each range is a Spark task and a broker reader.
 HASH_RANGES_MAX = 1024
+# The pulsar-spark connector's prefixes of the binary client's and the admin client's settings.
+CLIENT_PREFIX = "pulsar.client."
+ADMIN_PREFIX = "pulsar.admin."
 
 
 class OptionError(ValueError):
@@ -45,6 +53,9 @@ class SourceOptions:
     hash_ranges: tuple[tuple[int, int], ...]
     subscription_name: str | None
     poll_timeout_ms: int
+    # TLS trust and credentials of the binary connections and of the admin calls.
+    security: ClientSecurity = field(default_factory=ClientSecurity)
+    admin_security: ClientSecurity = field(default_factory=ClientSecurity)
 
     @property
     def subscribed(self) -> str:
@@ -61,6 +72,8 @@ class SinkOptions:
     topic: str | None
     batching_max_messages: int
     batching_max_bytes: int
+    security: ClientSecurity = field(default_factory=ClientSecurity)
+    admin_security: ClientSecurity = field(default_factory=ClientSecurity)
 
 
 def _get(options: Mapping[str, str], *names: str) -> str | None:
@@ -76,16 +89,19 @@ def _service_url(options: Mapping[str, str]) -> str:
     if not url:
         raise OptionError("serviceUrl: required, e.g. pulsar://127.0.0.1:6650")
     parts = urlsplit(url)
-    if parts.scheme != "pulsar" or not parts.hostname or not parts.port:
-        raise OptionError(f"serviceUrl: must look like pulsar://host:port, not {url!r}")
+    if parts.scheme not in ("pulsar", "pulsar+ssl") or not parts.hostname or not parts.port:
+        raise OptionError(f"serviceUrl: must look like pulsar://host:port or pulsar+ssl://host:port, not {url!r}")
     return url
 
 
 def _admin_url(options: Mapping[str, str], service_url: str) -> str:
     url = _get(options, "adminUrl", "admin.url")
     if url is None:
-        # Pulsar's convention: the admin API on port 8080 of the broker's host.
-        return f"http://{urlsplit(service_url).hostname}:8080"
+        # Pulsar's convention: the admin API on port 8080 of the broker's host (8443 with TLS).
+        service = urlsplit(service_url)
+        if service.scheme == "pulsar+ssl":
+            return f"https://{service.hostname}:8443"
+        return f"http://{service.hostname}:8080"
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise OptionError(f"adminUrl: must look like http://host:port, not {url!r}")
@@ -112,6 +128,27 @@ def _boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
     if value.lower() not in ("true", "false"):
         raise OptionError(f"{name}: must be true or false, not {value!r}")
     return value.lower() == "true"
+
+
+def _security(options: Mapping[str, str], prefix: str) -> ClientSecurity:
+    """The TLS and authentication options under `prefix` (`pulsar.client.` or `pulsar.admin.`); an
+    admin option not given is the client's."""
+
+    def get(name: str) -> str | None:
+        value = options.get(prefix + name)
+        if value is None and prefix == ADMIN_PREFIX:
+            value = options.get(CLIENT_PREFIX + name)
+        return value
+
+    plugin = get("authPluginClassName")
+    insecure = (get("tlsAllowInsecureConnection") or "false").strip().lower()
+    if insecure not in ("true", "false"):
+        raise OptionError(f"{prefix}tlsAllowInsecureConnection: must be true or false, not {insecure!r}")
+    try:
+        return ClientSecurity.from_options(plugin, get("authParams"), get("tlsTrustCertsFilePath"), insecure == "true")
+    except (OSError, ValueError) as error:
+        message = str(error).replace("--auth-plugin", "authPluginClassName").replace("--auth-params", "authParams")
+        raise OptionError(f"{prefix}authPluginClassName/authParams: {message}") from None
 
 
 def _topic(name: str, option: str) -> str:
@@ -227,6 +264,8 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         hash_ranges=_hash_ranges(options),
         subscription_name=subscription,
         poll_timeout_ms=_positive_int(options, "pollTimeoutMs", 120_000) or 120_000,
+        security=_security(options, CLIENT_PREFIX),
+        admin_security=_security(options, ADMIN_PREFIX),
     )
 
 
@@ -239,4 +278,6 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         topic=_topic(topic, "topic") if topic else None,
         batching_max_messages=_positive_int(options, "batchingMaxMessages", 1000) or 1000,
         batching_max_bytes=_positive_int(options, "batchingMaxBytes", 128 * 1024) or 128 * 1024,
+        security=_security(options, CLIENT_PREFIX),
+        admin_security=_security(options, ADMIN_PREFIX),
     )

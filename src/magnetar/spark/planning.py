@@ -66,7 +66,7 @@ def resolve_topics(options: SourceOptions, connection: Connection | None = None)
     """The topic partitions the options name: partitioned topics expand to their partitions. A
     streaming query passes the connection it keeps between micro-batches."""
     if connection is None:
-        with Connection(options.service_url) as own:
+        with Connection(options.service_url, security=options.security) as own:
             return resolve_topics(options, own)
     if options.topics_pattern is not None:
         pattern = re.compile(options.topics_pattern)
@@ -97,7 +97,9 @@ def topic_states(options: SourceOptions, topics: Iterable[str]) -> dict[str, Top
     states = {}
     for topic in topics:
         try:
-            states[topic] = TopicState.from_internal_stats(rest.internal_stats(options.admin_url, topic))
+            states[topic] = TopicState.from_internal_stats(
+                rest.internal_stats(options.admin_url, topic, security=options.admin_security)
+            )
         except rest.TopicMissing:
             if partition_index(topic) < 0:
                 raise OptionError(f"{options.subscribed}: topic {topic} does not exist") from None

@@ -53,7 +53,13 @@ def read_task(options: SourceOptions, schema: object, task: ReadTask) -> Iterato
     """Executor side: the task's entries as Arrow record batches of `schema`."""
     builder = RowBuilder(arrow_schema(schema), task.topic, task.partition_index)
     entries = read_range(
-        options.service_url, task.topic, task.start, task.end, task.hash_ranges, options.poll_timeout_ms / 1000
+        options.service_url,
+        task.topic,
+        task.start,
+        task.end,
+        task.hash_ranges,
+        options.poll_timeout_ms / 1000,
+        security=options.security,
     )
     for received in entries:
         builder.add(received.position, received.entry)
@@ -111,12 +117,12 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The topic partitions now, over a connection kept between micro-batches (opened again if it
         broke), since the partitions of a topic and the topics of a pattern may change while it runs."""
         if self._connection is None or self._connection.closed:
-            self._connection = Connection(self.options.service_url)
+            self._connection = Connection(self.options.service_url, security=self.options.security)
         try:
             return resolve_topics(self.options, self._connection)
         except ConnectionLost:
             # The broker restarted since the last micro-batch: once more, on a new connection.
-            self._connection = Connection(self.options.service_url)
+            self._connection = Connection(self.options.service_url, security=self.options.security)
             return resolve_topics(self.options, self._connection)
 
     # ------------------------------------------------------------------------------ offsets
@@ -128,7 +134,9 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         states = {}
         for topic in topics:
             try:
-                states[topic] = TopicState.from_internal_stats(rest.internal_stats(options.admin_url, topic))
+                states[topic] = TopicState.from_internal_stats(
+                    rest.internal_stats(options.admin_url, topic, security=options.admin_security)
+                )
             except rest.TopicMissing:
                 if topic not in read and partition_index(topic) >= 0:
                     continue
@@ -213,6 +221,7 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     target.position,
                     FULL_HASH_RANGE,
                     options.poll_timeout_ms / 1000,
+                    security=options.security,
                 ):
                     count = received.entry.num_messages
                     if records and records + count > shares[topic]:
@@ -249,7 +258,7 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cursor = self._cursors.get(topic)
         if cursor is None:
             cursor = self._cursors[topic] = SubscriptionCursor(
-                self.options.service_url, topic, self.options.subscription_name
+                self.options.service_url, topic, self.options.subscription_name, security=self.options.security
             )
         # (L, -1) acks everything before ledger L, as a cumulative ack of entry -1 means in Pulsar.
         cursor.ack(offset.position)

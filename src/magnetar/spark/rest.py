@@ -1,7 +1,8 @@
 """The admin HTTP calls the data source makes: a topic's internal stats and its deduplication in force.
 
 Owns: building Pulsar's `/admin/v2` paths for a topic name and reading their JSON answers with the
-standard library (the planner processes Spark starts should not need an HTTP client package).
+standard library (the planner processes Spark starts should not need an HTTP client package), over
+HTTPS and with credentials when the options give them (`pulsar.admin.*`, options.py).
 Must not touch: the binary protocol (wire.py) or planning decisions (offsets.py, reader.py).
 """
 
@@ -12,6 +13,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
+
+from magnetar.client.security import ClientSecurity
 
 __all__ = ["AdminError", "TopicMissing", "deduplication_in_force", "internal_stats"]
 
@@ -31,10 +34,17 @@ def _topic_path(topic: str) -> str:
     return f"/admin/v2/{domain}/{quote(tenant)}/{quote(namespace)}/{quote(local, safe='')}"
 
 
-def _get(admin_url: str, path: str, timeout_s: float) -> Any:
+def _get(admin_url: str, path: str, timeout_s: float, security: ClientSecurity | None) -> Any:
     url = admin_url.rstrip("/") + path
+    security = security or ClientSecurity()
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        authorization = security.http_authorization()
+        context = security.ssl_context() if url.startswith("https:") else None
+    except (OSError, ValueError) as error:
+        raise AdminError(f"GET {url}: no credentials (options pulsar.admin.*): {error}") from error
+    request = urllib.request.Request(url, headers={} if authorization is None else {"Authorization": authorization})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
             body = response.read()
     except urllib.error.HTTPError as error:
         reason = error.read().decode(errors="replace")
@@ -46,12 +56,16 @@ def _get(admin_url: str, path: str, timeout_s: float) -> Any:
     return json.loads(body) if body else None
 
 
-def internal_stats(admin_url: str, topic: str, timeout_s: float = 30.0) -> dict[str, Any]:
+def internal_stats(
+    admin_url: str, topic: str, timeout_s: float = 30.0, security: ClientSecurity | None = None
+) -> dict[str, Any]:
     """Pulsar's internalStats of one topic (or partition): ledgers, last confirmed entry, counters."""
-    return _get(admin_url, _topic_path(topic) + "/internalStats", timeout_s)
+    return _get(admin_url, _topic_path(topic) + "/internalStats", timeout_s, security)
 
 
-def deduplication_in_force(admin_url: str, topic: str, timeout_s: float = 30.0) -> bool:
+def deduplication_in_force(
+    admin_url: str, topic: str, timeout_s: float = 30.0, security: ClientSecurity | None = None
+) -> bool:
     """Whether the broker drops resent sequence ids on `topic` (topic policy, else namespace's, else
     brokerDeduplicationEnabled), as `pulsar-admin topics get-deduplication --applied` asks."""
-    return bool(_get(admin_url, _topic_path(topic) + "/deduplicationEnabled?applied=true", timeout_s))
+    return bool(_get(admin_url, _topic_path(topic) + "/deduplicationEnabled?applied=true", timeout_s, security))

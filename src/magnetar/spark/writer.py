@@ -90,13 +90,13 @@ def check_target(options: SinkOptions, topic: str) -> None:
     from magnetar.spark import rest
 
     try:
-        in_force = rest.deduplication_in_force(options.admin_url, topic)
+        in_force = rest.deduplication_in_force(options.admin_url, topic, security=options.admin_security)
     except rest.TopicMissing:
         # The write would create it; create it now (a producer does) so that its policy can be asked.
-        with Connection(options.service_url) as connection:
+        with Connection(options.service_url, security=options.security) as connection:
             if not connection.partitions(topic):
                 Producer(connection, topic, f"spark-check-{os.urandom(4).hex()}").close()
-        in_force = rest.deduplication_in_force(options.admin_url, topic)
+        in_force = rest.deduplication_in_force(options.admin_url, topic, security=options.admin_security)
     if not in_force:
         raise SinkError(
             f"topic: deduplication is off for {topic}, and the magnetar sink is exactly-once only through "
@@ -186,7 +186,7 @@ class _TaskWriter:
         self.options = options
         self.producer_name = producer_name
         self.next_sequence = first_sequence
-        self.connection = Connection(options.service_url)
+        self.connection = Connection(options.service_url, security=options.security)
         self.topics: dict[str, _TopicWriter] = {}
         self.partitions: dict[str, int] = {}
         self.checked: set[str] = set()
