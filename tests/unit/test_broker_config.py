@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from magnetar.broker.config import ConfigError, load_config
+from magnetar.broker.config import ConfigError, UnknownListener, load_config
 
 SHIPPED = Path(__file__).resolve().parents[2] / "broker.conf"
 
@@ -47,3 +48,55 @@ def test_classic_implementation_flag_selects_classic() -> None:
 def test_bad_values_name_the_key(key: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(overrides=[(key, value)])
+
+
+LISTENERS = "internal:pulsar://127.0.0.1:6650,external:pulsar://broker.example.com:6650"
+
+
+def test_advertised_listeners_answer_lookups_by_name() -> None:
+    config = load_config(overrides={"advertisedListeners": LISTENERS})
+    assert config.lookup_urls("external") == ("pulsar://broker.example.com:6650", None)
+    # No name: the internal listener, the first one unless internalListenerName says otherwise.
+    assert config.lookup_urls() == ("pulsar://127.0.0.1:6650", None)
+    assert config.advertised_url == "pulsar://127.0.0.1:6650"
+    named = load_config(overrides={"advertisedListeners": LISTENERS, "internalListenerName": "external"})
+    assert named.lookup_urls() == ("pulsar://broker.example.com:6650", None)
+    with pytest.raises(UnknownListener, match="the broker do not have other listener"):
+        config.lookup_urls("other")
+
+
+def test_advertised_listeners_carry_their_tls_urls_when_the_tls_port_is_on() -> None:
+    config = load_config(
+        overrides={
+            "brokerServicePortTls": "6651",
+            "advertisedListeners": "a:pulsar://10.0.0.1:6650,a:pulsar+ssl://10.0.0.1:6651,"
+            "b:pulsar://b.example.com:6650,b:pulsar+ssl://b.example.com:6651",
+        }
+    )
+    assert config.lookup_urls("b") == ("pulsar://b.example.com:6650", "pulsar+ssl://b.example.com:6651")
+    assert config.advertised_url_tls == "pulsar+ssl://10.0.0.1:6651"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"advertisedAddress": "h"}, "`advertisedListeners` and `advertisedAddress` must not appear together"),
+        ({"internalListenerName": "nope"}, "do not contain `internalListenerName` entry"),
+        ({"advertisedListeners": "pulsar://h:1"}, "invalid"),
+        ({"advertisedListeners": "a:pulsar://h:1,a:pulsar://h:2"}, "redundant configure for listener `a`"),
+        ({"advertisedListeners": "a:pulsar://h:1,b:pulsar://h:1"}, "must not specify `h:1` to different listener"),
+        ({"advertisedListeners": "a:pulsar://h:1,a:pulsar+ssl://h:2"}, "no need to configure `pulsar+ssl`"),
+        (
+            {"advertisedListeners": "a:pulsar+ssl://h:2", "brokerServicePortTls": "6651"},
+            "do not specify `pulsar` address",
+        ),
+        ({"advertisedListeners": "a:pulsar://h:1", "brokerServicePortTls": "6651"}, "do not specify `pulsar+ssl`"),
+        (
+            {"advertisedListeners": "a:http://h:1"},
+            "the value http://h:1 in the `advertisedListeners` configure is invalid",
+        ),
+    ],
+)
+def test_advertised_listeners_are_checked_as_pulsar_checks_them(settings: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(overrides={"advertisedListeners": LISTENERS} | settings)

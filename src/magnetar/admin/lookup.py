@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Header, Request
 from pydantic import BaseModel
 
 from magnetar.admin.clusters import check_namespace
-from magnetar.admin.errors import error_responses, not_found, precondition_failed
+from magnetar.admin.errors import RestError, error_responses, not_found, precondition_failed
+from magnetar.broker.config import UnknownListener
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
@@ -36,12 +37,24 @@ class LookupData(BaseModel):
     nativeUrl: str
 
 
-@router.get("/{domain}/{tenant}/{namespace}/{topic}", response_model=LookupData, responses=error_responses(404, 412))
+@router.get(
+    "/{domain}/{tenant}/{namespace}/{topic}", response_model=LookupData, responses=error_responses(404, 412, 500)
+)
 async def lookup_topic(
-    request: Request, domain: str, tenant: str, namespace: str, topic: str, authoritative: bool = False
+    request: Request,
+    domain: str,
+    tenant: str,
+    namespace: str,
+    topic: str,
+    authoritative: bool = False,
+    listenerName: str = "",
+    listener_header: str = Header("", alias="X-Pulsar-ListenerName"),
 ) -> LookupData:
     """As TopicLookupBase: a topic that does not exist is found only when it would be auto-created,
-    or when it is non-persistent and not partitioned (Pulsar has no metadata to check those against)."""
+    or when it is non-persistent and not partitioned (Pulsar has no metadata to check those against).
+    The `listenerName` query parameter, else the `X-Pulsar-ListenerName` header (the Java client's),
+    picks an advertised listener's broker URLs; a name the broker does not have is a 500, as Pulsar's
+    PulsarServerException is."""
     service: BrokerService = request.app.state.service
     try:
         name = TopicName.parse(f"{domain}://{tenant}/{namespace}/{topic}")
@@ -57,11 +70,14 @@ async def lookup_topic(
     )
     if not found:
         raise not_found("Topic not found.")
-    url = service.config.advertised_url
+    try:
+        url, url_tls = service.config.lookup_urls(listenerName.strip() or listener_header.strip())
+    except UnknownListener as error:
+        raise RestError(500, str(error)) from error
     web_url = service.config.advertised_web_url
     return LookupData(
         brokerUrl=url,
-        brokerUrlTls=service.config.advertised_url_tls,
+        brokerUrlTls=url_tls,
         httpUrl=web_url,
         httpUrlTls=service.config.advertised_web_url_tls,
         nativeUrl=url,

@@ -11,19 +11,85 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from magnetar.broker.logs import parse_log_level
 from magnetar.broker.schema_compatibility import STRATEGIES
 from magnetar.core.settings import PULSAR_KEYS, DispatcherSettings
 from magnetar.storage import StorageConfig
 
-__all__ = ["BrokerConfig", "ConfigError", "BROKER_KEYS", "load_config"]
+__all__ = ["AdvertisedListener", "BrokerConfig", "ConfigError", "BROKER_KEYS", "UnknownListener", "load_config"]
 
 
 class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the key."""
+
+
+class UnknownListener(LookupError):
+    """A lookup named a listener that advertisedListeners does not have."""
+
+
+@dataclass(frozen=True)
+class AdvertisedListener:
+    """One named listener's URLs, as Pulsar's AdvertisedListener: what a lookup naming it is answered."""
+
+    broker_url: str
+    broker_url_tls: str | None
+
+
+def parse_advertised_listeners(values: Mapping[str, Any]) -> tuple[dict[str, AdvertisedListener], str]:
+    """advertisedListeners and the internal listener's name, checked by Pulsar's MultipleListenerValidator
+    rules (their messages too); ({}, "") when none are configured."""
+    text = str(values["advertisedListeners"]).strip()
+    if text and str(values["advertisedAddress"]).strip():
+        raise ConfigError("`advertisedListeners` and `advertisedAddress` must not appear together")
+    if not text:
+        return {}, ""
+    entries: dict[str, list[str]] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, url = item.partition(":")
+        if not sep or not name.strip():
+            raise ConfigError(
+                f"the configure entry `advertisedListeners` is invalid. because {item} do not contain listener name"
+            )
+        entries.setdefault(name.strip(), []).append(url.strip())
+    internal = str(values["internalListenerName"]).strip() or next(iter(entries))
+    if internal not in entries:
+        raise ConfigError("the `advertisedListeners` configure do not contain `internalListenerName` entry")
+    tls_port = bool(str(values["brokerServicePortTls"]).strip())
+    owners: dict[str, str] = {}
+    listeners: dict[str, AdvertisedListener] = {}
+    for name, urls in entries.items():
+        by_scheme: dict[str, str] = {}
+        for url in urls:
+            parts = urlsplit(url)
+            try:
+                port = parts.port
+            except ValueError:
+                port = None
+            if parts.scheme not in ("pulsar", "pulsar+ssl") or not parts.hostname or port is None:
+                raise ConfigError(f"the value {url} in the `advertisedListeners` configure is invalid")
+            if parts.scheme in by_scheme:
+                raise ConfigError(f"there are redundant configure for listener `{name}`")
+            by_scheme[parts.scheme] = url
+            host_port = f"{parts.hostname}:{port}"
+            if owners.setdefault(host_port, name) != name:
+                raise ConfigError(f"must not specify `{host_port}` to different listener.")
+        if "pulsar+ssl" in by_scheme and not tls_port:
+            raise ConfigError(
+                f"If pulsar do not start ssl port, there is no need to configure `pulsar+ssl` in `{name}` listener."
+            )
+        if "pulsar+ssl" not in by_scheme and tls_port:
+            raise ConfigError(
+                f"the `{name}` listener in the `advertisedListeners` do not specify `pulsar+ssl` address."
+            )
+        if "pulsar" not in by_scheme:
+            raise ConfigError(f"the `{name}` listener in the `advertisedListeners` do not specify `pulsar` address.")
+        listeners[name] = AdvertisedListener(by_scheme["pulsar"], by_scheme.get("pulsar+ssl"))
+    return listeners, internal
 
 
 @dataclass(frozen=True)
@@ -41,6 +107,18 @@ BROKER_KEYS: tuple[Setting, ...] = (
     Setting("brokerServicePort", 6650, "Binary protocol port; 0 picks a free port."),
     Setting("webServicePort", 8080, "HTTP port (admin API, metrics, health); 0 picks a free port."),
     Setting("advertisedAddress", "", "Host name given to clients in lookups; empty: the bind address."),
+    Setting(
+        "advertisedListeners",
+        "",
+        "Named listeners for lookups, `name:pulsar://host:port` (and `name:pulsar+ssl://host:port` when "
+        "brokerServicePortTls is set), comma-separated; a client's listener name picks its URLs. Not together "
+        "with advertisedAddress. Empty: one unnamed listener from advertisedAddress and the ports.",
+    ),
+    Setting(
+        "internalListenerName",
+        "",
+        "The listener of advertisedListeners answered to lookups that name none; empty: the first one.",
+    ),
     Setting("clusterName", "standalone", "This cluster's name."),
     Setting("maxMessageSize", 5 * 1024 * 1024, "Largest message; frames may exceed it by 10 KiB of padding."),
     Setting("allowAutoTopicCreation", True, "Create a topic on first use by a producer or consumer.", True),
@@ -273,8 +351,26 @@ class BrokerConfig:
     def subscription_types_enabled(self) -> set[str]:
         return {t.strip() for t in str(self.values["subscriptionTypesEnabled"]).split(",") if t.strip()}
 
+    @cached_property
+    def _listeners(self) -> tuple[dict[str, AdvertisedListener], str]:
+        return parse_advertised_listeners(self.values)
+
+    def lookup_urls(self, listener_name: str = "") -> tuple[str, str | None]:
+        """The pulsar:// and pulsar+ssl:// URLs a lookup is answered: the named listener's (UnknownListener
+        when there is none by that name, with Pulsar's message), else the internal listener's, else the
+        ones made of advertisedAddress and the ports."""
+        if listener_name:
+            listener = self._listeners[0].get(listener_name)
+            if listener is None:
+                raise UnknownListener(f"the broker do not have {listener_name} listener")
+            return listener.broker_url, listener.broker_url_tls
+        return self.advertised_url, self.advertised_url_tls
+
     @property
     def advertised_url(self) -> str:
+        listeners, internal = self._listeners
+        if listeners:
+            return listeners[internal].broker_url
         host = self.values["advertisedAddress"] or self.values["bindAddress"]
         return f"pulsar://{host}:{self.values['brokerServicePort']}"
 
@@ -286,6 +382,9 @@ class BrokerConfig:
     @property
     def advertised_url_tls(self) -> str | None:
         """pulsar+ssl:// URL of the TLS binary port, None when it is off."""
+        listeners, internal = self._listeners
+        if listeners:
+            return listeners[internal].broker_url_tls
         port = str(self.values["brokerServicePortTls"]).strip()
         host = self.values["advertisedAddress"] or self.values["bindAddress"]
         return f"pulsar+ssl://{host}:{port}" if port else None
@@ -327,6 +426,7 @@ def load_config(
     except ValueError as error:
         raise ConfigError(f"logLevel: {error}") from error
     config = BrokerConfig(values)
+    parse_advertised_listeners(values)
     try:
         config.dispatcher_settings()
         config.storage_config()

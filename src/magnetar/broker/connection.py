@@ -16,6 +16,7 @@ import logging
 from functools import partial
 from typing import Any
 
+from magnetar.broker.config import UnknownListener
 from magnetar.broker.connection_auth import ConnectionAuthentication
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.logs import consumer_changed, remote_address
@@ -413,13 +414,16 @@ class ServerConnection:
                 )
             )
             return
-        config = self.service.config
+        try:
+            # The listener the client names (Java's listenerName, Go's ListenerName, Python's listener_name),
+            # else the internal one; Pulsar answers a name it does not have with ServiceNotReady.
+            url, url_tls = self.service.config.lookup_urls(request.advertised_listener_name.strip())
+        except UnknownListener as error:
+            log.info("[%s] Request %d failed: ServiceNotReady: %s", self.remote_address, request.request_id, error)
+            self.write(commands.lookup_response(request.request_id, error_code="ServiceNotReady", message=str(error)))
+            return
         # TLS clients read brokerServiceUrlTls (reference §7); both are answered, as Pulsar does.
-        self.write(
-            commands.lookup_response(
-                request.request_id, config.advertised_url, broker_service_url_tls=config.advertised_url_tls
-            )
-        )
+        self.write(commands.lookup_response(request.request_id, url, broker_service_url_tls=url_tls))
 
     # ---------------------------------------------------------------------------- producers
 
