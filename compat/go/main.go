@@ -31,9 +31,12 @@ type env struct {
 	serviceURL string
 	adminURL   string
 	name       string
+	// listenerName is the advertised listener a scenario's client may name (-listener-name).
+	listenerName string
 }
 
 var scenarios = map[string]func(env) (observed, error){
+	"listener-lookup":       listenerLookup,
 	"producer-access-modes": producerAccessModes,
 	"batching-compression":  batchingCompression,
 	"subscription-types":    subscriptionTypes,
@@ -50,8 +53,6 @@ var scenarios = map[string]func(env) (observed, error){
 	"admin-brokers":         adminBrokers,
 	"schema-json":           schemaJSON,
 	"schema-avro":           schemaAvro,
-	"schema-partitioned":    schemaAvroPartitioned,
-	"schema-non-persistent": schemaAvroNonPersistent,
 	"schema-evolution":      schemaEvolution,
 	"schema-read-python":    schemaReadPython,
 	"schema-admin":          schemaAdmin,
@@ -61,6 +62,7 @@ func main() {
 	serviceURL := flag.String("service-url", "", "the broker's pulsar:// (or http://) service URL")
 	adminURL := flag.String("admin-url", "", "the broker's http:// admin URL")
 	name := flag.String("name", "", "a name unique to this run; topics and resources are named after it")
+	listenerName := flag.String("listener-name", "", "the advertised listener a scenario's client names, if any")
 	flag.Usage = func() {
 		names := make([]string, 0, len(scenarios))
 		for scenario := range scenarios {
@@ -75,7 +77,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	result, err := run(env{serviceURL: *serviceURL, adminURL: *adminURL, name: *name})
+	result, err := run(env{serviceURL: *serviceURL, adminURL: *adminURL, name: *name, listenerName: *listenerName})
 	if err != nil {
 		result = observed{"error": err.Error()}
 	}
