@@ -36,7 +36,11 @@ type env struct {
 }
 
 var scenarios = map[string]func(env) (observed, error){
+	"compaction-read":       compactionRead,
+	"compaction-table-view": compactionTableView,
+	"compaction-threshold":  compactionThreshold,
 	"listener-lookup":       listenerLookup,
+	"read-python":           readPython,
 	"producer-access-modes": producerAccessModes,
 	"batching-compression":  batchingCompression,
 	"subscription-types":    subscriptionTypes,
@@ -53,8 +57,6 @@ var scenarios = map[string]func(env) (observed, error){
 	"admin-brokers":         adminBrokers,
 	"schema-json":           schemaJSON,
 	"schema-avro":           schemaAvro,
-	"schema-partitioned":    schemaAvroPartitioned,
-	"schema-non-persistent": schemaAvroNonPersistent,
 	"schema-evolution":      schemaEvolution,
 	"schema-read-python":    schemaReadPython,
 	"schema-admin":          schemaAdmin,

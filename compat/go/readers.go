@@ -106,3 +106,37 @@ func seek(e env) (observed, error) {
 	result["after_seek_to_m6_publish_time"] = payloads(receiveN(consumer, 10, quiet))
 	return result, nil
 }
+
+// readPython: reads what the Python client produced to {name}-from-python (the test sends it first):
+// values, keys, properties, and whether batched messages came as batches.
+func readPython(e env) (observed, error) {
+	client, err := newClient(e.serviceURL)
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	topic := e.topic("from-python")
+	consumer, err := subscribe(client, pulsar.ConsumerOptions{
+		Topic: topic, SubscriptionName: "go", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer consumer.Close()
+	received := receiveN(consumer, 100, quiet)
+	if err := ackAll(consumer, received); err != nil {
+		return nil, err
+	}
+	messages := make([]observed, len(received))
+	for i, message := range received {
+		messages[i] = observed{
+			"value":       string(message.Payload()),
+			"key":         message.Key(),
+			"properties":  message.Properties(),
+			"entry_id":    message.ID().EntryID(),
+			"batch_index": message.ID().BatchIdx(),
+			"event_time":  message.EventTime().UnixMilli(),
+		}
+	}
+	return observed{"messages": messages}, nil
+}

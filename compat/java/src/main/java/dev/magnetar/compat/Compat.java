@@ -33,6 +33,7 @@ public final class Compat {
     private static final Map<String, Scenario> SCENARIOS = new LinkedHashMap<>();
 
     static {
+        Compaction.register(SCENARIOS);
         Listeners.register(SCENARIOS);
         Producing.register(SCENARIOS);
         Subscriptions.register(SCENARIOS);
