@@ -61,8 +61,9 @@ class Broker:
         args = MAGNETAR + ["standalone", "--data-dir", str(self.data_dir), "--port", "0", "--http-port", "0"]
         for key, value in self.settings.items():
             args += ["-c", f"{key}={value}"]
-        self.log = open(self.log_path, "a")
-        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        # The broker writes to its own copy of the descriptor: ours is closed once it is started.
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             match = READY.search(self.log_path.read_text())
@@ -88,4 +89,3 @@ class Broker:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        self.log.close()

@@ -98,7 +98,7 @@ def run_case(brokers: dict[str, ClusterBroker], directory: Path, batching: bool,
     before = replicator_stats(r1, topic)
     backlog = before.get("replicationBacklog")
     print(
-        f"r1: {args.messages:,} messages published in {produced['entries'] if 'entries' in produced else '?'} "
+        f"r1: {args.messages:,} messages published in {produced.get('entries', '?')} "
         f"entries; replicator to r2: backlog {backlog} entries, connected {before.get('connected')}",
         flush=True,
     )

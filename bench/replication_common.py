@@ -65,8 +65,9 @@ class ClusterBroker(Broker):
         for key, value in self.settings.items():
             args += ["-c", f"{key}={value}"]
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        self.log = open(self.log_path, "a")
-        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        # The broker writes to its own copy of the descriptor: ours is closed once it is started.
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             match = READY.search(self.log_text(offset))
@@ -79,18 +80,12 @@ class ClusterBroker(Broker):
                     )
                 return
             if self.process.poll() is not None:
-                self.log.close()
                 raise RuntimeError(
                     f"broker {self.cluster} exited with {self.process.returncode}:\n{self.log_text(offset)}"
                 )
             time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"broker {self.cluster} not ready in {START_TIMEOUT_S} s:\n{self.log_text(offset)}")
-
-    def stop(self) -> None:
-        log = getattr(self, "log", None)
-        if self.process is not None and log is not None and not log.closed:
-            super().stop()
 
     @property
     def running(self) -> bool:
@@ -179,7 +174,7 @@ def stop_all(brokers: dict[str, ClusterBroker]) -> None:
     for broker in brokers.values():
         try:
             broker.stop()
-        except Exception as error:  # one broker failing to stop must not leave the other running
+        except Exception as error:  # noqa: BLE001 - one broker failing to stop must not leave the other running
             print(f"stopping {broker.cluster}: {error}", file=sys.stderr)
 
 

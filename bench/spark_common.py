@@ -188,7 +188,8 @@ def tree_cpu_seconds(*roots: int) -> float:
         if not entry.isdigit():
             continue
         try:
-            fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
         parents[int(entry)] = int(fields[1])

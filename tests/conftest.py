@@ -42,8 +42,9 @@ class BrokerProcess:
         args += ["--port", str(self.port), "--http-port", str(self.http_port)]
         for key, value in self.settings.items():
             args += ["-c", f"{key}={value}"]
-        self.log = open(self.log_path, "a")
-        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        # The broker writes to its own copy of the descriptor: ours is closed once it is started.
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             match = READY.search(self.log_path.read_text())
@@ -66,7 +67,6 @@ class BrokerProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             code = self.process.wait()
-        self.log.close()
         return code
 
     def kill(self) -> None:
@@ -74,7 +74,6 @@ class BrokerProcess:
         if self.process is not None and self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGKILL)
             self.process.wait()
-        self.log.close()
 
     def restart(self, kill: bool = False) -> None:
         """Stop (SIGTERM, or SIGKILL with `kill`) and start again on the same ports and data."""

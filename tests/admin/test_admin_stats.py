@@ -8,6 +8,7 @@ One broker per ordering mode serves the module; each test has its own topic.
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -266,7 +267,7 @@ def test_key_shared_fields_are_named_as_pulsar_names_them_in_each_mode(brokers, 
         # The two consumers' ranges cover the consistent-hashing space [1, 65535] exactly once.
         spans.sort()
         assert spans[0][0] == 1 and spans[-1][1] == 65535
-        assert all(a[1] + 1 == b[0] for a, b in zip(spans, spans[1:]))
+        assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(spans))
         if mode == "pip379":
             assert first["drainingHashes"] and second["drainingHashes"] == []
             assert first["drainingHashesCount"] == sub["drainingHashesCount"] == len({ring_slot(k) for k in moving})

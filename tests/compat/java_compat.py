@@ -31,23 +31,24 @@ class JavaCompat:
             raise RuntimeError(f"{CLASSPATH_FILE} is missing: run `make compat` (make test does) to build compat/java")
         classpath = f"{BUILD / 'classes'}:{CLASSPATH_FILE.read_text().strip()}"
         self.log_path = log_path
-        self._log = open(log_path, "w")
-        self.process = subprocess.Popen(
-            # Two cores are shared by the whole test run: a small heap and the client compiler only.
-            [
-                "java",
-                "-Xmx256m",
-                "-XX:TieredStopAtLevel=1",
-                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                "-cp",
-                classpath,
-                "dev.magnetar.compat.Compat",
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-        )
+        # The JVM writes its log to its own copy of the descriptor: ours is closed once it is started.
+        with open(log_path, "w") as log:
+            self.process = subprocess.Popen(
+                # Two cores are shared by the whole test run: a small heap and the client compiler only.
+                [
+                    "java",
+                    "-Xmx256m",
+                    "-XX:TieredStopAtLevel=1",
+                    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                    "-cp",
+                    classpath,
+                    "dev.magnetar.compat.Compat",
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
         self._answers: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read_answers, daemon=True).start()
         self.scenarios = self._answer("start")["scenarios"]
@@ -71,13 +72,11 @@ class JavaCompat:
 
     def run(self, scenario: str, **args: Any) -> dict[str, Any]:
         """Run one scenario and return what the Java client observed; raise if it threw."""
-        self._log.flush()
         self.process.stdin.write(json.dumps({"scenario": scenario, **args}) + "\n")
         self.process.stdin.flush()
         return self._answer(scenario)
 
     def log_tail(self, lines: int = 60) -> str:
-        self._log.flush()
         text = self.log_path.read_text().splitlines()
         return "JVM log (tail):\n" + "\n".join(text[-lines:])
 
@@ -88,4 +87,3 @@ class JavaCompat:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        self._log.close()

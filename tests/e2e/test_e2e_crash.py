@@ -12,6 +12,7 @@ set; the seed is printed in every failure so a run can be replayed.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import threading
@@ -158,8 +159,19 @@ def test_kill_9_during_produce_and_consume(broker, client_factory, topic) -> Non
             seen.add((tag, seq))
             first_deliveries[key].append(seq)
     for key, seqs in first_deliveries.items():
-        backwards = [(a, b) for a, b in zip(seqs, seqs[1:]) if b < a]
+        backwards = [(a, b) for a, b in itertools.pairwise(seqs) if b < a]
         assert not backwards, f"key {key}: first deliveries went backwards at {backwards[:5]} {where}"
+
+
+def missing_deliveries(log: list, log_lock: threading.Lock, publishers: list[Publisher]) -> list[tuple[str, int]]:
+    """The acknowledged publishes (tag, seq) that no consumer has received yet."""
+    with log_lock:
+        seen = {(tag, seq) for _, tag, seq, _ in log}
+    acked = set()
+    for publisher in publishers:
+        with publisher.lock:
+            acked |= {(publisher.tag, seq) for seq in publisher.acked}
+    return sorted(acked - seen)
 
 
 def test_key_shared_consumers_keep_receiving_after_a_kill_9_restart(broker, client_factory) -> None:
@@ -181,23 +193,14 @@ def test_key_shared_consumers_keep_receiving_after_a_kill_9_restart(broker, clie
             publisher.join(timeout=30)
             publisher.producer.flush()
 
-        def missing() -> list[tuple[str, int]]:
-            with log_lock:
-                seen = {(tag, seq) for _, tag, seq, _ in log}
-            acked = set()
-            for publisher in publishers:
-                with publisher.lock:
-                    acked |= {(publisher.tag, seq) for seq in publisher.acked}
-            return sorted(acked - seen)
-
         deadline = time.monotonic() + 20  # upper bound for catching up, not a timing assertion
-        while missing() and time.monotonic() < deadline:
+        while missing_deliveries(log, log_lock, publishers) and time.monotonic() < deadline:
             time.sleep(0.2)
         for receiver in receivers:
             receiver.stop.set()
         for receiver in receivers:
             receiver.join(timeout=10)
-        lost = missing()
+        lost = missing_deliveries(log, log_lock, publishers)
         last = {}
         for key, _tag, seq, consumer_name in log:
             last[key] = (consumer_name, seq)

@@ -19,6 +19,7 @@ Scenarios that expose broker bugs go to test_e2e_key_shared_found_bugs.py until 
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -457,6 +458,17 @@ def test_read_ahead_limit_with_blocked_keys(broker_factory, client_factory, topi
 # ------------------------------------------------------------------------------ rolling restarts
 
 
+def connect_with_listener(
+    client: pulsar.Client,
+    topic: str,
+    collector: Collector,
+    consumers: dict[str, pulsar.Consumer],
+    name: str,
+    queue: int,
+) -> None:
+    consumers[name] = key_shared(client, topic, name, receiver_queue_size=queue, listener=collector.listener(name))
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_ordering_after_reconnects(broker_factory, client_factory, topic, mode) -> None:
     """testOrderingAfterReconnects (#23307, a rolling restart of consumers), scaled from 1000+1000 to
@@ -472,11 +484,7 @@ def test_ordering_after_reconnects(broker_factory, client_factory, topic, mode) 
         iteration_topic = f"{topic}-{iteration}"
         collector = Collector()
         consumers: dict[str, pulsar.Consumer] = {}
-
-        def connect(name: str, queue: int) -> None:
-            consumers[name] = key_shared(
-                client, iteration_topic, name, receiver_queue_size=queue, listener=collector.listener(name)
-            )
+        connect = functools.partial(connect_with_listener, client, iteration_topic, collector, consumers)
 
         for name in NAMES:
             connect(name, 500 if name == "c2" else 10)
@@ -646,9 +654,9 @@ def _ttl_unblocks(client: pulsar.Client, topic: str) -> None:
         to_c2 = [v for v, k in items if k in moving]
         assert collector.wait_values(to_c2) == set()
         deadline = time.monotonic() + WAIT_S
-        while not set(v for v, k in items if k in staying) <= set(c1_got) and time.monotonic() < deadline:
+        while not {v for v, k in items if k in staying} <= set(c1_got) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert set(v for v, k in items if k in staying) <= set(c1_got)
+        assert {v for v, k in items if k in staying} <= set(c1_got)
     finally:
         stop.set()
         drainer.join()
@@ -670,7 +678,7 @@ def test_message_ttl_unblocks_held_keys(broker_factory, client_factory, topic) -
     def run(mode: str) -> None:
         try:
             _ttl_unblocks(clients[mode], topic)
-        except BaseException as error:  # reported below, per mode
+        except BaseException as error:  # noqa: BLE001 - pytest.fail raises a BaseException; reported below, per mode
             errors[mode] = error
 
     threads = [threading.Thread(target=run, args=(mode,)) for mode in MODES]

@@ -171,5 +171,5 @@ def test_without_the_feature_pulsars_rule_delivers_everything_above_the_mark_del
 ) -> None:
     """The first message stays unacknowledged, so r1's mark-delete position passes no snapshot: r2 delivers
     every message, the ones acknowledged in r1 as duplicates (Pulsar #10054)."""
-    sent, acked, received = fail_over(pulsar_pair, client_factory, pulsar.ConsumerType.Shared, every_other)
+    sent, _acked, received = fail_over(pulsar_pair, client_factory, pulsar.ConsumerType.Shared, every_other)
     assert sorted(received) == sent

@@ -531,7 +531,7 @@ def test_three_clusters_a_cluster_down_and_a_restart(geo_factory, client_factory
     consumer = clients["r1"].subscribe(topic, name, replicate_subscription_state_enabled=True)
     assert receive(consumer, 10) == sent[:10]
     for cluster in ("r2", "r3"):
-        wait_until(lambda: moved(geo[cluster], topic, name), f"{cluster}'s subscription moved")
+        wait_until(lambda cluster=cluster: moved(geo[cluster], topic, name), f"{cluster}'s subscription moved")
 
     geo["r3"].stop()
     wait_until(

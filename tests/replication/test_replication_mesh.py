@@ -342,9 +342,9 @@ def test_partitioned_topic_created_everywhere_and_each_partition_replicates(mesh
     admin(mesh["r1"], "PUT", f"{topic_path(topic)}/partitions", 3, expect=(204,))
     for cluster in ("r2", "r3"):
         wait_until(
-            lambda: partitions_of(mesh[cluster], topic) == 3,
+            lambda cluster=cluster: partitions_of(mesh[cluster], topic) == 3,
             f"{cluster} has {topic} as a partitioned topic of 3 partitions",
-            lambda: f"GET partitions on {cluster}: {partitions_of(mesh[cluster], topic)}",
+            lambda cluster=cluster: f"GET partitions on {cluster}: {partitions_of(mesh[cluster], topic)}",
         )
 
     producer = clients["r1"].create_producer(topic, producer_name=unique("partitioned"))
@@ -401,7 +401,7 @@ def test_replication_stats_and_metrics(mesh, clients) -> None:
     try:
         for remote, broker in (("r2", r2), ("r3", r3)):
             wait_until(
-                lambda: (
+                lambda remote=remote: (
                     lambda s: (
                         s.get("connected") is True and s.get("msgRateOut", 0) > 0 and s.get("msgThroughputOut", 0) > 0
                     )
@@ -410,7 +410,7 @@ def test_replication_stats_and_metrics(mesh, clients) -> None:
                 details,
             )
             wait_until(
-                lambda: (
+                lambda broker=broker: (
                     lambda s: (
                         s.get("msgRateIn", 0) > 0
                         and s.get("msgThroughputIn", 0) > 0
@@ -422,7 +422,7 @@ def test_replication_stats_and_metrics(mesh, clients) -> None:
             )
             name = f"pulsar.repl.r1-->{remote}"
             wait_until(
-                lambda: name in publisher_names(broker, topic),
+                lambda name=name, broker=broker: name in publisher_names(broker, topic),
                 f"{remote}'s publishers include the replicator producer {name}",
                 details,
             )

@@ -33,6 +33,9 @@ from magnetar.core.selectors import ConsistentHashingSelector
 from magnetar.core.settings import DispatcherSettings
 from magnetar.core.sticky_key import key_hash
 
+# Where a script's subscription starts unless it says otherwise.
+DEFAULT_MARK_DELETE = Position(1, 5)
+
 
 def keys_routed(routes: list[tuple[list[str], str]], count: int = 1, exclude: tuple[str, ...] = ()) -> list[str]:
     """The first `count` keys `key-N` that, for each (consumer names, expected owner) pair, the default
@@ -56,7 +59,7 @@ def keys_routed(routes: list[tuple[list[str], str]], count: int = 1, exclude: tu
 
 
 class Script:
-    def __init__(self, mode: str, mark_delete: Position = Position(1, 5), **settings: int) -> None:
+    def __init__(self, mode: str, mark_delete: Position = DEFAULT_MARK_DELETE, **settings: int) -> None:
         settings.setdefault("key_shared_unblocking_interval_ms", 0)
         self.dispatcher = KeySharedDispatcher(
             DispatcherSettings(key_shared_ordering_mode=mode, **settings), mark_delete

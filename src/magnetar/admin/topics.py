@@ -427,7 +427,9 @@ async def skip_all_messages(request: Request, tenant: str, namespace: str, topic
     if subName.startswith(REPLICATOR_PREFIX + "."):
         # A replicator's cursor: clearing it drops what was not replicated yet (Pulsar's clearBacklog).
         cluster = subName[len(REPLICATOR_PREFIX) + 1 :]
-        if not any([t.clear_replication_backlog(cluster) for t in await _topics(service, name)]):
+        # Every partition's replicator is cleared (a list, not a generator any() would stop early on).
+        cleared = [t.clear_replication_backlog(cluster) for t in await _topics(service, name)]
+        if not any(cleared):
             raise not_found(f"Replicator for {cluster} not found for topic {name}")
         return Response(status_code=204)
     for subscription in await _subscriptions(service, name, subName):

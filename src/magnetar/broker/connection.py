@@ -473,7 +473,7 @@ class ServerConnection:
             epoch = topic.add_producer(
                 producer, access_mode, request.topic_epoch if request.HasField("topic_epoch") else None
             )
-        except Exception as error:  # answered to the client with its ServerError code
+        except Exception as error:  # noqa: BLE001 - any failure answered with its ServerError code (else UnknownError)
             self._error(request.request_id, error)
             return
         if self.closed:
@@ -593,7 +593,7 @@ class ServerConnection:
                 holders = {c.connection for c in subscription.consumers.values() if c.connection is not self}
                 await asyncio.gather(*(holder.check_liveness() for holder in holders))
             consumer.consumer_id = subscription.add_consumer(consumer, subscription_type, request.priority_level, meta)
-        except Exception as error:  # answered to the client with its ServerError code
+        except Exception as error:  # noqa: BLE001 - any failure answered with its ServerError code (else UnknownError)
             self._error(request.request_id, error)
             return
         if self.closed:
@@ -699,7 +699,7 @@ class ServerConnection:
                         subscription.topic.ledger.last_confirmed_entry
                     )
                 await cursor.reset(target)
-        except Exception as error:  # answered with its ServerError code
+        except Exception as error:  # noqa: BLE001 - any failure answered with its ServerError code (else UnknownError)
             self._error(request.request_id, error)
             return
         log.info(
@@ -736,7 +736,7 @@ class ServerConnection:
                 last, batch_index = compacted
             else:
                 batch_index = await topic.largest_batch_index(last)
-        except Exception as error:  # a read that failed, answered with its ServerError code
+        except Exception as error:  # noqa: BLE001 - any failure answered with its ServerError code (else UnknownError)
             self._error(request.request_id, error)
             return
         mark_delete = consumer.subscription.cursor.mark_delete_position

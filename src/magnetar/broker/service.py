@@ -173,7 +173,7 @@ class BrokerService:
         """The namespace's message_ttl_in_seconds policy, else ttlDurationDefaultInSeconds."""
         try:
             policies = self.metadata.namespace_policies(name.namespace_name)
-        except Exception:  # a namespace without a policy record uses the broker default
+        except NotFoundError:  # a namespace without a policy record uses the broker default
             policies = {}
         ttl = policies.get("message_ttl_in_seconds")
         return int(ttl) if ttl is not None else int(self.config["ttlDurationDefaultInSeconds"])

@@ -304,10 +304,13 @@ class PersistentTopic:
 
     async def drop_reader(self, subscription: PersistentSubscription) -> None:
         """A non-durable subscription goes with its last consumer."""
-        if not subscription.durable and not subscription.consumers:
-            if self.subscriptions.get(subscription.name) is subscription:
-                del self.subscriptions[subscription.name]
-                await self.ledger.delete_cursor(subscription.name)
+        if (
+            not subscription.durable
+            and not subscription.consumers
+            and self.subscriptions.get(subscription.name) is subscription
+        ):
+            del self.subscriptions[subscription.name]
+            await self.ledger.delete_cursor(subscription.name)
 
     def last_message_id(self) -> Position:
         return self.ledger.last_confirmed_entry

@@ -210,7 +210,7 @@ class ReplicatedSubscriptionsController:
             entry, done = await self._queue.get()
             try:
                 position: Position | None = await self._append_marker(entry)
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - the writer outlives a failed append; done() learns of it
                 log.warning("[%s] Marker not stored: %s", self.topic_name, error)
                 position = None
             if done is not None:

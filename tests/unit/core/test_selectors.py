@@ -10,7 +10,7 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from itertools import compress
+from itertools import compress, pairwise
 from operator import is_not
 
 import pytest
@@ -110,13 +110,13 @@ def assert_partition_agrees_with_select(selector: StickyKeyConsumerSelector, own
     from_ranges: list[object | None] = [None] * len(owners)
     for consumer, ranges in ranges_by_consumer.items():
         assert ranges == sorted(ranges)
-        for (_, previous_end), (start, _) in zip(ranges, ranges[1:]):
+        for (_, previous_end), (start, _) in pairwise(ranges):
             assert previous_end + 1 < start, f"{consumer}: adjacent or overlapping ranges not merged: {ranges}"
         for start, end in ranges:
             assert first_slot <= start <= end < first_slot + len(owners), f"range {(start, end)} outside the space"
             from_ranges[start - first_slot : end - first_slot + 1] = [consumer] * (end - start + 1)
     all_ranges = sorted(r for ranges in ranges_by_consumer.values() for r in ranges)
-    for (_, previous_end), (start, _) in zip(all_ranges, all_ranges[1:]):
+    for (_, previous_end), (start, _) in pairwise(all_ranges):
         assert previous_end < start, "two consumers' ranges overlap"
     assert all(a is b for a, b in zip(from_ranges, owners, strict=True)), "ranges disagree with select"
 
@@ -184,7 +184,7 @@ class TestConsistentHashingSelector:
             add(selector, Consumer(f"consumer-{i}"))
         ranges = sorted(r for rs in selector.ranges_by_consumer().values() for r in rs)
         assert ranges[0][0] == 1 and ranges[-1][1] == 65535
-        for (_, end), (start, _) in zip(ranges, ranges[1:]):
+        for (_, end), (start, _) in pairwise(ranges):
             assert start == end + 1
         assert total_size(selector.ranges_by_consumer()) == 65535
         assert_partition_agrees_with_select(selector, owner_map(selector))

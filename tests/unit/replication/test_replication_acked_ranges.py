@@ -4,6 +4,7 @@ reference model of two clusters that publish, replicate to each other and lose s
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import pytest
@@ -187,7 +188,7 @@ def test_the_acked_ranges_of_a_subscription(deleted, mark_delete, floor) -> None
     expected = {e for e in range(41) if (floor < e <= mark_delete) or (e in deleted and e > mark_delete and e > floor)}
     assert expand(ranges, Topic(5, 41, {5: 41})) == {Position(5, e) for e in expected}
     assert all(lo < hi for lo, hi in ranges)
-    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges))
 
 
 @settings(max_examples=300, deadline=None)
@@ -282,7 +283,7 @@ def test_receipts_recorded_a_read_at_a_time_equal_one_at_a_time(data) -> None:
     for receipt_local, receipt_remote in receipts:
         one_by_one.record([receipt_local], [receipt_remote])
     cuts = sorted(data.draw(st.sets(st.integers(0, len(receipts)), max_size=8)) | {0, len(receipts)})
-    for start, end in zip(cuts, cuts[1:]):
+    for start, end in itertools.pairwise(cuts):
         group = receipts[start:end]
         grouped.record([r[0] for r in group], [r[1] for r in group])
     assert (grouped._local, grouped._remote, grouped._count) == (

@@ -100,7 +100,7 @@ def test_tailing_reads_are_served_from_the_cache(run_storage):
     async def scenario(factory):
         ledger = await factory.open_ledger(TOPIC)
         cursor = await ledger.open_cursor("tail")
-        for round_ in range(5):
+        for _round in range(5):
             await append_all(ledger, [b"x"] * 10)
             assert len(await cursor.read_entries(100)) == 10
         assert factory.cache.misses == 0 and factory.cache.hits == 50
@@ -156,7 +156,7 @@ def test_consumed_ledgers_are_deleted_without_retention_and_ids_never_reused(run
         cursor.mark_delete(positions[7])
         await factory.trims_settled()
         # the first ledger is consumed; the second still holds unacknowledged entries
-        assert [info.ledger_id for info in ledger.ledgers][0] == positions[5][0]
+        assert ledger.ledgers[0].ledger_id == positions[5][0]
         cursor.mark_delete(positions[-1])
         await factory.trims_settled()
         # every closed ledger is consumed; the current one is never deleted
@@ -276,7 +276,10 @@ def test_internal_stats_have_pulsar_fields(run_storage):
         assert stats["entriesAddedCounter"] == 7 and stats["numberOfEntries"] == 7 and stats["totalSize"] == 21
         assert stats["currentLedgerEntries"] == 2 and stats["currentLedgerSize"] == 6
         assert stats["lastConfirmedEntry"] == str(positions[-1])
-        assert [(l["ledgerId"], l["entries"]) for l in stats["ledgers"]] == [(positions[0][0], 5), (positions[5][0], 2)]
+        assert [(info["ledgerId"], info["entries"]) for info in stats["ledgers"]] == [
+            (positions[0][0], 5),
+            (positions[5][0], 2),
+        ]
         sub = stats["cursors"]["sub"]
         first = positions[0][0]
         assert sub["markDeletePosition"] == f"{first}:-1"
