@@ -201,3 +201,43 @@ def test_client_certificates_authenticate_and_authorize(mtls_broker, certificate
     with pytest.raises(pulsar.PulsarException):
         forged.create_producer(_topic())
     assert "Authenticated with role admin (method tls)" in mtls_broker.output()
+
+
+@pytest.fixture
+def https_roles_broker(module_broker_factory, certificates):
+    """Client certificates asked for, not required; the TLS provider on; only `admin` is a super user."""
+    return module_broker_factory(
+        **certificates.tls_settings(
+            authenticationEnabled="true",
+            authenticationProviders=f"{PREFIX}AuthenticationProviderTls",
+            authorizationEnabled="true",
+            superUserRoles="admin",
+        )
+    )
+
+
+def test_https_client_certificates_are_roles(https_roles_broker, certificates) -> None:
+    """An admin call over HTTPS with a trusted client certificate is made by the certificate's CN."""
+    _url, https = tls_urls(https_roles_broker)
+
+    def call(method: str, path: str, role: str | None, body: object = None) -> httpx.Response:
+        context = ssl.create_default_context(cafile=str(certificates.ca))
+        if role is not None:
+            cert, key = certificates.issue(role)
+            context.load_cert_chain(cert, key)
+        with httpx.Client(verify=context, timeout=10) as client:
+            return client.request(method, https + path, json=body)
+
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    assert call("GET", "/admin/v2/clusters", "admin").status_code == 200
+    created = call(
+        "PUT", f"/admin/v2/tenants/{tenant}", "admin", {"adminRoles": ["alice"], "allowedClusters": ["standalone"]}
+    )
+    assert created.status_code == 204, created.text
+    assert call("PUT", f"/admin/v2/namespaces/{tenant}/ns", "alice").status_code == 204
+    assert call("GET", f"/admin/v2/namespaces/{tenant}", "alice").json() == [f"{tenant}/ns"]
+    refused = call("GET", "/admin/v2/clusters", "alice")
+    assert (refused.status_code, refused.json()) == (401, {"reason": "This operation requires super-user access"})
+    assert call("GET", f"/admin/v2/namespaces/{tenant}", "bob").status_code == 403
+    anonymous = call("GET", "/admin/v2/clusters", None)
+    assert anonymous.status_code == 401 and "Authentication required" in anonymous.text

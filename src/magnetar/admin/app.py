@@ -10,7 +10,7 @@ import asyncio
 import html
 import socket
 import ssl
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -125,6 +125,34 @@ class _NoSignals:
         return None
 
 
+def _with_tls_session(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol, handing each request of an HTTPS connection its TLS session as
+    `scope["state"]["ssl_object"]`: the security middleware takes a client certificate's CN as the role
+    (AuthenticationProviderTls). uvicorn keeps the session to itself, and one protocol object serves one
+    connection, so its app is wrapped when the connection is made."""
+
+    class WithTlsSession(protocol):  # type: ignore[valid-type,misc]
+        app: Any  # uvicorn's protocols keep their ASGI app here
+
+        def connection_made(self, transport: asyncio.Transport) -> None:
+            super().connection_made(transport)
+            ssl_object = transport.get_extra_info("ssl_object")
+            if ssl_object is not None:
+                self.app = _TlsSessionApp(self.app, ssl_object)
+
+    return WithTlsSession
+
+
+class _TlsSessionApp:
+    def __init__(self, app: Any, ssl_object: ssl.SSLObject) -> None:
+        self.app = app
+        self.ssl_object = ssl_object
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        scope.setdefault("state", {})["ssl_object"] = self.ssl_object
+        await self.app(scope, receive, send)
+
+
 class AdminServer:
     """The HTTP listener on webServicePort, sharing the broker's loop."""
 
@@ -151,6 +179,7 @@ class AdminServer:
         self._server.config.load()
         if self._ssl_context is not None:
             self._server.config.ssl = self._ssl_context
+            self._server.config.http_protocol_class = _with_tls_session(self._server.config.http_protocol_class)
         self._server.lifespan = self._server.config.lifespan_class(self._server.config)
         await self._server.startup(sockets=[self._socket])
         self._ticks = asyncio.get_running_loop().create_task(self._server.main_loop())

@@ -1,7 +1,8 @@
 """Authentication and authorization of HTTP calls, as Pulsar's AuthenticationFilter and its web resources'
 checks: one ASGI middleware in front of every route.
 
-Owns: who makes a call (`Authorization: Bearer|Basic`, else the anonymous role, else 401 "Authentication
+Owns: who makes a call (`Authorization: Bearer|Basic`, else on HTTPS the common name of a trusted client
+certificate when AuthenticationProviderTls is on, else the anonymous role, else 401 "Authentication
 required") and whether the role may make it, when authorizationEnabled is also set: super users anything;
 a tenant's admins the tenant's calls (403 otherwise); lookups whoever may produce or consume the topic;
 every other call (clusters, brokers, tenants' list and changes) super users only (401 "This operation
@@ -61,9 +62,11 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+        # The HTTPS connection's TLS session (admin/app.py hands it over), for its client certificate.
+        ssl_object = scope.get("state", {}).get("ssl_object")
         try:
             # Off the loop: an htpasswd check takes milliseconds to hundreds of them.
-            authenticated = await asyncio.to_thread(authentication.authenticate_http, header)
+            authenticated = await asyncio.to_thread(authentication.authenticate_http, header, ssl_object)
         except AuthenticationError:
             await _answer_page(send, 401, "Authentication required", scope["path"])
             return
