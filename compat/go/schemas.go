@@ -83,10 +83,33 @@ func schemaConsumer(client pulsar.Client, topic, subscription string, schema pul
 
 // schemaJSON and schemaAvro: a producer and a consumer of one schema. The producer's first send asks
 // for its schema's version with GET_OR_CREATE_SCHEMA.
-func schemaJSON(e env) (observed, error) { return schemaProduceConsume(e, "json") }
-func schemaAvro(e env) (observed, error) { return schemaProduceConsume(e, "avro") }
+func schemaJSON(e env) (observed, error) { return schemaProduceConsume(e, "json", e.topic("json")) }
+func schemaAvro(e env) (observed, error) { return schemaProduceConsume(e, "avro", e.topic("avro")) }
 
-func schemaProduceConsume(e env, kind string) (observed, error) {
+// schemaAvroPartitioned: the same on a partitioned topic of two partitions, created by pulsaradmin;
+// GET_OR_CREATE_SCHEMA names a partition.
+func schemaAvroPartitioned(e env) (observed, error) {
+	admin, err := newAdmin(e)
+	if err != nil {
+		return nil, err
+	}
+	topic := e.topic("partitioned")
+	name, err := topicName(topic)
+	if err != nil {
+		return nil, err
+	}
+	if err := admin.Topics().Create(name, 2); err != nil {
+		return nil, fmt.Errorf("create partitioned topic: %w", err)
+	}
+	return schemaProduceConsume(e, "avro", topic)
+}
+
+// schemaAvroNonPersistent: the same on a non-persistent topic.
+func schemaAvroNonPersistent(e env) (observed, error) {
+	return schemaProduceConsume(e, "avro", fmt.Sprintf("non-persistent://public/default/%s-avro", e.name))
+}
+
+func schemaProduceConsume(e env, kind, topic string) (observed, error) {
 	client, err := newClient(e.serviceURL)
 	if err != nil {
 		return nil, err
@@ -96,7 +119,6 @@ func schemaProduceConsume(e env, kind string) (observed, error) {
 	if err != nil {
 		return nil, err
 	}
-	topic := e.topic(kind)
 	consumer, err := schemaConsumer(client, topic, "sub", schema)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe: %w", err)

@@ -29,11 +29,13 @@ def go(module_broker):
     return run
 
 
-@pytest.mark.parametrize("scenario", ["schema-json", "schema-avro"])
+@pytest.mark.parametrize("scenario", ["schema-json", "schema-avro", "schema-partitioned", "schema-non-persistent"])
 def test_producer_and_consumer_with_a_schema(go, scenario):
     # Issue 18: the Go client's first send with a schema failed (GET_OR_CREATE_SCHEMA); the
-    # scenario exits with an error if a send does.
+    # scenario exits with an error if a send does. On a partitioned topic it names a partition.
     seen = go(scenario)
+    if scenario == "schema-partitioned":
+        seen["received"].sort(key=lambda m: m["value"]["name"])
     assert seen["received"] == [{"value": {"name": f"user-{i}", "age": 20 + i}, "version": 0} for i in range(3)]
 
 

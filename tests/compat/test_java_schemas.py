@@ -36,7 +36,8 @@ def test_pojo_producer_and_consumer(java, topic, kind):
     assert users(seen["received"]) == [("user-0", 20, 0), ("user-1", 21, 0), ("user-2", 22, 0), (None, None, 0)]
     assert seen["registeredType"] == kind
     assert '"name":"User"' in seen["registeredDefinition"]
-    # AUTO_CONSUME: GenericRecords with the values written, nulls only where the producer wrote null.
+    # AUTO_CONSUME (subscribed before the topic had a schema): GenericRecords with the values written,
+    # nulls only where the producer wrote null.
     records = [(r["fields"], r["schemaType"], r["version"]) for r in seen["autoConsumed"]]
     assert records == [
         ({"age": "20", "name": "user-0"}, kind, 0),
@@ -44,6 +45,13 @@ def test_pojo_producer_and_consumer(java, topic, kind):
         ({"age": "22", "name": "user-2"}, kind, 0),
         ({"age": None, "name": None}, kind, 0),
     ]
+
+
+def test_pojo_producer_and_consumer_on_a_non_persistent_topic(java, topic):
+    seen = java("schema_produce_consume", topic=topic.replace("persistent://", "non-persistent://"), type="AVRO")
+    assert users(seen["received"]) == [("user-0", 20, 0), ("user-1", 21, 0), ("user-2", 22, 0), (None, None, 0)]
+    assert [r["fields"]["name"] for r in seen["autoConsumed"]] == ["user-0", "user-1", "user-2", None]
+    assert seen["registeredType"] == "AVRO"
 
 
 def test_pojo_producer_and_consumer_on_a_partitioned_topic(java, topic):

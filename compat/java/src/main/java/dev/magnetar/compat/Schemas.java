@@ -178,6 +178,7 @@ final class Schemas {
         }
         try (PulsarClient client = args.client();
                 Consumer<V1.User> consumer = subscribe(client, schema(type, V1.User.class), args.topic(), "sub");
+                Consumer<GenericRecord> auto = subscribe(client, Schema.AUTO_CONSUME(), args.topic(), "auto");
                 Producer<V1.User> producer = client.newProducer(schema(type, V1.User.class)).topic(args.topic())
                         .create()) {
             for (int i = 0; i < 3; i++) {
@@ -185,9 +186,7 @@ final class Schemas {
             }
             producer.newMessage().value(new V1.User(null, null)).send();
             seen.put("received", receive(consumer, 4).stream().map(Schemas::v1).toList());
-            try (Consumer<GenericRecord> auto = subscribe(client, Schema.AUTO_CONSUME(), args.topic(), "auto")) {
-                seen.put("autoConsumed", records(receive(auto, 4)));
-            }
+            seen.put("autoConsumed", records(receive(auto, 4)));
         }
         try (PulsarAdmin admin = args.admin()) {
             SchemaInfo info = admin.schemas().getSchemaInfo(args.topic());
