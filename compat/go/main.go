@@ -57,6 +57,8 @@ var scenarios = map[string]func(env) (observed, error){
 	"admin-brokers":         adminBrokers,
 	"schema-json":           schemaJSON,
 	"schema-avro":           schemaAvro,
+	"schema-partitioned":    schemaAvroPartitioned,
+	"schema-non-persistent": schemaAvroNonPersistent,
 	"schema-evolution":      schemaEvolution,
 	"schema-read-python":    schemaReadPython,
 	"schema-admin":          schemaAdmin,
