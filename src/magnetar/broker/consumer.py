@@ -111,7 +111,11 @@ class ServerConsumer:
         )
 
     def send_active_change(self, is_active: bool) -> None:
-        self.connection.write(commands.active_consumer_change(self.client_consumer_id, is_active))
+        # Failover consumers only, as Pulsar's notifyActiveConsumerChanged: an Exclusive one (a reader, a
+        # compacted consumer) is not told, and the Go client warns of a change for a consumer it does not
+        # know yet, since this comes before the SUBSCRIBE's SUCCESS.
+        if self.subscription.subscription_type == "Failover":
+            self.connection.write(commands.active_consumer_change(self.client_consumer_id, is_active))
 
     def acknowledge(self, whole: list[Position], with_ack_sets: list[tuple[Position, list[int]]]) -> None:
         """Individual acks: entries acked whole, and batch entries with the ack set the client sent
