@@ -220,3 +220,23 @@ def test_key_value_schema(java, topic, encoding):
         encoding,
         "AVRO",
     )
+
+
+def test_one_producer_sends_messages_of_several_schemas(java, topic):
+    # newMessage(schema) registers each schema with GET_OR_CREATE_SCHEMA (batched sends). The V2
+    # consumer subscribed first, on an idle topic, so V2 is version 0 and V1 (compatible under FULL)
+    # version 1, as Pulsar's addSchemaIfIdleOrCheckCompatible registers them.
+    seen = java("schema_multi", topic=topic)
+    assert seen["v3Send"] == "IncompatibleSchemaException"
+    expected = [
+        {"name": "ada", "age": 36, "email": None, "version": 1},
+        {"name": "grace", "age": 45, "email": "grace@example.com", "version": 0},
+        {"name": "alan", "age": 41, "email": None, "version": 1},
+    ]
+    assert seen["v2Consumer"] == expected
+    assert seen["v2Reader"] == expected
+    assert [(r["fields"], r["version"]) for r in seen["autoConsumer"]] == [
+        ({"age": "36", "name": "ada"}, 1),
+        ({"age": "45", "email": "grace@example.com", "name": "grace"}, 0),
+        ({"age": "41", "name": "alan"}, 1),
+    ]

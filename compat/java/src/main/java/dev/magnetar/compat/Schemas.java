@@ -45,6 +45,7 @@ final class Schemas {
         scenarios.put("schema_admin", Schemas::admin);
         scenarios.put("schema_policies", Schemas::policies);
         scenarios.put("schema_key_value", Schemas::keyValue);
+        scenarios.put("schema_multi", Schemas::multi);
     }
 
     /** The first version of the record every scenario writes; Avro's record name is the class's, "User". */
@@ -505,6 +506,49 @@ final class Schemas {
         }
         try (PulsarAdmin admin = args.admin()) {
             seen.put("registered", describe(admin.schemas().getSchemaInfo(topic)));
+        }
+        return seen;
+    }
+
+    /**
+     * One producer, messages of several schemas (`newMessage(schema)`, which registers each with
+     * GET_OR_CREATE_SCHEMA), batched: V1 and V2 messages in one batch stream, then a V3 message, which
+     * the broker refuses. A V2 consumer and AUTO_CONSUME read each message by its version; a V2 reader
+     * from the earliest message reads them again.
+     */
+    private static Map<String, Object> multi(Args args) throws Exception {
+        String topic = args.topic();
+        Map<String, Object> seen = new LinkedHashMap<>();
+        try (PulsarClient client = args.client();
+                Consumer<V2.User> consumer = subscribe(client, Schema.AVRO(V2.User.class), topic, "v2");
+                Consumer<GenericRecord> auto = subscribe(client, Schema.AUTO_CONSUME(), topic, "auto")) {
+            try (Producer<V1.User> producer = client.newProducer(Schema.AVRO(V1.User.class)).topic(topic)
+                    .enableBatching(true).batchingMaxPublishDelay(20, TimeUnit.MILLISECONDS).create()) {
+                List<java.util.concurrent.CompletableFuture<?>> sends = new ArrayList<>();
+                sends.add(producer.sendAsync(new V1.User("ada", 36)));
+                sends.add(producer.newMessage(Schema.AVRO(V2.User.class))
+                        .value(new V2.User("grace", 45, "grace@example.com")).sendAsync());
+                sends.add(producer.sendAsync(new V1.User("alan", 41)));
+                for (var send : sends) {
+                    send.get(10, TimeUnit.SECONDS);
+                }
+                seen.put("v3Send", outcome(() -> producer.newMessage(Schema.AVRO(V3.User.class))
+                        .value(new V3.User("x", "old")).send()));
+            }
+            seen.put("v2Consumer", receive(consumer, 3).stream().map(Schemas::v2).toList());
+            seen.put("autoConsumer", records(receive(auto, 3)));
+            try (org.apache.pulsar.client.api.Reader<V2.User> reader = client.newReader(Schema.AVRO(V2.User.class))
+                    .topic(topic).startMessageId(org.apache.pulsar.client.api.MessageId.earliest).create()) {
+                List<Map<String, Object>> read = new ArrayList<>();
+                while (read.size() < 3) {
+                    Message<V2.User> message = reader.readNext(5, TimeUnit.SECONDS);
+                    if (message == null) {
+                        break;
+                    }
+                    read.add(v2(message));
+                }
+                seen.put("v2Reader", read);
+            }
         }
         return seen;
     }
