@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from magnetar.admin.errors import RestError, conflict, error_responses, not_found, precondition_failed
+from magnetar.admin.errors import Responses, RestError, conflict, error_responses, not_found, precondition_failed
 from magnetar.broker.service import TOPIC_DOMAINS, BrokerService, NamespaceNotEmptyError
 from magnetar.storage.metadata import AlreadyExistsError, NotFoundError
 
@@ -40,8 +40,8 @@ SubscriptionType = Literal["Exclusive", "Shared", "Failover", "Key_Shared"]
 Int32 = Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1)]
 Int64 = Annotated[int, Field(strict=True, ge=-(2**63), le=2**63 - 1)]
 
-_NO_CONTENT = {204: {"description": "Done"}}
-_UNSET = {204: {"description": "The policy is not set"}}
+_NO_CONTENT: Responses = {204: {"description": "Done"}}
+_UNSET: Responses = {204: {"description": "The policy is not set"}}
 
 
 def _service(request: Request) -> BrokerService:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Request, Response
 
 from magnetar.admin.clusters import Int64, _policy, _set_policy
-from magnetar.admin.errors import conflict, error_responses, precondition_failed
+from magnetar.admin.errors import Responses, conflict, error_responses, precondition_failed
 from magnetar.admin.topics import _existing_namespace_topic, _policy_topic, _service, _topic, _topics
 from magnetar.broker.compactor import CompactionAlreadyRunning, compaction_threshold
 
@@ -21,8 +21,8 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/admin/v2")
 
-_NO_CONTENT = {204: {"description": "Done"}}
-_UNSET = {204: {"description": "The policy is not set"}}
+_NO_CONTENT: Responses = {204: {"description": "Done"}}
+_UNSET: Responses = {204: {"description": "The policy is not set"}}
 _TOPIC = "/persistent/{tenant}/{namespace}/{topic}"
 
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel
 
 __all__ = [
     "ErrorBody",
+    "Responses",
     "RestError",
     "bad_request",
     "conflict",
@@ -17,13 +18,17 @@ __all__ = [
 ]
 
 
+# A route's `responses=` for the OpenAPI document: status (or "default") -> its description or model.
+Responses = dict[int | str, dict[str, Any]]
+
+
 class ErrorBody(BaseModel):
     """Pulsar's error body."""
 
     reason: str
 
 
-def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+def error_responses(*statuses: int) -> Responses:
     """OpenAPI entries for the error statuses a route answers, each with the `{"reason"}` body (400 is
     always there: an unreadable body or parameter, as Jersey answers it)."""
     return {status: {"model": ErrorBody} for status in sorted({400, *statuses})}

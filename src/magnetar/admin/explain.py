@@ -120,16 +120,18 @@ def _key_bytes(key: str, base64_encoded: bool) -> bytes:
 
 
 def _explanation(
-    subscription: PersistentSubscription, answer: HashExplanation, key_hash_wanted: int | None
+    subscription: PersistentSubscription,
+    dispatcher: KeySharedDispatcher,
+    answer: HashExplanation,
+    key_hash_wanted: int | None,
 ) -> dict[str, Any]:
-    dispatcher = subscription.dispatcher
     pending = [_pending(m, key_hash_wanted) for m in answer.pending]
     held_by = [m for m in pending if answer.draining is not None and m["consumerId"] == answer.draining.consumer_id]
     rendered: dict[str, Any] = {
         "stickyKeyHash": answer.sticky_hash,
         "subscription": subscription.name,
         "orderingMode": answer.ordering_mode,
-        "keySharedMode": dispatcher.meta.mode if dispatcher is not None and dispatcher.meta else None,
+        "keySharedMode": dispatcher.meta.mode if dispatcher.meta else None,
         "flowing": not answer.reasons,
         "reasons": [{"code": code, "description": REASONS[code]} for code in answer.reasons],
         "consumer": (
@@ -213,7 +215,7 @@ async def explain_key(
         rendered = _no_dispatcher(found, slot(wanted))
     else:
         sticky_hash = dispatcher.sticky_hash_of_key(raw)[1]
-        rendered = _explanation(found, dispatcher.explain_hash(sticky_hash, wanted), wanted)
+        rendered = _explanation(found, dispatcher, dispatcher.explain_hash(sticky_hash, wanted), wanted)
     return {"key": key, "keyHash": wanted, **rendered}
 
 
@@ -232,4 +234,4 @@ async def explain_hash(
     dispatcher = _key_shared(found)
     if dispatcher is None:
         return _no_dispatcher(found, sticky_hash)
-    return _explanation(found, dispatcher.explain_hash(sticky_hash), None)
+    return _explanation(found, dispatcher, dispatcher.explain_hash(sticky_hash), None)

@@ -271,7 +271,8 @@ def _topic_figures(
 def _subscription_figures(subscription: PersistentSubscription, now_s: float) -> dict[str, Any]:
     dispatcher = subscription.dispatcher
     # Exclusive and Failover keep no replay queue and no unacked counts: nothing to add.
-    summary = dispatcher.summary() if isinstance(dispatcher, SharedDispatcher) else {}
+    # The dispatcher's counters: ints, and a bool for blockedSubscriptionOnUnackedMsgs.
+    summary: dict[str, Any] = dispatcher.summary() if isinstance(dispatcher, SharedDispatcher) else {}
     core_consumers = dispatcher.consumers if dispatcher is not None else {}
     rate_out = throughput_out = redeliver = ack = 0.0
     bytes_out = subscription.bytes_out_from_removed_consumers

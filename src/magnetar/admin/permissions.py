@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, Request, Response
 
 from magnetar.admin.clusters import check_namespace
-from magnetar.admin.errors import error_responses, not_found, precondition_failed
+from magnetar.admin.errors import Responses, error_responses, not_found, precondition_failed
 from magnetar.broker.authorization import granted
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/admin/v2")
 
 Action = Literal["produce", "consume", "functions", "sources", "sinks", "packages"]
-_NO_CONTENT = {204: {"description": "Operation successful"}}
+_NO_CONTENT: Responses = {204: {"description": "Operation successful"}}
 
 
 def _service(request: Request) -> BrokerService:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Body, Request, Response
 
-from magnetar.admin.errors import RestError, error_responses, not_found
+from magnetar.admin.errors import Responses, RestError, error_responses, not_found
 from magnetar.admin.stats import topic_name
 from magnetar.admin.topics import topic_domain
 from magnetar.broker.service import TopicNotFoundError
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/{tenant}/{namespace}/{topic}/subscription/{subName}", tags=["persistent topic"])
 
 _PATH = "/replicatedSubscriptionStatus"
+_NO_CONTENT: Responses = {204: {"description": "Done"}}
 
 
 async def _subscriptions(service: BrokerService, name: TopicName, subscription: str) -> list[PersistentSubscription]:
@@ -62,7 +63,7 @@ async def _subscriptions(service: BrokerService, name: TopicName, subscription: 
     return found
 
 
-@router.post(_PATH, status_code=204, responses={204: {"description": "Done"}} | error_responses(404, 405, 412, 500))
+@router.post(_PATH, status_code=204, responses=_NO_CONTENT | error_responses(404, 405, 412, 500))
 async def set_replicated_subscription_status(
     request: Request,
     tenant: str,

@@ -15,13 +15,13 @@ One difference from Pulsar, on purpose: `/compatibility` answers an incompatible
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from magnetar.admin.clusters import check_namespace
-from magnetar.admin.errors import RestError, error_responses, not_found, precondition_failed
+from magnetar.admin.errors import Responses, RestError, error_responses, not_found, precondition_failed
 from magnetar.broker.schema_compatibility import (
     STRATEGIES,
     IncompatibleSchemaError,
@@ -40,11 +40,15 @@ __all__ = ["GetSchemaResponse", "PostSchemaPayload", "namespace_router", "router
 router = APIRouter(prefix="/admin/v2/schemas", tags=["schemas"])
 namespace_router = APIRouter(prefix="/admin/v2/namespaces", tags=["namespaces"])
 
-SchemaType = Literal[tuple(sorted(UPLOADABLE_TYPES))]  # type: ignore[valid-type]
-Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # Literals built at run time, which mypy cannot read: strings to it
+    SchemaType = str
+    Strategy = str
+else:  # FastAPI validates against them and lists them in the OpenAPI document
+    SchemaType = Literal[tuple(sorted(UPLOADABLE_TYPES))]
+    Strategy = Literal[STRATEGIES]
 PathLong = Annotated[int, Path(ge=0, le=2**63 - 1)]
-_NO_CONTENT = {204: {"description": "Done"}}
-_UNSET = {204: {"description": "The policy is not set"}}
+_NO_CONTENT: Responses = {204: {"description": "Done"}}
+_UNSET: Responses = {204: {"description": "The policy is not set"}}
 
 
 def _service(request: Request) -> BrokerService:

@@ -24,7 +24,7 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from magnetar.admin.clusters import Int32, Int64, check_namespace, check_replication_clusters
-from magnetar.admin.errors import RestError, conflict, error_responses, not_found, precondition_failed
+from magnetar.admin.errors import Responses, RestError, conflict, error_responses, not_found, precondition_failed
 from magnetar.broker.service import BrokerService, TopicBusyError, TopicNotFoundError
 from magnetar.broker.subscription import PersistentSubscription
 from magnetar.broker.topic import PersistentTopic, SubscriptionBusyError
@@ -45,7 +45,8 @@ router = APIRouter(tags=["persistent topic"])
 PERSISTENT_PREFIX = "/admin/v2/persistent"
 NON_PERSISTENT_PREFIX = "/admin/v2/non-persistent"
 
-_NO_CONTENT = {204: {"description": "Done"}}
+_NO_CONTENT: Responses = {204: {"description": "Done"}}
+_UNSET: Responses = {204: {"description": "The policy is not set"}}
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 PathInt32 = Annotated[int, Path(ge=-(2**31), le=2**31 - 1)]
 PathCount = Annotated[int, Path(ge=0, le=2**31 - 1)]
@@ -56,7 +57,7 @@ PathLong = Annotated[int, Path(ge=_LONG_MIN, le=_LONG_MAX)]
 # survive as a header, has no X-Pulsar-PROPERTY-<key> header; the JSON X-Pulsar-PROPERTY header of
 # newer Pulsar versions carries every property.
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-_PEEK_RESPONSE = {
+_PEEK_RESPONSE: Responses = {
     200: {
         "description": "The message payload; its id and metadata are in X-Pulsar-* headers",
         "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
@@ -667,7 +668,7 @@ def _b64(value: bytes) -> str:
 @router.get(
     "/{tenant}/{namespace}/{topic}/deduplicationEnabled",
     response_model=bool,
-    responses={204: {"description": "The policy is not set"}} | error_responses(404, 412),
+    responses=_UNSET | error_responses(404, 412),
 )
 async def get_deduplication(request: Request, tenant: str, namespace: str, topic: str, applied: bool = False) -> Any:
     """The topic's own policy; with `applied`, the one in force (topic, else namespace, else broker), as
@@ -708,7 +709,7 @@ async def remove_deduplication(request: Request, tenant: str, namespace: str, to
 @router.get(
     "/{tenant}/{namespace}/{topic}/replication",
     response_model=list[str],
-    responses={204: {"description": "The policy is not set"}} | error_responses(404, 412),
+    responses=_UNSET | error_responses(404, 412),
 )
 async def get_replication_clusters(
     request: Request, tenant: str, namespace: str, topic: str, applied: bool = False
