@@ -65,35 +65,35 @@ def test_advertised_listeners_answer_lookups_by_name() -> None:
         config.lookup_urls("other")
 
 
-def test_advertised_listeners_carry_their_tls_urls_when_the_tls_port_is_on() -> None:
+def test_advertised_listeners_carry_their_tls_and_web_urls() -> None:
     config = load_config(
         overrides={
-            "brokerServicePortTls": "6651",
-            "advertisedListeners": "a:pulsar://10.0.0.1:6650,a:pulsar+ssl://10.0.0.1:6651,"
+            "advertisedListeners": "a:pulsar://10.0.0.1:6650,a:http://10.0.0.1:8080,"
             "b:pulsar://b.example.com:6650,b:pulsar+ssl://b.example.com:6651",
         }
     )
     assert config.lookup_urls("b") == ("pulsar://b.example.com:6650", "pulsar+ssl://b.example.com:6651")
-    assert config.advertised_url_tls == "pulsar+ssl://10.0.0.1:6651"
+    # The internal listener's http:// URL is this broker's web service URL (lookups' httpUrl, clusters).
+    assert config.advertised_web_url == "http://10.0.0.1:8080"
+    assert config.advertised_url_tls is None
 
 
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"advertisedAddress": "h"}, "`advertisedListeners` and `advertisedAddress` must not appear together"),
         ({"internalListenerName": "nope"}, "do not contain `internalListenerName` entry"),
-        ({"advertisedListeners": "pulsar://h:1"}, "invalid"),
+        ({"advertisedListeners": "pulsar://h:1"}, "the value //h:1 in the `advertisedListeners` configure is invalid"),
+        ({"advertisedListeners": ":pulsar://h:1"}, "do not contain listener name"),
         ({"advertisedListeners": "a:pulsar://h:1,a:pulsar://h:2"}, "redundant configure for listener `a`"),
+        ({"advertisedListeners": "a:pulsar://h:1,a:http://h:2,a:https://h:3"}, "redundant configure for listener `a`"),
         ({"advertisedListeners": "a:pulsar://h:1,b:pulsar://h:1"}, "must not specify `h:1` to different listener"),
-        ({"advertisedListeners": "a:pulsar://h:1,a:pulsar+ssl://h:2"}, "no need to configure `pulsar+ssl`"),
         (
-            {"advertisedListeners": "a:pulsar+ssl://h:2", "brokerServicePortTls": "6651"},
-            "do not specify `pulsar` address",
+            {"advertisedListeners": "a:pulsar+ssl://h:2"},
+            "the `a` listener in the `advertisedListeners` do not specify `pulsar` address",
         ),
-        ({"advertisedListeners": "a:pulsar://h:1", "brokerServicePortTls": "6651"}, "do not specify `pulsar+ssl`"),
         (
-            {"advertisedListeners": "a:http://h:1"},
-            "the value http://h:1 in the `advertisedListeners` configure is invalid",
+            {"advertisedListeners": "a:pulsar://h:x"},
+            "the value pulsar://h:x in the `advertisedListeners` configure is invalid",
         ),
     ],
 )

@@ -34,18 +34,26 @@ class UnknownListener(LookupError):
 
 @dataclass(frozen=True)
 class AdvertisedListener:
-    """One named listener's URLs, as Pulsar's AdvertisedListener: what a lookup naming it is answered."""
+    """One named listener's URLs, as Pulsar's AdvertisedListener: a lookup naming it is answered its
+    pulsar:// and pulsar+ssl:// URLs; the internal listener's http:// and https:// ones, when given, are
+    this broker's web service URLs."""
 
     broker_url: str
     broker_url_tls: str | None
+    http_url: str | None = None
+    https_url: str | None = None
+
+
+_LISTENER_SCHEMES = ("pulsar", "pulsar+ssl", "http", "https")
 
 
 def parse_advertised_listeners(values: Mapping[str, Any]) -> tuple[dict[str, AdvertisedListener], str]:
-    """advertisedListeners and the internal listener's name, checked by Pulsar's MultipleListenerValidator
-    rules (their messages too); ({}, "") when none are configured."""
+    """advertisedListeners and the internal listener's name, checked as Pulsar 4.0's
+    MultipleListenerValidator checks them (with its messages); ({}, "") when none are configured.
+
+    One rule more, Pulsar 2.x's: a listener needs a pulsar:// URL (a lookup answer without one is refused
+    by the clients that do not use TLS, and magnetar's lookup answers always carry one)."""
     text = str(values["advertisedListeners"]).strip()
-    if text and str(values["advertisedAddress"]).strip():
-        raise ConfigError("`advertisedListeners` and `advertisedAddress` must not appear together")
     if not text:
         return {}, ""
     entries: dict[str, list[str]] = {}
@@ -59,36 +67,33 @@ def parse_advertised_listeners(values: Mapping[str, Any]) -> tuple[dict[str, Adv
     internal = str(values["internalListenerName"]).strip() or next(iter(entries))
     if internal not in entries:
         raise ConfigError("the `advertisedListeners` configure do not contain `internalListenerName` entry")
-    tls_port = bool(str(values["brokerServicePortTls"]).strip())
     owners: dict[str, str] = {}
     listeners: dict[str, AdvertisedListener] = {}
     for name, urls in entries.items():
+        if len(urls) > 2:
+            raise ConfigError(f"there are redundant configure for listener `{name}`")
         by_scheme: dict[str, str] = {}
         for url in urls:
             parts = urlsplit(url)
             try:
-                port = parts.port
+                port = parts.port if parts.port is not None else -1
             except ValueError:
-                port = None
-            if parts.scheme not in ("pulsar", "pulsar+ssl") or not parts.hostname or port is None:
+                raise ConfigError(f"the value {url} in the `advertisedListeners` configure is invalid") from None
+            if not parts.scheme or not parts.hostname:
                 raise ConfigError(f"the value {url} in the `advertisedListeners` configure is invalid")
-            if parts.scheme in by_scheme:
-                raise ConfigError(f"there are redundant configure for listener `{name}`")
-            by_scheme[parts.scheme] = url
+            scheme = parts.scheme.lower()
+            if scheme in _LISTENER_SCHEMES:
+                if scheme in by_scheme:
+                    raise ConfigError(f"there are redundant configure for listener `{name}`")
+                by_scheme[scheme] = url
             host_port = f"{parts.hostname}:{port}"
             if owners.setdefault(host_port, name) != name:
                 raise ConfigError(f"must not specify `{host_port}` to different listener.")
-        if "pulsar+ssl" in by_scheme and not tls_port:
-            raise ConfigError(
-                f"If pulsar do not start ssl port, there is no need to configure `pulsar+ssl` in `{name}` listener."
-            )
-        if "pulsar+ssl" not in by_scheme and tls_port:
-            raise ConfigError(
-                f"the `{name}` listener in the `advertisedListeners` do not specify `pulsar+ssl` address."
-            )
         if "pulsar" not in by_scheme:
             raise ConfigError(f"the `{name}` listener in the `advertisedListeners` do not specify `pulsar` address.")
-        listeners[name] = AdvertisedListener(by_scheme["pulsar"], by_scheme.get("pulsar+ssl"))
+        listeners[name] = AdvertisedListener(
+            by_scheme["pulsar"], by_scheme.get("pulsar+ssl"), by_scheme.get("http"), by_scheme.get("https")
+        )
     return listeners, internal
 
 
@@ -110,9 +115,9 @@ BROKER_KEYS: tuple[Setting, ...] = (
     Setting(
         "advertisedListeners",
         "",
-        "Named listeners for lookups, `name:pulsar://host:port` (and `name:pulsar+ssl://host:port` when "
-        "brokerServicePortTls is set), comma-separated; a client's listener name picks its URLs. Not together "
-        "with advertisedAddress. Empty: one unnamed listener from advertisedAddress and the ports.",
+        "Named listeners for lookups, `name:pulsar://host:port` (a listener may add one `pulsar+ssl://` or "
+        "`http://` URL), comma-separated; a client's listener name picks its URLs. Empty: one unnamed listener "
+        "from advertisedAddress and the ports.",
     ),
     Setting(
         "internalListenerName",
@@ -376,6 +381,10 @@ class BrokerConfig:
 
     @property
     def advertised_web_url(self) -> str:
+        listeners, internal = self._listeners
+        web_url = listeners[internal].http_url if listeners else None
+        if web_url:
+            return web_url
         host = self.values["advertisedAddress"] or self.values["bindAddress"]
         return f"http://{host}:{self.values['webServicePort']}"
 
@@ -391,6 +400,10 @@ class BrokerConfig:
 
     @property
     def advertised_web_url_tls(self) -> str | None:
+        listeners, internal = self._listeners
+        web_url_tls = listeners[internal].https_url if listeners else None
+        if web_url_tls:
+            return web_url_tls
         port = str(self.values["webServicePortTls"]).strip()
         host = self.values["advertisedAddress"] or self.values["bindAddress"]
         return f"https://{host}:{port}" if port else None
