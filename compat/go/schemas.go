@@ -144,7 +144,7 @@ func schemaProduceConsume(e env, kind, topic string) (observed, error) {
 
 // schemaEvolution: a v1 producer sends a v1 user, then a v2 user with the message's own schema (its
 // version asked for with GET_OR_CREATE_SCHEMA), then a v3 user, which the broker must refuse. A v2
-// consumer reads both messages, each decoded with the schema it was written with.
+// consumer and a v1 consumer read both messages, each decoded with the schema it was written with.
 func schemaEvolution(e env) (observed, error) {
 	client, err := newClient(e.serviceURL)
 	if err != nil {
@@ -193,6 +193,17 @@ func schemaEvolution(e env) (observed, error) {
 	result["v2_consumer"] = read
 	more := receiveN(consumer, 1, quiet)
 	result["v2_consumer_more"] = len(more)
+
+	old, err := schemaConsumer(client, topic, "v1", v1)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe v1: %w", err)
+	}
+	defer old.Close()
+	read = nil
+	for _, message := range receiveN(old, 2, expectWait) {
+		read = append(read, decoded(message, &user{}))
+	}
+	result["v1_consumer"] = read
 
 	incompatible, err := schemaConsumer(client, topic, "v3", v3)
 	if err == nil {

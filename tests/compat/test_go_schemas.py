@@ -41,13 +41,18 @@ def test_producer_and_consumer_with_a_schema(go, scenario):
 
 def test_evolved_schema_decoded_and_incompatible_schema_refused(go):
     seen = go("schema-evolution")
-    # The v2 message's schema was registered by GET_OR_CREATE_SCHEMA as version 1; the consumer
-    # decodes each message with the version it was written with.
+    # The v2 message's schema was registered by GET_OR_CREATE_SCHEMA as version 1; the consumers
+    # decode each message with the version it was written with.
     assert seen["v2_consumer"] == [
         {"value": {"name": "ada", "age": 36, "email": None}, "version": 0},
         {"value": {"name": "grace", "age": 45, "email": "grace@example.com"}, "version": 1},
     ]
     assert seen["v2_consumer_more"] == 0
+    # A v1 consumer may subscribe (v1 reads v2 under FULL) and reads the v2 message without `email`.
+    assert seen["v1_consumer"] == [
+        {"value": {"name": "ada", "age": 36}, "version": 0},
+        {"value": {"name": "grace", "age": 45}, "version": 1},
+    ]
     prefix = "Error during schema compatibility check with strategy"
     assert f"get schema version fail, err: {prefix} FULL" in seen["v3_send_error"]
     assert seen["v3_producer_error"].startswith(f"server error: IncompatibleSchema: {prefix} FULL")
