@@ -51,7 +51,7 @@ def standalone(
 
     from magnetar.broker.config import ConfigError, load_config
     from magnetar.broker.logs import configure_logging, parse_log_level
-    from magnetar.broker.server import run_standalone
+    from magnetar.cli.standalone import run_standalone
     from magnetar.cli.tuning import tune_process
 
     overrides = [tuple(item.split("=", 1)) for item in settings or [] if "=" in item]

@@ -1,7 +1,8 @@
 """Process-wide tuning of the standalone broker, in one place: the cyclic garbage collector and the
-GIL switch interval, set by `magnetar standalone` once the broker has started (`run_standalone`'s
-`on_started`). Library code (storage, broker, admin) sets none of it, so a test, a benchmark or a
-program that embeds magnetar runs with CPython's defaults unless it calls `tune_process` itself.
+GIL switch interval, set by `magnetar standalone` once the broker has started (the `on_started` of
+cli/standalone.py's `run_standalone`). Library code (storage, broker, admin) sets none of it, so a
+test, a benchmark or a program that embeds magnetar runs with CPython's defaults unless it calls
+`tune_process` itself.
 
 Owns: the values and the reasons for them (measured in docs/broker.md, "The process"). Must not
 touch: anything but the interpreter's process-wide settings.
