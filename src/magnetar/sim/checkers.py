@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from magnetar.core.dispatchers import KeySharedDispatcher
 from magnetar.core.events import ReadEntries
 from magnetar.core.sticky_key import key_hash, range_slot
+from magnetar.positions import Position
 from magnetar.sim.world import Client, Delivery, World
 
 __all__ = ["OrderingChecker", "Violation", "ORDERING_KINDS", "check_state", "check_drained"]
@@ -75,7 +76,7 @@ class OrderingChecker:
         slot = range_slot(key_hash(key.encode()))
         return any(start <= slot <= end for start, end in world.options.reader_hash_ranges)
 
-    def on_filtered(self, world: World, positions: tuple[object, ...]) -> None:
+    def on_filtered(self, world: World, positions: tuple[Position, ...]) -> None:
         for position in positions:
             key = world.log_keys[world.index_of[position]]
             if self._in_reader_ranges(world, key):
@@ -195,6 +196,7 @@ def check_drained(world: World, checker: OrderingChecker) -> None:
             f"{world.mark_delete_index}; stats {dispatcher.stats()}",
         )
         return
-    if isinstance(dispatcher, KeySharedDispatcher):
-        if len(dispatcher.replay) or dispatcher.total_unacked or len(dispatcher.draining):
-            checker.fail(world, "loss-or-stall", f"drained but state left behind: {dispatcher.stats()}")
+    if isinstance(dispatcher, KeySharedDispatcher) and (
+        len(dispatcher.replay) or dispatcher.total_unacked or len(dispatcher.draining)
+    ):
+        checker.fail(world, "loss-or-stall", f"drained but state left behind: {dispatcher.stats()}")

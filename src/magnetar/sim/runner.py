@@ -88,7 +88,7 @@ def run_schedule(
                     break
             if not failed():
                 check_drained(world, checker)
-    except Exception as error:  # a raise inside the core is a finding, reported with its seed
+    except Exception as error:  # noqa: BLE001 - a raise inside the core is a finding, reported with its seed
         checker.fail(world, "invariant", "".join(traceback.format_exception(error)))
     return ScheduleResult(seed, options, world.steps, world.deliveries, checker.violations)
 

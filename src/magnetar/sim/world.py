@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from magnetar.core.dispatchers import new_dispatcher
 from magnetar.core.errors import CoreError
@@ -30,6 +32,7 @@ from magnetar.core.events import (
     Dispatch,
     DispatchDue,
     Entry,
+    Event,
     Flow,
     KeySharedMeta,
     MarkDeleteAdvanced,
@@ -42,9 +45,9 @@ from magnetar.core.events import (
     Tick,
     WakeUp,
 )
-from magnetar.core.positions import Position
 from magnetar.core.settings import DispatcherSettings
 from magnetar.core.sticky_key import key_hash
+from magnetar.positions import Position
 
 __all__ = ["SimOptions", "World", "Delivery"]
 
@@ -200,7 +203,7 @@ class World:
 
     # ------------------------------------------------------------------------------- plumbing
 
-    def feed(self, event: object) -> None:
+    def feed(self, event: Event) -> None:
         """Hand one event to the dispatcher and carry out its decisions."""
         # The trace keeps the objects; they are formatted only when a violation is reported.
         self.trace.append((self.now_ms, event))
@@ -322,10 +325,10 @@ class World:
         read = self.pending_read
         self.pending_read = None
         if isinstance(read, ReplayEntries):
-            entries = tuple(self.log[self.index_of[p]] for p in read.positions)
-            self.feed(ReadCompleted(entries))
+            self.feed(ReadCompleted(tuple(self.log[self.index_of[p]] for p in read.positions)))
             return
-        entries = []
+        assert read is not None, "no read in flight"
+        entries: list[Entry] = []
         index = self.read_index
         while index < len(self.log) and len(entries) < read.max_entries:
             if index not in self.acked:
@@ -473,10 +476,10 @@ class World:
 
     # ------------------------------------------------------------------------------- scheduling
 
-    def enabled_actions(self, liveness: bool) -> list[tuple[int, object]]:
+    def enabled_actions(self, liveness: bool) -> list[tuple[int, Callable[[], object]]]:
         """(weight, action) pairs for this step."""
         options = self.options
-        actions: list[tuple[int, object]] = []
+        actions: list[tuple[int, Callable[[], object]]] = []
         if not liveness and len(self.log) < options.messages:
             actions.append((6, self.produce))
         if self.can_complete_read():
@@ -485,14 +488,14 @@ class World:
             actions.append((10, self.dispatch_due))
         for client in self.clients.values():
             if client.incoming and not client.paused:
-                actions.append((8, lambda c=client: self.receive(c)))
+                actions.append((8, partial(self.receive, client)))
             for position, (_delivery, at) in list(client.held.items())[:3]:
                 if at <= self.now_ms or liveness:
-                    actions.append((8, lambda c=client, p=position: self.ack(c, p)))
+                    actions.append((8, partial(self.ack, client, position)))
                 if not liveness and options.nack_percent and client.held:
-                    actions.append((options.nack_percent, lambda c=client, p=position: self.nack(c, p)))
+                    actions.append((options.nack_percent, partial(self.nack, client, position)))
             if not liveness and options.redeliver_all_percent and (client.held or client.incoming):
-                actions.append((options.redeliver_all_percent, lambda c=client: self.redeliver_all(c)))
+                actions.append((options.redeliver_all_percent, partial(self.redeliver_all, client)))
         if not liveness and options.expire_percent and self.mark_delete_index + 1 < len(self.log):
             actions.append((options.expire_percent, self.expire))
         if not liveness and options.churn_percent:
@@ -501,9 +504,9 @@ class World:
                 actions.append((churn, self.add_consumer))
             if self.clients:
                 victim = self.rng.choice(sorted(self.clients))
-                actions.append((churn, lambda v=victim: self.remove_consumer(v)))
-                actions.append((churn, lambda v=victim: self.restart_consumer(v)))
-                actions.append((churn, lambda v=victim: self._toggle_pause(v)))
+                actions.append((churn, partial(self.remove_consumer, victim)))
+                actions.append((churn, partial(self.restart_consumer, victim)))
+                actions.append((churn, partial(self._toggle_pause, victim)))
         if self.wakeups or any(c.held for c in self.clients.values()):
             actions.append((2, self.tick))
         return actions
@@ -522,11 +525,13 @@ class World:
             return False
         total = sum(w for w, _a in actions)
         pick = self.rng.randrange(total)
+        chosen = actions[-1][1]
         for weight, action in actions:
             pick -= weight
             if pick < 0:
+                chosen = action
                 break
-        action()
+        chosen()
         self.steps += 1
         return True
 

@@ -16,11 +16,11 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from magnetar.broker.connection import ServerConnection
 from magnetar.broker.service import BrokerService
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.protocol.commands import signed_id
 from magnetar.protocol.framing import FrameDecoder, encode_frame
 from magnetar.protocol.messages import encode_batch, encode_entry, parse_entry, split_batch
@@ -143,7 +143,9 @@ class SimClient:
         reader = asyncio.StreamReader(limit=2**24)
         self._to_broker = network.pipe(reader.feed_data, reader.feed_eof)
         to_client = network.pipe(self._on_data, self._on_eof)
-        self.connection = ServerConnection(service, reader, _ServerWriter(to_client, ("sim", number)))
+        # The connection writes through `_ServerWriter`, the StreamWriter calls it makes, to the network.
+        writer = cast(asyncio.StreamWriter, _ServerWriter(to_client, ("sim", number)))
+        self.connection = ServerConnection(service, reader, writer)
         self.task = self.loop.create_task(self.connection.run())
         self._decoder = FrameDecoder()
         self._requests: dict[int, asyncio.Future[BaseCommand]] = {}

@@ -85,6 +85,6 @@ class InlineExecutor(ThreadPoolExecutor):
         future: Future[Any] = Future()
         try:
             future.set_result(fn(*args, **kwargs))
-        except BaseException as error:  # handed to the awaiting coroutine, as a thread's would be
+        except BaseException as error:  # noqa: BLE001 - handed to the awaiting coroutine, as a thread's would be
             future.set_exception(error)
         return future

@@ -27,13 +27,14 @@ import random
 import tempfile
 import traceback
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from magnetar.broker.config import load_config
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import PersistentSubscription
-from magnetar.core.positions import Position
+from magnetar.core.events import Event
+from magnetar.positions import Position
 from magnetar.sim.shell.client import ClientClosed, Delivery, Network, SimClient, SimConsumer, SimProducer
 from magnetar.sim.shell.engine import SimEngine
 from magnetar.sim.shell.loop import Stalled, VirtualClockLoop
@@ -325,7 +326,7 @@ class ShellWorld:
         subscription = self.subscription = topic.subscriptions[SUBSCRIPTION]
         handle = subscription._handle
 
-        def traced(event: object) -> None:
+        def traced(event: Event) -> None:
             self.steps += 1
             name = type(event).__name__
             if name not in ("Flow", "DispatchDue"):
@@ -487,7 +488,7 @@ class ShellWorld:
 
 def _short(event: object) -> str:
     """An event for the trace, without the entries' payloads."""
-    fields = asdict(event) if hasattr(event, "__dataclass_fields__") else {}
+    fields = asdict(event) if is_dataclass(event) and not isinstance(event, type) else {}
     parts = []
     for name, value in fields.items():
         if name == "entries":
@@ -514,7 +515,7 @@ def run_shell_schedule(
             loop.run_until_complete(world.run())
         except Stalled as error:
             world.fail("loss-or-stall", f"the broker stalled: {error}")
-        except Exception as error:  # the run itself failed: report it with the trace
+        except Exception as error:  # noqa: BLE001 - the run itself failed: report it with the trace
             world.fail("invariant", "".join(traceback.format_exception(error)))
         finally:
             loop.shut_down()
