@@ -88,7 +88,7 @@ def test_a_run_of_like_messages_whose_sequence_ids_and_event_times_grow_past_a_v
     entry = batch_entry(messages)
     assert comparable(rows_of(entry)) == expected_rows(entry)
     segments, _values = _split_batch((7, 3), entry.payload, 400)
-    assert sum(segment.count for segment in segments if isinstance(segment, _Run)) >= 390
+    assert sum(segment.messages for segment in segments if isinstance(segment, _Run)) >= 390
 
 
 def test_messages_with_properties_keys_ordering_keys_and_without_sequence_ids() -> None:
@@ -183,4 +183,4 @@ def test_runs_of_numbered_messages_across_varint_widths(first: int, offset: int,
     segments, _values = _split_batch((7, 3), entry.payload, count)
     runs = [segment for segment in segments if isinstance(segment, _Run)]
     if count > 200 and step == 1 and first < 2**35:
-        assert sum(run.count for run in runs) > count // 2
+        assert sum(run.messages for run in runs) > count // 2

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "HASH_SLOTS",
@@ -54,7 +55,7 @@ class Offset:
         return value
 
     @classmethod
-    def from_json(cls, value: Mapping[str, object]) -> Offset:
+    def from_json(cls, value: Mapping[str, Any]) -> Offset:
         index = value.get("index")
         return cls(int(value["ledgerId"]), int(value["entryId"]), None if index is None else int(index))
 
@@ -87,7 +88,7 @@ class TopicState:
     first_index: int
 
     @classmethod
-    def from_internal_stats(cls, stats: Mapping[str, object]) -> TopicState:
+    def from_internal_stats(cls, stats: Mapping[str, Any]) -> TopicState:
         ledgers = tuple((int(info["ledgerId"]), int(info["entries"])) for info in stats["ledgers"])
         stored = int(stats["numberOfEntries"])
         return cls(

@@ -150,13 +150,14 @@ class RowBuilder:
         for segment in segments:
             if isinstance(segment, _Run):
                 self._add_run(segment, index)
-                index += segment.count
+                index += segment.messages
             elif segment[0]:
-                self._add_parsed(*segment, index)
+                singles, raws = segment
+                self._add_parsed(singles, raws, index)
                 index += len(segment[0])
 
     def _add_run(self, run: _Run, first_sequence_id: int) -> None:
-        template, count, names = run.template, run.count, self.names
+        template, count, names = run.template, run.messages, self.names
         if "key" in names:
             self._key += [template.partition_key if template.HasField("partition_key") else None] * count
         if "orderingKey" in names:
@@ -304,7 +305,7 @@ def _layout(raw: bytes) -> list[tuple[int, int, int]] | None:
     """(field number, first byte, end) of each field of a metadata's bytes, or None when a run may not
     be read from its layout: a field outside _LAYOUT_WIRES, of another wire type, or repeated, a length of 128 or more,
     bytes past the last field. Offsets are the value's bytes (after its tag and length)."""
-    fields = []
+    fields: list[tuple[int, int, int]] = []
     index, size = 0, len(raw)
     while index < size:
         tag = raw[index]
@@ -392,14 +393,14 @@ class _Column:
 
 
 class _Run(NamedTuple):
-    """`count` messages whose metadata is `template` but for `varying` (field number -> values)."""
+    """`messages` messages whose metadata is `template` but for `varying` (field number -> values)."""
 
     template: SingleMessageMetadata
-    count: int
+    messages: int
     varying: dict
 
 
-def _split_batch(position: tuple[int, int], payload: bytes, count: int) -> tuple[list, list]:
+def _split_batch(position: tuple[int, int], payload: bytes, count: int) -> tuple[list[_Run | tuple[list, list]], list]:
     """A batch payload's messages as segments (a list of parsed SingleMessageMetadata with their
     bytes, or a `_Run`), and their payloads as chunks in order: lists of bytes (parsed messages) and
     Arrow arrays (runs, whose payloads are cut out of the batch by one Arrow call each).
@@ -415,7 +416,7 @@ def _split_batch(position: tuple[int, int], payload: bytes, count: int) -> tuple
     unpack = _U32.unpack_from
     parse = SingleMessageMetadata.FromString
     buffer = None
-    segments: list = []
+    segments: list[_Run | tuple[list, list]] = []
     singles: list = []
     raws: list = []
     values: list = []
@@ -455,6 +456,7 @@ def _split_batch(position: tuple[int, int], payload: bytes, count: int) -> tuple
             backoff = 0
             segments.append((singles, raws))
             singles, raws = [], []
+            assert layout is not None  # a run of 2 or more was read from it
             varying = {
                 field: _varints(payload, offset, stride, run, first + 4, last + 4)
                 for field, first, last in layout

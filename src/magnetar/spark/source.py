@@ -13,10 +13,22 @@ Usage:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql.datasource import DataSource
 
 from magnetar.spark.options import parse_sink_options, parse_source_options
 from magnetar.spark.schema import check_read_schema, spark_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.datasource import (
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+    )
+    from pyspark.sql.types import StructType
 
 __all__ = ["MagnetarDataSource", "register"]
 
@@ -26,22 +38,22 @@ class MagnetarDataSource(DataSource):
     def name(cls) -> str:
         return "magnetar"
 
-    def schema(self) -> object:
+    def schema(self) -> StructType:
         return spark_schema()
 
-    def reader(self, schema: object) -> object:
+    def reader(self, schema: StructType) -> DataSourceReader:
         from magnetar.spark.reader import MagnetarBatchReader
 
         check_read_schema(schema)
         return MagnetarBatchReader(parse_source_options(self.options, streaming=False), schema)
 
-    def streamReader(self, schema: object) -> object:
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from magnetar.spark.reader import MagnetarStreamReader
 
         check_read_schema(schema)
         return MagnetarStreamReader(parse_source_options(self.options, streaming=True), schema)
 
-    def writer(self, schema: object, overwrite: bool) -> object:
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from magnetar.spark.writer import MagnetarBatchWriter, SinkError, check_columns, check_target
 
         options = parse_sink_options(self.options)
@@ -52,7 +64,7 @@ class MagnetarDataSource(DataSource):
             check_target(options, options.topic)
         return MagnetarBatchWriter(options)
 
-    def streamWriter(self, schema: object, overwrite: bool) -> object:
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from magnetar.spark.writer import MagnetarStreamWriter, check_columns, check_target
 
         options = parse_sink_options(self.options)
@@ -62,6 +74,6 @@ class MagnetarDataSource(DataSource):
         return MagnetarStreamWriter(options)
 
 
-def register(spark: object) -> None:
+def register(spark: SparkSession) -> None:
     """Make `format("magnetar")` known to this SparkSession (registration is per session)."""
     spark.dataSource.register(MagnetarDataSource)
