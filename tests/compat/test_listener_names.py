@@ -20,6 +20,9 @@ import pulsar
 import pytest
 from go_compat import run_scenario
 
+# A TLS URL of the external listener: answered with it, never connected to (the clients here use no TLS).
+EXTERNAL_TLS_PORT = 6651
+
 
 def _closed_port() -> int:
     with socket.socket() as probe:
@@ -33,7 +36,7 @@ def broker(module_broker_factory):
     broker = module_broker_factory(internalListenerName="internal")
     broker.settings["advertisedListeners"] = (
         f"internal:pulsar://127.0.0.1:{broker.port},external:pulsar://localhost:{broker.port},"
-        f"elsewhere:pulsar://127.0.0.1:{_closed_port()}"
+        f"external:pulsar+ssl://localhost:{EXTERNAL_TLS_PORT},elsewhere:pulsar://127.0.0.1:{_closed_port()}"
     )
     broker.restart()
     return broker
@@ -59,9 +62,13 @@ def _topic() -> str:
 def test_http_lookup_answers_the_named_listener(broker) -> None:
     topic = _topic()
     internal = f"pulsar://127.0.0.1:{broker.port}"
-    assert _lookup(broker, topic).json()["brokerUrl"] == internal
+    default = _lookup(broker, topic).json()
+    assert (default["brokerUrl"], default["brokerUrlTls"]) == (internal, None)
     by_query = _lookup(broker, topic, params={"listenerName": "external"}).json()
     assert (by_query["brokerUrl"], by_query["nativeUrl"]) == (f"pulsar://localhost:{broker.port}",) * 2
+    assert by_query["brokerUrlTls"] == f"pulsar+ssl://localhost:{EXTERNAL_TLS_PORT}"
+    # The web service URL is the broker's own whichever listener is named, as in Pulsar.
+    assert by_query["httpUrl"] == default["httpUrl"] == broker.http_url
     by_header = _lookup(broker, topic, headers={"X-Pulsar-ListenerName": "external"}).json()
     assert by_header["brokerUrl"] == f"pulsar://localhost:{broker.port}"
     # The query parameter wins over the header, as in Pulsar's TopicLookup.
