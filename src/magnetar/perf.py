@@ -198,7 +198,7 @@ def produce(args: argparse.Namespace) -> int:
         send_timeout_millis=0,
     )
     payload = bytes(args.size)
-    keys = [f"key-{index}" for index in range(args.keys)] or [None]
+    keys: list[str | None] = [f"key-{index}" for index in range(args.keys)] or [None]
     # Receipts of one producer arrive in send order, so a FIFO of send times pairs each receipt with
     # its send without a closure per message.
     sent_at: collections.deque[float] = collections.deque()
@@ -287,7 +287,7 @@ class _KeyBatcher:
 
     def __init__(self, args: argparse.Namespace, producer_id: int, producer_name: str) -> None:
         self.keys = max(args.keys, 1)
-        self.names = [f"key-{j}" for j in range(args.keys)] or [None]
+        self.names: list[str | None] = [f"key-{j}" for j in range(args.keys)] or [None]
         size_field = PAYLOAD_SIZE_TAG + varint(args.size)
         self.metadata = [
             size_field if name is None else bytes_field(KEY_TAG, name.encode()) + size_field for name in self.names

@@ -9,6 +9,8 @@ import uuid
 
 import pytest
 from cli_runner import fails, ok, ok_json
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import dsa
 
 from security_helpers import Certificates, tls_urls
 
@@ -54,6 +56,17 @@ def test_tokens_create_and_validate(secret, tmp_path) -> None:
     signed = ok("tokens", "create", "--private-key", f"file://{private}", "--subject", "carol").stdout.strip()
     assert ok("tokens", "validate", "--public-key", str(public), signed).stdout.strip() == "{sub=carol}"
     assert fails("tokens", "validate", "--secret-key", str(secret), signed)
+
+
+def test_tokens_create_refuses_a_key_that_signs_no_token(tmp_path) -> None:
+    """A DSA key is a private key jwt cannot sign with: a one-line error, not jwt's traceback."""
+    dsa_key = tmp_path / "dsa.pem"
+    dsa_key.write_bytes(
+        dsa.generate_private_key(key_size=2048).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    assert "DSAPrivateKey signs no token" in fails("tokens", "create", "--private-key", str(dsa_key), "-s", "dave")
 
 
 def test_admin_with_and_without_credentials(broker, secret, certificates) -> None:

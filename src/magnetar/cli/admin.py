@@ -115,7 +115,9 @@ def admin(
 
 
 def _session(ctx: typer.Context) -> Session:
-    return ctx.find_object(Session)
+    session = ctx.find_object(Session)
+    assert session is not None, "the admin callback makes the session before any command runs"
+    return session
 
 
 Topic = Annotated[str, typer.Argument(help="persistent://tenant/namespace/topic, tenant/namespace/topic or topic")]
@@ -691,7 +693,7 @@ def topics_reset_cursor(
     if time_back is not None:
         timestamp_ms = int(time.time() * 1000) - parse_relative_time_s(time_back) * 1000
         s.client.post(f"{path}/{timestamp_ms}")
-    else:
+    elif message_id is not None:
         s.client.post(path, parse_message_id(message_id) | {"isExcluded": exclude})
     s.out.done(f"reset subscription {subscription} on {topic}")
 

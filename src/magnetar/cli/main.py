@@ -54,7 +54,7 @@ def standalone(
     from magnetar.cli.standalone import run_standalone
     from magnetar.cli.tuning import tune_process
 
-    overrides = [tuple(item.split("=", 1)) for item in settings or [] if "=" in item]
+    overrides = [(key, value) for key, equals, value in (item.partition("=") for item in settings or []) if equals]
     if len(overrides) != len(settings or []):
         raise typer.BadParameter("-c takes KEY=VALUE", param_hint="--set")
     if port is not None:

@@ -14,12 +14,12 @@ import secrets
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import jwt
 import typer
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
 from magnetar.broker.auth import AuthenticationError, TokenProvider, read_key
 from magnetar.broker.config import ConfigError, load_config
@@ -32,11 +32,13 @@ app = typer.Typer(help="Keys and tokens for token authentication (pulsar tokens)
 _SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
 _CURVES = {"ES256": ec.SECP256R1(), "ES384": ec.SECP384R1(), "ES512": ec.SECP521R1()}
 _RSA = ("RS256", "RS384", "RS512")
+# The private keys a token can be signed with.
+SigningKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey | ed448.Ed448PrivateKey
 # Pulsar's RelativeTimeUtil units.
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     typer.echo(message, err=True)
     raise typer.Exit(1)
 
@@ -85,6 +87,7 @@ def create_key_pair(
     ] = "RS256",
 ) -> None:
     """A new key pair for tokens signed with a private key (tokenPublicKey on the broker)."""
+    private: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
     if algorithm in _CURVES:
         private = ec.generate_private_key(_CURVES[algorithm])
     elif algorithm in _RSA:
@@ -101,10 +104,14 @@ def create_key_pair(
     )
 
 
-def _private_key(data: bytes) -> object:
+def _private_key(data: bytes) -> SigningKey:
     if data.lstrip().startswith(b"-----BEGIN"):
-        return serialization.load_pem_private_key(data, password=None)
-    return serialization.load_der_private_key(data, password=None)
+        key = serialization.load_pem_private_key(data, password=None)
+    else:
+        key = serialization.load_der_private_key(data, password=None)
+    if not isinstance(key, SigningKey):
+        _fail(f"a {type(key).__name__} signs no token: RSA, EC, Ed25519 or Ed448 keys do")
+    return key
 
 
 @app.command("create")
@@ -126,7 +133,7 @@ def create(
     if (secret_key is None) == (private_key is None):
         _fail("Either --secret-key or --private-key needs to be passed")
     if secret_key is not None:
-        key: object = _key_bytes(secret_key)
+        key: SigningKey | bytes = _key_bytes(secret_key)
         algorithm = algorithm or "HS256"
     else:
         key = _private_key(_key_bytes(private_key or ""))

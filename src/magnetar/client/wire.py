@@ -126,7 +126,7 @@ class Connection:
         self._socket = sock
         self._security = security
         self._decoder = FrameDecoder(64 * 1024 * 1024)
-        self._backlog: deque = deque()
+        self._backlog: deque[Frame] = deque()
         self.closed = False
         # The broker challenges credentials that expire on a live connection; `_received` answers.
         connect = {"client_version": CLIENT_VERSION, "protocol_version": PROTOCOL_VERSION} | security.connect_fields()
@@ -214,7 +214,7 @@ class Connection:
             raise ConnectionLost(f"cannot answer the broker's auth challenge: {error}") from error
         return encode_frame(response)
 
-    def next_frame(self, wanted: Callable[[object], bool], deadline: float) -> object:
+    def next_frame(self, wanted: Callable[[Frame], bool], deadline: float) -> Frame:
         """The first frame `wanted` accepts, leaving the others in order for whoever wants them."""
         seen = 0
         while True:
@@ -232,7 +232,7 @@ class Connection:
         """Send a request and return the answer carrying its request id; ERROR raises BrokerError."""
         self.send_command(command, payload)
 
-        def answers(frame: object) -> bool:
+        def answers(frame: Frame) -> bool:
             body = getattr(frame.command, _RESPONSE_FIELDS.get(frame.command.type, ""), None)
             return body is not None and getattr(body, "request_id", None) == request_id
 
@@ -253,7 +253,7 @@ class Connection:
         frames = list(self._backlog)
         self._backlog.clear()
         # TLS: bytes already decrypted inside the SSL object are invisible to select.
-        buffered = self._tls and sock.pending() > 0
+        buffered = isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
         try:
             readable, writable, _ = select.select(
                 (sock,), (sock,) if outgoing else (), (), 0.0 if buffered else max(wait_s, 0.0)
@@ -379,7 +379,7 @@ class Connection:
             request_id,
         )
 
-    def next_message(self, consumer_id: int, deadline: float) -> object | None:
+    def next_message(self, consumer_id: int, deadline: float) -> Frame | None:
         """The next MESSAGE frame for the consumer, or None at the deadline. A CLOSE_CONSUMER from the
         broker (after a seek or an unload) raises ConnectionLost: the caller resubscribes."""
         backlog = self._backlog
@@ -581,7 +581,7 @@ class Producer:
     def _receive_one(self) -> None:
         producer_id = self.producer_id
 
-        def mine(frame: object) -> bool:
+        def mine(frame: Frame) -> bool:
             kind = frame.command.type
             if kind == BaseCommand.SEND_RECEIPT:
                 return frame.command.send_receipt.producer_id == producer_id
