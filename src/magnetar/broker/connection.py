@@ -20,7 +20,7 @@ from magnetar.broker.config import UnknownListener
 from magnetar.broker.connection_auth import ConnectionAuthentication
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.logs import consumer_changed, remote_address
-from magnetar.broker.producer import ServerProducer
+from magnetar.broker.producer import Send, ServerProducer
 from magnetar.broker.schema_compatibility import SchemaData
 from magnetar.broker.schemas import from_wire, schema_id, to_wire, version_bytes, version_from_bytes
 from magnetar.broker.service import TOPIC_DOMAINS, BrokerService
@@ -89,7 +89,7 @@ class ServerConnection:
         self.last_received = self._loop.time()
         self._tasks: set[asyncio.Task[None]] = set()
         # SENDs of the current socket read, per producer, until they are appended together.
-        self._sends: dict[ServerProducer, list[tuple[int, int, bytes, int, int, int]]] = {}
+        self._sends: dict[ServerProducer, list[Send]] = {}
         # Frames written during this turn of the event loop; they leave together at its end (`_flush`).
         self._output: list[bytes] = []
         # The liveness check in progress (a PING waiting for its PONG), shared by everyone who asks.

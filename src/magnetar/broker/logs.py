@@ -152,7 +152,8 @@ def _log_draining(
 
 def _consumer_label(subscription: PersistentSubscription, core_consumer: Any) -> str:
     """The consumer's name, with its connection and the client's id while it is attached."""
-    server = subscription.consumers.get(getattr(core_consumer, "consumer_id", None))
+    consumer_id = getattr(core_consumer, "consumer_id", None)
+    server = subscription.consumers.get(consumer_id) if consumer_id is not None else None
     if server is None:
         return str(getattr(core_consumer, "name", core_consumer))
     return f"{server.name} ({server.connection.remote_address}, consumerId={server.client_consumer_id})"

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from magnetar.broker.connection import ServerConnection
     from magnetar.broker.topic import PersistentTopic
 
-__all__ = ["ServerProducer"]
+__all__ = ["Send", "ServerProducer"]
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ _DUPLICATE = (-1, -1)
 # A SEND as the connection hands it over: (sequence id, highest sequence id, entry bytes, key hash, message
 # count, publish time, producer name in the entry's metadata, whether the entry is a marker: only another
 # cluster's replicator forwards those).
-_Send = tuple[int, int, bytes, int, int, int, str, bool]
+Send = tuple[int, int, bytes, int, int, int, str, bool]
 
 
 class ServerProducer:
@@ -52,7 +52,7 @@ class ServerProducer:
         # Runs of SENDs awaiting their receipts, in send order: (future of the batch's positions or None
         # for resent duplicates, the SENDs as `publish_many` got them, index of the run's first SEND in
         # the batch). A socket read's SENDs are one run unless duplicates split it.
-        self._pending: deque[tuple[asyncio.Future | None, list[_Send], int]] = deque()
+        self._pending: deque[tuple[asyncio.Future | None, list[Send], int]] = deque()
         # Counted per socket read of SENDs, not per message; the admin API turns them into rates.
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
@@ -62,15 +62,15 @@ class ServerProducer:
         # replication dedup V1), so a resend after the replicator reconnected is dropped.
         self.remote_cluster = remote_cluster_of(name)
 
-    def publish_many(self, sends: list[_Send]) -> None:
-        """Append the SENDs of one socket read (`_Send`) with one storage call; receipts follow in send
+    def publish_many(self, sends: list[Send]) -> None:
+        """Append the SENDs of one socket read (`Send`) with one storage call; receipts follow in send
         order once each SEND and every earlier one are answered."""
         topic = self.topic
         pending = self._pending
         if topic.deduplication_enabled:
             accepted = []
             # Runs of SENDs in send order, each flagged whether it holds duplicates.
-            runs: list[tuple[bool, list[_Send]]] = []
+            runs: list[tuple[bool, list[Send]]] = []
             pushed = topic.sequence_pushed
             replicated = self.remote_cluster is not None
             for send in sends:
@@ -104,7 +104,7 @@ class ServerProducer:
                 index += len(run)
         self._flush()
 
-    def _append(self, sends: list[_Send]) -> asyncio.Future:
+    def _append(self, sends: list[Send]) -> asyncio.Future:
         # Tuples: append_many keeps them as its columns without a copy.
         sequence_ids, highest_ids, datas, hashes, counts, times, names, markers = zip(*sends)
         # An entry keeps its highest sequence id (a batch's last message's): a restart rebuilds

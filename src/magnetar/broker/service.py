@@ -29,7 +29,7 @@ from magnetar.replication.remote_admin import RemoteAdminError, ensure_partition
 from magnetar.replication.remote_cluster import remote_security, remote_urls
 from magnetar.storage import ManagedLedgerFactory
 from magnetar.storage.clock import LoopClock
-from magnetar.storage.metadata import BadVersionError, NotFoundError
+from magnetar.storage.metadata import BadVersionError, MetadataStore, NotFoundError
 from magnetar.storage.sqlite_engine import SqliteEngine
 
 __all__ = ["TOPIC_DOMAINS", "BrokerService", "NamespaceNotEmptyError", "TopicBusyError", "TopicNotFoundError"]
@@ -138,7 +138,7 @@ class BrokerService:
     async def _load_replicated_topics(self) -> None:
         """Topics of replicating namespaces are loaded at start, so that what they had not replicated
         before a restart goes without waiting for a client to load them."""
-        for key in self.storage.topics():
+        for key in self.opened_storage.topics():
             name = TopicName.parse(key)
             if self.namespace_exists(name.namespace_name) and self._replicates(name):
                 try:
@@ -196,9 +196,14 @@ class BrokerService:
             self.storage = None
 
     @property
-    def metadata(self):
-        assert self.storage is not None
-        return self.storage.metadata
+    def opened_storage(self) -> ManagedLedgerFactory:
+        """The storage, open from start() to close()."""
+        assert self.storage is not None, "the broker service is not started"
+        return self.storage
+
+    @property
+    def metadata(self) -> MetadataStore:
+        return self.opened_storage.metadata
 
     # ------------------------------------------------------------------------------- topics
 
@@ -216,7 +221,7 @@ class BrokerService:
         if (
             self.config["allowAutoTopicCreation"]
             and self.config["allowAutoTopicCreationType"] == "partitioned"
-            and str(name) not in self.storage.topics()
+            and str(name) not in self.opened_storage.topics()
         ):
             partitions = int(self.config["defaultNumPartitions"])
             await self.metadata.create_partitioned_topic(str(name), partitions)
@@ -226,7 +231,7 @@ class BrokerService:
     def topic_exists(self, name: TopicName) -> bool:
         """A non-partitioned topic or a partition that is stored (a partitioned topic is not a topic)."""
         key = str(name)
-        return key in self.topics or key in self.storage.topics()
+        return key in self.topics or key in self.opened_storage.topics()
 
     def namespace_exists(self, namespace: str) -> bool:
         tenant = namespace.split("/", 1)[0]
@@ -245,7 +250,7 @@ class BrokerService:
         loading = self._loading.get(key)
         if loading is not None:
             return await asyncio.shield(loading)
-        exists = key in self.storage.topics()
+        exists = key in self.opened_storage.topics()
         if not exists:
             if not create:
                 raise TopicNotFoundError(f"Topic {key} does not exist")
@@ -260,7 +265,7 @@ class BrokerService:
         self._loading[key] = future
         started = time.perf_counter()
         try:
-            ledger = await self.storage.open_ledger(key)
+            ledger = await self.opened_storage.open_ledger(key)
             # Before anything else runs: the ledger's first trim is already scheduled.
             ledger.set_retention(self.retention_policy(name))
             topic = PersistentTopic(self, name, ledger)
@@ -291,7 +296,7 @@ class BrokerService:
         """The namespace's topics in the given domains (partitions by their own names), as clients expect;
         persistent ones only unless asked, as GET_TOPICS_OF_NAMESPACE's default mode in Pulsar."""
         prefixes = tuple(f"{domain}://{namespace}/" for domain in domains)
-        names = {t for t in self.storage.topics() if t.startswith(prefixes)}
+        names = {t for t in self.opened_storage.topics() if t.startswith(prefixes)}
         for base in self.metadata.partitioned_topics(namespace):
             if base.startswith(prefixes):
                 count = self.metadata.partitioned_topic_metadata(base)
@@ -440,8 +445,8 @@ class BrokerService:
             if name.partition_index < 0:
                 # A partition's schema is its partitioned topic's, deleted with that.
                 await self.schemas.delete_storage(name)
-            if key in self.storage.topics():
-                await self.storage.delete_ledger(key)
+            if key in self.opened_storage.topics():
+                await self.opened_storage.delete_ledger(key)
             log.info("[%s] Deleted topic%s", key, " (force)" if force else "")
         finally:
             self._deleting.discard(key)

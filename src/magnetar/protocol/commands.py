@@ -320,7 +320,9 @@ def send(
     return _HEADER.pack(4 + len(command) + len(section), len(command)) + command + section
 
 
-def send_receipts(producer_id: int, sends: Iterable[Sequence[int]], positions: Iterable[tuple[int, int]]) -> bytes:
+def send_receipts(
+    producer_id: int, sends: Iterable[tuple[int, int, *tuple[object, ...]]], positions: Iterable[tuple[int, int]]
+) -> bytes:
     """The SEND_RECEIPTs of consecutive SENDs, joined: for each send of `sends` (its sequence id and
     highest sequence id first; anything may follow) and (ledger id, entry id) of `positions`, the bytes
     `send_receipt` writes for them.

@@ -333,7 +333,7 @@ def positions_in(lower: Position, upper: Position, entries_of: Mapping[int, int]
         return [Position(upper[0], entry) for entry in range(lower[1] + 1, upper[1] + 1)]
     if entries_of is None:
         raise ValueError(f"({lower}, {upper}] spans ledgers: their entry counts are needed")
-    found = []
+    found: list[Position] = []
     for ledger in sorted(entries_of):
         if ledger < lower[0] or ledger > upper[0]:
             continue

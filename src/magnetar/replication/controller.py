@@ -21,6 +21,12 @@ from typing import Any
 from magnetar.core.positions import Position
 from magnetar.protocol import markers
 from magnetar.protocol.markers import Marker
+from magnetar.protocol.pulsar_markers_pb2 import (
+    ReplicatedSubscriptionsAckedRanges,
+    ReplicatedSubscriptionsSnapshotRequest,
+    ReplicatedSubscriptionsSnapshotResponse,
+    ReplicatedSubscriptionsUpdate,
+)
 from magnetar.replication.acked_ranges import AckedRangesContent, marker_content
 from magnetar.replication.snapshots import CachedSnapshot, SnapshotController, respond_to_request, update_target
 
@@ -141,13 +147,15 @@ class ReplicatedSubscriptionsController:
         now = self._now_ms()
         body = marker.body
         if marker.marker_type == markers.SNAPSHOT_REQUEST:
-            response = respond_to_request(body, position, self.local_cluster, now)  # type: ignore[arg-type]
+            assert isinstance(body, ReplicatedSubscriptionsSnapshotRequest)
+            response = respond_to_request(body, position, self.local_cluster, now)
             if response is not None:
                 self._write(response, None)
         elif marker.marker_type == markers.SNAPSHOT_RESPONSE:
-            snapshot_id = body.snapshot_id  # type: ignore[union-attr]
+            assert isinstance(body, ReplicatedSubscriptionsSnapshotResponse)
+            snapshot_id = body.snapshot_id
             builder = self.snapshots.pending.get(snapshot_id)
-            following = self.snapshots.response_received(position, body, now)  # type: ignore[arg-type]
+            following = self.snapshots.response_received(position, body, now)
             if following is None or builder is None:
                 return
             if builder.snapshot_pending:  # the SNAPSHOT, not the second round's REQUEST
@@ -155,14 +163,16 @@ class ReplicatedSubscriptionsController:
             else:
                 self._write(following, None)
         elif marker.marker_type == markers.UPDATE:
-            target = update_target(body, self.local_cluster)  # type: ignore[arg-type]
+            assert isinstance(body, ReplicatedSubscriptionsUpdate)
+            target = update_target(body, self.local_cluster)
             if target is not None:
-                name = body.subscription_name  # type: ignore[union-attr]
+                name = body.subscription_name
                 task = asyncio.get_running_loop().create_task(self._apply(name, target))
                 self._tasks.append(task)
                 task.add_done_callback(self._tasks.remove)
         elif marker.marker_type == markers.ACKED_RANGES and self._apply_acked_ranges is not None:
-            name, source, content = marker_content(body)  # type: ignore[arg-type]
+            assert isinstance(body, ReplicatedSubscriptionsAckedRanges)
+            name, source, content = marker_content(body)
             if source != self.local_cluster:
                 task = asyncio.get_running_loop().create_task(self._apply_ranges(name, source, content))
                 self._tasks.append(task)

@@ -89,7 +89,8 @@ class SnapshotBuilder:
         """The REQUEST marker of a round, to append locally (its replicators carry it to every remote)."""
         return markers.snapshot_request(self.snapshot_id, self.local_cluster, self.start_ms)
 
-    def request_written(self, position: Position) -> None:
+    def request_written(self, position: Position | None) -> None:
+        """The first round's REQUEST stored at `position` (None: not stored, the snapshot has none)."""
         if self.request_position is None:
             self.request_position = position
 
