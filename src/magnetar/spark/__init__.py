@@ -9,12 +9,15 @@ Must not touch: broker internals or the broker's files; it reaches the broker ov
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["local_session", "register"]
 
 
-def register(spark: object) -> None:
+def register(spark: "SparkSession") -> None:
     """Make `format("magnetar")` known to this SparkSession (registration is per session)."""
     from magnetar.spark.source import register as register_source
 

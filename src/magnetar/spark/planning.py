@@ -126,6 +126,8 @@ def offsets_from_spec(
             offsets[topic] = state.earliest
         elif given == "latest":
             offsets[topic] = state.latest
+        elif isinstance(given, str):
+            raise OptionError(f"{option}: {given!r} for {topic} is neither earliest, latest nor a message id")
         else:
             offsets[topic] = state.offset_at(given)
     if not isinstance(spec, str):
@@ -142,6 +144,7 @@ def start_after_loss(options: SourceOptions, topic: str, state: TopicState, star
     if lost == 0:
         return start
     first = state.first_position
+    assert first is not None, "entries were lost before the first stored one, so there is one"
     count = "an unknown number of" if lost is None else str(lost)
     what = (
         f"{topic}: {count} entries after {start.ledger_id}:{start.entry_id} were deleted by retention "

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from magnetar.client.wire import FULL_HASH_RANGE, Connection, ConnectionLost, SubscriptionCursor, read_range
 from magnetar.spark import rest
@@ -94,7 +94,8 @@ class MagnetarBatchReader(DataSourceReader):
             starts[topic] = start_after_loss(options, topic, states[topic], starts[topic])
         return [TaskPartition(task) for task in plan_tasks(options, starts, ends)]
 
-    def read(self, partition: TaskPartition) -> Iterator[object]:
+    def read(self, partition: InputPartition) -> Iterator[object]:
+        assert isinstance(partition, TaskPartition), "partitions are the ones partitions() planned"
         return read_task(self.options, self.schema, partition.task)
 
 
@@ -160,7 +161,7 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._commit_topic(topic, start)
         return encode_offsets(starts)
 
-    def getDefaultReadLimit(self) -> object:
+    def getDefaultReadLimit(self) -> ReadLimit:
         options = self.options
         if options.max_entries_per_trigger is not None:
             return ReadMaxRows(options.max_entries_per_trigger)
@@ -244,7 +245,8 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             starts.setdefault(topic, ends[topic])
         return [TaskPartition(task) for task in plan_tasks(self.options, starts, ends)]
 
-    def read(self, partition: TaskPartition) -> Iterator[object]:
+    def read(self, partition: InputPartition) -> Iterator[object]:
+        assert isinstance(partition, TaskPartition), "partitions are the ones partitions() planned"
         return read_task(self.options, self.schema, partition.task)
 
     def commit(self, end: dict) -> None:
@@ -257,8 +259,10 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _commit_topic(self, topic: str, offset: Offset) -> None:
         cursor = self._cursors.get(topic)
         if cursor is None:
+            subscription_name = self.options.subscription_name
+            assert subscription_name is not None, "only a source with a subscription commits"
             cursor = self._cursors[topic] = SubscriptionCursor(
-                self.options.service_url, topic, self.options.subscription_name, security=self.options.security
+                self.options.service_url, topic, subscription_name, security=self.options.security
             )
         # (L, -1) acks everything before ledger L, as a cumulative ack of entry -1 means in Pulsar.
         cursor.ack(offset.position)

@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -41,6 +42,11 @@ from magnetar.client.batch import (
     varint,
 )
 from magnetar.spark.options import SinkOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from magnetar.client.wire import Producer
 
 __all__ = ["MagnetarBatchWriter", "MagnetarStreamWriter", "SinkError", "WriteReport", "check_target"]
 
@@ -70,7 +76,7 @@ class WriteReport(WriterCommitMessage):
     topics: list[str] = field(default_factory=list)
 
 
-def check_columns(schema: object, options: SinkOptions) -> None:
+def check_columns(schema: StructType, options: SinkOptions) -> None:
     names = {f.name for f in schema.fields}
     if "value" not in names:
         raise SinkError("the magnetar sink needs a value column (binary or string)")
@@ -127,12 +133,12 @@ class _TopicWriter:
     def __init__(self, sink: _TaskWriter, topic: str) -> None:
         self.sink = sink
         self.topic = topic
-        self.groups: dict[object, _Group] = {}
+        self.groups: dict[str | bytes | None, _Group] = {}
         self.producer = sink.open_producer(topic)
         self.messages_max = sink.options.batching_max_messages
         self.bytes_max = sink.options.batching_max_bytes
 
-    def add(self, sticky: object, metadata: bytes, value: bytes) -> None:
+    def add(self, sticky: str | bytes | None, metadata: bytes, value: bytes) -> None:
         group = self.groups.get(sticky)
         if group is None:
             group = self.groups[sticky] = _Group()
@@ -145,7 +151,7 @@ class _TopicWriter:
         if group.messages >= self.messages_max or group.size >= self.bytes_max:
             self.send(sticky)
 
-    def send(self, sticky: object) -> None:
+    def send(self, sticky: str | bytes | None) -> None:
         group = self.groups.pop(sticky)
         sink = self.sink
         sink.open_groups -= 1
@@ -199,7 +205,7 @@ class _TaskWriter:
         self._routes: dict[object, tuple[_TopicWriter, bytes]] = {}
         self._sizes: dict[int, bytes] = {}
 
-    def open_producer(self, topic: str) -> object:
+    def open_producer(self, topic: str) -> Producer:
         from magnetar.client.wire import BrokerError, Producer
 
         deadline = time.monotonic() + _PRODUCER_BUSY_WAIT_S
@@ -211,7 +217,7 @@ class _TaskWriter:
                     raise
                 time.sleep(0.2)
 
-    def writer_for(self, topic: str, sticky: object) -> _TopicWriter:
+    def writer_for(self, topic: str, sticky: str | bytes | None) -> _TopicWriter:
         partitions = self.partitions.get(topic)
         if partitions is None:
             if topic != self.options.topic and topic not in self.checked:
@@ -247,7 +253,7 @@ class _TaskWriter:
             for writer in self.topics.values():
                 writer.send_all()
 
-    def write(self, batches: Iterator[object]) -> WriteReport:
+    def write(self, batches: Iterator[Any]) -> WriteReport:
         import pyarrow as pa
 
         try:
@@ -293,7 +299,7 @@ class _TaskWriter:
             if self.open_groups > _OPEN_GROUPS_MAX or self.open_bytes > _OPEN_BYTES_MAX:
                 self._bound_open()
 
-    def _write_rows(self, batch: object, keys: list, values: list) -> None:
+    def _write_rows(self, batch: Any, keys: list, values: list) -> None:
         """Rows with properties, ordering keys, event times or their own topic."""
         names = batch.schema.names
         count = len(values)
@@ -328,6 +334,8 @@ def _task_context() -> tuple[str | None, int | None, int]:
     from pyspark import TaskContext
 
     context = TaskContext.get()
+    if context is None:
+        raise SinkError("the magnetar sink writes only from a Spark task")
     query_id = context.getLocalProperty("sql.streaming.queryId")
     batch_id = context.getLocalProperty("streaming.sql.batchId")
     return query_id, None if batch_id is None else int(batch_id), context.partitionId()
@@ -345,10 +353,10 @@ class MagnetarBatchWriter(DataSourceArrowWriter):
         name = f"spark-{self.write_id}-{partition_id}"
         return _TaskWriter(self.options, name, 0, partition_id).write(iterator)
 
-    def commit(self, messages: list[WriteReport | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Every message is stored when write() returns: nothing is left to commit."""
 
-    def abort(self, messages: list[WriteReport | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """What succeeded stays; running the same write again writes new copies (it is a new write)."""
 
 
@@ -365,8 +373,8 @@ class MagnetarStreamWriter(DataSourceStreamArrowWriter):
         name = f"spark-{query_id}-{partition_id}"
         return _TaskWriter(self.options, name, batch_id << _BATCH_SHIFT, partition_id).write(iterator)
 
-    def commit(self, messages: list[WriteReport | None], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every message is stored when write() returns: nothing is left to commit."""
 
-    def abort(self, messages: list[WriteReport | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """A replay of the batch sends the same sequence ids; the broker drops what is stored already."""
