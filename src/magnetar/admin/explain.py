@@ -19,6 +19,7 @@ from fastapi import APIRouter, Path, Request
 
 from magnetar.admin.errors import bad_request, error_responses, precondition_failed
 from magnetar.admin.stats import find_subscription, iso_time
+from magnetar.broker import figures
 from magnetar.core.dispatchers import KeySharedDispatcher, SharedDispatcher
 from magnetar.core.explain import HashExplanation, PendingMessage
 from magnetar.core.sticky_key import consistent_hashing_slot, key_hash, range_slot
@@ -188,7 +189,7 @@ def _no_dispatcher(subscription: PersistentSubscription, sticky_hash: int) -> di
         "pendingMessages": [],
         "replayQueue": [],
         "delayedMessages": [],
-        "markDeletePosition": _message_id(subscription.cursor.mark_delete_position),
+        "markDeletePosition": _message_id(figures.mark_delete_position(subscription)),
     }
 
 

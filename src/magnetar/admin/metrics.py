@@ -24,7 +24,8 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.exposition import choose_encoder
 
-from magnetar.admin.stats import backlog_size, consumer_rates, producer_rates, replication_stats
+from magnetar.admin.stats import consumer_rates, producer_rates, replication_stats
+from magnetar.broker import figures as storage_figures
 from magnetar.core.dispatchers import SharedDispatcher
 from magnetar.storage.write_latency import WRITE_LATENCY_BOUNDS_MS
 
@@ -147,7 +148,7 @@ class BrokerCollector:
             figures = _topic_figures(topic, now_s, labels, subscription_gauges, out_bytes, out_messages)
             for name, value in figures.items():
                 topic_gauges[name].add_metric(labels, value)
-            buckets = topic.ledger.write_latency
+            buckets = storage_figures.write_latency(topic)
             for name, count in zip(_LATENCY_NAMES, buckets.buckets):
                 latency[name].add_metric(labels, count)
             latency_count.add_metric(labels, buckets.count)
@@ -250,8 +251,8 @@ def _topic_figures(
         backlog += figures["pulsar_subscription_back_log"]
         consumers += figures["pulsar_subscription_consumers_count"]
         if subscription.durable:
-            slowest = max(slowest, backlog_size(subscription))
-    size = topic.ledger.total_size
+            slowest = max(slowest, storage_figures.backlog_size(subscription))
+    size = storage_figures.storage_size(topic)
     return {
         "pulsar_subscriptions_count": len(topic.subscriptions),
         "pulsar_producers_count": len(topic.producers),
@@ -289,7 +290,7 @@ def _subscription_figures(subscription: PersistentSubscription, now_s: float) ->
         messages_out += consumer.msg_out_counter
         last_acked = max(last_acked, consumer.last_acked_ms)
         last_consumed = max(last_consumed, consumer.last_consumed_ms)
-    backlog = subscription.cursor.number_of_entries_in_backlog()
+    backlog = storage_figures.backlog_entries(subscription)
     delayed = summary.get("msgDelayed", 0)
     figures: dict[str, Any] = {
         "pulsar_subscription_back_log": backlog,

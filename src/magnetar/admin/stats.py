@@ -4,8 +4,8 @@ Owns: `GET .../{topic}/stats`, `.../internalStats`, `.../partitioned-stats` and
 `.../partitioned-internalStats`; Pulsar's TopicStats, PublisherStats, SubscriptionStats, ConsumerStats,
 PartitionedTopicStats and PersistentTopicInternalStats shapes; rates derived from the broker's counters
 when stats are read; finding the topic a path names (explain.py and metrics.py use these too).
-Must not touch: state. It reads the broker's objects, the core's stats and queries, and the storage's
-internal stats.
+Must not touch: state, nor ledgers and cursors: it reads the broker's objects, the core's stats and
+queries, and the storage figures the broker's queries give (broker/figures.py).
 
 Rates. Producers and consumers only count (per socket read or dispatch, never per message). A rate is
 the change of a counter over the window between two reads of it, a window of at least
@@ -28,10 +28,9 @@ from fastapi import APIRouter, Request
 from magnetar.admin.clusters import check_namespace
 from magnetar.admin.errors import error_responses, not_found, precondition_failed
 from magnetar.admin.topics import topic_domain
+from magnetar.broker import figures
 from magnetar.broker.service import TopicNotFoundError
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
-from magnetar.storage.cursor import encode_ranges
-from magnetar.storage.internal_stats import managed_ledger_internal_stats
 
 if TYPE_CHECKING:
     from magnetar.broker.consumer import ServerConsumer
@@ -48,7 +47,6 @@ __all__ = [
     "topic_stats",
     "producer_rates",
     "consumer_rates",
-    "backlog_size",
     "replication_stats",
     "iso_time",
 ]
@@ -237,30 +235,6 @@ def _consumer_stats(core: dict[str, Any], redelivered: int, now_s: float) -> dic
     return stats
 
 
-def backlog_size(subscription: PersistentSubscription) -> int:
-    """Pulsar's estimate of the bytes after the mark-delete position: whole ledgers after it, and the
-    share of its own ledger's bytes that its entries after the position hold."""
-    mark_delete = subscription.cursor.mark_delete_position
-    size = 0
-    for info in subscription.topic.ledger.ledgers:
-        if info.ledger_id > mark_delete[0]:
-            size += info.size
-        elif info.ledger_id == mark_delete[0] and info.entries:
-            after = info.entries - (mark_delete[1] + 1)
-            if after > 0:
-                size += info.size * after // info.entries
-    return size
-
-
-async def _earliest_publish_time(subscription: PersistentSubscription) -> int:
-    """The publish time of the first unacknowledged entry, -1 when nothing is in the backlog."""
-    if subscription.cursor.number_of_entries_in_backlog() == 0:
-        return -1
-    ledger = subscription.topic.ledger
-    entries = await ledger.read_entries(ledger.next_valid_position(subscription.cursor.mark_delete_position), 1)
-    return entries[0].publish_time if entries else -1
-
-
 async def subscription_stats(
     subscription: PersistentSubscription,
     now_s: float,
@@ -284,7 +258,7 @@ async def subscription_stats(
     delayed = core.get("msgDelayed", 0)
     last_consumed = max((c.last_consumed_ms for c in subscription.consumers.values()), default=0)
     last_acked = max((c.last_acked_ms for c in subscription.consumers.values()), default=0)
-    ranges = subscription.cursor.individually_deleted
+    cursor = figures.cursor_figures(subscription)
     stats: dict[str, Any] = {
         "msgRateOut": sum(c["msgRateOut"] for c in consumers),
         "msgThroughputOut": sum(c["msgThroughputOut"] for c in consumers),
@@ -294,8 +268,8 @@ async def subscription_stats(
         "messageAckRate": sum(c["messageAckRate"] for c in consumers),
         "chunkedMessageRate": 0,
         "msgBacklog": msg_backlog,
-        "backlogSize": backlog_size(subscription) if with_backlog_size else -1,
-        "earliestMsgPublishTimeInBacklog": await _earliest_publish_time(subscription) if earliest_time else 0,
+        "backlogSize": figures.backlog_size(subscription) if with_backlog_size else -1,
+        "earliestMsgPublishTimeInBacklog": await figures.earliest_publish_time(subscription) if earliest_time else 0,
         "msgBacklogNoDelayed": msg_backlog - delayed,
         "blockedSubscriptionOnUnackedMsgs": core.get("blockedSubscriptionOnUnackedMsgs", False),
         "msgDelayed": delayed,
@@ -328,13 +302,12 @@ async def subscription_stats(
     for key in ("lastSentPosition", "individuallySentPositions"):  # pip282 (PIP-282's names)
         if key in core:
             stats[key] = core[key]
-    max_ranges = subscription.topic.service.config["managedLedgerMaxUnackedRangesToPersist"]
     stats.update(
         {
-            "nonContiguousDeletedMessagesRanges": ranges.range_count(),
-            "nonContiguousDeletedMessagesRangesSerializedSize": len(encode_ranges(ranges, max_ranges)) if ranges else 0,
+            "nonContiguousDeletedMessagesRanges": cursor.unacked_ranges,
+            "nonContiguousDeletedMessagesRangesSerializedSize": cursor.unacked_ranges_serialized_size,
             "delayedMessageIndexSizeInBytes": 0,
-            "subscriptionProperties": dict(subscription.cursor.properties),
+            "subscriptionProperties": cursor.properties,
             "filterProcessedMsgCount": 0,
             "filterAcceptedMsgCount": 0,
             "filterRejectedMsgCount": 0,
@@ -394,7 +367,7 @@ async def topic_stats(
         "bytesOutInternalCounter": 0,
         "averageMsgSize": throughput_in / rate_in if rate_in else 0.0,
         "msgChunkPublished": False,
-        "storageSize": topic.ledger.total_size,
+        "storageSize": figures.storage_size(topic),
         "backlogSize": max((s["backlogSize"] for s in durable), default=0),
         "backlogQuotaLimitSize": -1,
         "backlogQuotaLimitTime": -1,
@@ -408,7 +381,7 @@ async def topic_stats(
         "abortedTxnCount": 0,
         "committedTxnCount": 0,
         "publishers": [] if exclude_publishers else publishers,
-        "waitingPublishers": len(topic._exclusive_waiters),
+        "waitingPublishers": topic.waiting_publishers(),
         "subscriptions": subscriptions,
         "replication": replication_stats(topic, now_s, publishers),
         "deduplicationStatus": "Enabled" if topic.deduplication_enabled else "Disabled",
@@ -427,20 +400,6 @@ async def topic_stats(
         },
         "ownerBroker": owner,
     }
-
-
-def topic_internal_stats(topic: PersistentTopic) -> dict[str, Any]:
-    """PersistentTopicInternalStats: the managed ledger's, with what only the broker knows per cursor."""
-    stats = managed_ledger_internal_stats(topic.ledger)
-    for name, cursor_stats in stats["cursors"].items():
-        subscription = topic.subscriptions.get(name)
-        pending, pending_replay, waiting = subscription.read_state() if subscription else (False, False, False)
-        cursor_stats["waitingReadOp"] = waiting
-        cursor_stats["subscriptionHavePendingRead"] = pending
-        cursor_stats["subscriptionHavePendingReplayRead"] = pending_replay
-    stats["schemaLedgers"] = []
-    stats["compactedLedger"] = {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False, "underReplicated": False}
-    return stats
 
 
 # --------------------------------------------------------------------------------- aggregation
@@ -656,7 +615,7 @@ async def get_stats(
 async def get_internal_stats(
     request: Request, tenant: str, namespace: str, topic: str, authoritative: bool = False, metadata: bool = False
 ) -> dict[str, Any]:
-    return topic_internal_stats(await find_topic(request, tenant, namespace, topic))
+    return figures.topic_internal_stats(await find_topic(request, tenant, namespace, topic))
 
 
 @router.get("/partitioned-stats", tags=["persistent topic"], responses=_ERRORS)
@@ -700,5 +659,5 @@ async def get_partitioned_internal_stats(
     for index in range(count):
         loaded = await _loaded_partition(request, name.partition(index))
         if loaded is not None:
-            partitions[str(name.partition(index))] = topic_internal_stats(loaded)
+            partitions[str(name.partition(index))] = figures.topic_internal_stats(loaded)
     return {"metadata": {"partitions": count}, "partitions": partitions}

@@ -181,6 +181,10 @@ class PersistentTopic:
             self._exclusive_waiters.append(waiter)
             await waiter
 
+    def waiting_publishers(self) -> int:
+        """Producers waiting in `wait_until_free` (Pulsar's waitingPublishers)."""
+        return len(self._exclusive_waiters)
+
     def remove_producer(self, producer: ServerProducer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
