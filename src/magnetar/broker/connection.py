@@ -57,6 +57,7 @@ _SEND = BaseCommand.SEND
 _ACK = BaseCommand.ACK
 _ACK_YIELD_IDS = 64
 # Position(ledger, entry) without the Python-level __new__ NamedTuple generates: one per acked id.
+# Measured with bench/e2e_throughput.py (the event loop's CPU µs per message, commit c201da2).
 _new_position = partial(tuple.__new__, Position)
 
 

@@ -5,7 +5,9 @@ of partly acknowledged batches), remembering the batch size of batch entries it 
 turning the client's ACK / FLOW / REDELIVER into subscription calls, and the counters and timestamps of
 Pulsar's consumer stats (counted per frame batch or command, never per message; the admin API derives
 rates from them when asked).
-Must not touch: the cursor or the dispatcher directly.
+Must not touch: the dispatcher, or the cursor's state: it reads the cursor (the acked batch indexes of
+the ack sets it sends, the mark-delete position it compares around an ack for Pulsar's
+lastMarkDeleteAdvancedTimestamp) and acknowledges only through the subscription.
 """
 
 from __future__ import annotations

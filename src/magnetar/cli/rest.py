@@ -3,7 +3,9 @@
 Owns: building request paths from tenant, namespace and topic names (as pulsar-admin does), sending
 requests, turning a non-2xx answer into `AdminError(status, reason)`, and decoding the raw-message
 answers of peek and examine (Pulsar's `X-Pulsar-*` headers, batches split as the Java admin client does).
-Must not touch: the broker, storage or anything but HTTP; rendering (output.py); argument parsing (admin.py).
+Must not touch: the broker's state, storage or anything but HTTP (it borrows only the broker's pure
+TopicName parser and protocol's batch splitting, so paths and batches read as the broker reads them);
+rendering (output.py); argument parsing (admin.py).
 """
 
 from __future__ import annotations

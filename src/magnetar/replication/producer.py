@@ -103,6 +103,9 @@ class _Send(NamedTuple):
     sent_at_ms: int
 
 
+# _Send(...) without the Python-level __new__ NamedTuple generates: one per replicated entry, in the
+# catch-up bench/replication_catchup.py measures (commit 4231b75, 17.6 -> 12.8 µs per entry with the
+# rest of that change).
 _new_send = partial(tuple.__new__, _Send)
 
 

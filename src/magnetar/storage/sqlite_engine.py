@@ -964,7 +964,8 @@ gc_paused = _GcPause()
 
 
 # `tuple.__new__` bound to the class: the same object the NamedTuple constructor makes, without its
-# Python-level __new__ (the field count is fixed by the zip that feeds it).
+# Python-level __new__ (the field count is fixed by the zip that feeds it): one per entry read, in the
+# loops bench/storage_read.py measures (commit 7a307b1).
 new_position = partial(tuple.__new__, Position)
 new_entry = partial(tuple.__new__, Entry)
 
