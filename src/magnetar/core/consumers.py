@@ -47,7 +47,7 @@ class Consumer:
         self.permits = 0
         self.unacked_messages = 0
         self.blocked_on_unacked = False
-        self.pending_acks = PendingAcks(self)
+        self.pending_acks: PendingAcks[Consumer] = PendingAcks(self)
         self.partially_acked: dict[Position, int] = {}
         self.msg_out_counter = 0
         self.entries_out_counter = 0

@@ -20,19 +20,23 @@ for a whole dispatch), so the pendingAcks and key explainers of the admin API co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Generic, TypeVar
 
+from magnetar.core.events import Entry
 from magnetar.core.positions import Position
 
 __all__ = ["PendingAcks", "AddHandler", "RemoveHandler"]
 
+# The consumer that owns the map, handed back to the hooks.
+C = TypeVar("C")
 # (consumer, position, key_hash) -> whether the entry may be added (and so sent).
-AddHandler = Callable[[object, Position, int], bool]
+AddHandler = Callable[[C, Position, int], bool]
 # (consumer, position, key_hash, closing) -> None, called after the entry left the map.
-RemoveHandler = Callable[[object, Position, int, bool], None]
+RemoveHandler = Callable[[C, Position, int, bool], None]
 
 
-class PendingAcks:
+class PendingAcks(Generic[C]):
     """Invariants:
     - once closed, the map stays empty and refuses every add;
     - every stored batch size is >= 1 (an entry holds at least one message).
@@ -40,13 +44,13 @@ class PendingAcks:
 
     __slots__ = ("consumer", "_acks", "closed", "add_handler", "remove_handler")
 
-    def __init__(self, consumer: object) -> None:
+    def __init__(self, consumer: C) -> None:
         self.consumer = consumer
         # position -> (batch_size, key_hash, sent_at_ms)
         self._acks: dict[Position, tuple[int, int, int]] = {}
         self.closed = False
-        self.add_handler: AddHandler | None = None
-        self.remove_handler: RemoveHandler | None = None
+        self.add_handler: AddHandler[C] | None = None
+        self.remove_handler: RemoveHandler[C] | None = None
 
     def add_if_allowed(self, position: Position, batch_size: int, key_hash: int, sent_at_ms: int = 0) -> bool:
         """Record that `position` is being sent, unless the map is closed or the add hook vetoes it.
@@ -62,7 +66,7 @@ class PendingAcks:
         self._acks[position] = (batch_size, key_hash, sent_at_ms)
         return True
 
-    def add_all(self, entries: list[tuple[object, int]], sent_at_ms: int = 0) -> int:
+    def add_all(self, entries: Sequence[tuple[Entry, int]], sent_at_ms: int = 0) -> int:
         """Add (entry, key hash) pairs without consulting the add hook; returns their message count.
 
         For a caller that has established the hook would allow every entry (nothing drains, nothing of
@@ -126,6 +130,10 @@ class PendingAcks:
         """Entries in position order."""
         return iter(sorted(self._acks.items()))
 
+    def positions(self) -> Iterator[Position]:
+        """Pending positions, in no particular order."""
+        return iter(self._acks)
+
     def values(self) -> Iterator[tuple[int, int, int]]:
         """(batch size, key hash, time sent) of every entry, in no particular order (cheapest full scan)."""
         return iter(self._acks.values())
@@ -138,7 +146,7 @@ class PendingAcks:
         """Every pending entry as (position, batch size, key hash, time sent), in position order."""
         return [(position, *value) for position, value in sorted(self._acks.items())]
 
-    def for_each_and_close(self, callback: Callable[[Position, int, int], None]) -> None:
+    def for_each_and_close(self, callback: Callable[[Position, int, int], object]) -> None:
         """Hand every entry to `callback` in position order, then close: later adds are refused.
 
         The remove hook is told `closing=True`, so the draining tracker releases the hashes without

@@ -73,8 +73,8 @@ class PositionRangeSet:
                 raise ValueError(f"range ({lower}, {upper}] is empty, unsorted, or touches the one before")
             previous_upper = upper
         ranges = cls()
-        ranges._lowers = [tuple(lower) for lower in lowers]
-        ranges._uppers = [tuple(upper) for upper in uppers]
+        ranges._lowers = [(ledger_id, entry_id) for ledger_id, entry_id in lowers]
+        ranges._uppers = [(ledger_id, entry_id) for ledger_id, entry_id in uppers]
         return ranges
 
     def add(self, position: tuple[int, int]) -> bool:

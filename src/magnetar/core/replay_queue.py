@@ -11,7 +11,7 @@ Must not touch: consumers, pending acks, storage.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, KeysView
 
 from sortedcontainers import SortedDict
 
@@ -63,7 +63,7 @@ class ReplayQueue:
     def remove_up_to(self, position: Position) -> int:
         """Drop every queued position at or below `position` (already acknowledged); returns how many."""
         positions = self._positions
-        end = positions.bisect_right(position)
+        end: int = positions.bisect_right(position)
         if not end:
             return 0
         for queued in list(positions.islice(0, end)):
@@ -73,8 +73,17 @@ class ReplayQueue:
     def contains_hash(self, key_hash: int) -> bool:
         return key_hash in self._hash_counts
 
+    def queued_hashes(self) -> KeysView[int]:
+        """The key hashes with queued positions: a live view, `in` is O(1)."""
+        return self._hash_counts.keys()
+
     def hash_of(self, position: Position) -> int | None:
-        return self._positions.get(position)
+        key_hash: int | None = self._positions.get(position)
+        return key_hash
+
+    def positions(self) -> Iterator[Position]:
+        """Queued positions in order."""
+        return iter(self._positions)
 
     def items(self) -> Iterator[tuple[Position, int]]:
         """(position, key hash) in position order."""

@@ -22,7 +22,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import count
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from magnetar.core.errors import ConsumerAssignError
 from magnetar.core.sticky_key import HASH_RANGE_SIZE, consistent_hashing_slot, key_hash, range_slot
@@ -38,6 +38,9 @@ __all__ = [
 ]
 
 Range = tuple[int, int]  # inclusive [start, end]
+
+# The dispatcher's consumer type; a selector only holds consumers and tells them apart by identity.
+C = TypeVar("C")
 
 # Slot spaces. The ring leaves out 0 because Pulsar reserves it for "hash not set" (PIP-379 shrank the
 # ring from [1, 2^31-2] to [1, 65535] to bound draining-hash memory); the range selectors cover every
@@ -56,27 +59,27 @@ class HashRangeChanges:
     added: list[Range]
 
 
-ImpactedConsumers = dict[object, HashRangeChanges]  # only consumers that changed, plus the one added/removed
+ImpactedConsumers = dict[C, HashRangeChanges]  # only consumers that changed, plus the one added/removed
 
 
-class StickyKeyConsumerSelector(Protocol):
+class StickyKeyConsumerSelector(Protocol[C]):
     """The interface the Key_Shared dispatcher drives, whatever the mode."""
 
     def slot(self, key_hash: int) -> int:
         """Map an entry's 31-bit `key_hash` into this selector's slot space."""
         ...
 
-    def add_consumer(self, consumer: object, name: str, ranges: Sequence[Range] | None = None) -> ImpactedConsumers: ...
+    def add_consumer(self, consumer: C, name: str, ranges: Sequence[Range] | None = None) -> ImpactedConsumers[C]: ...
 
-    def remove_consumer(self, consumer: object) -> ImpactedConsumers:
+    def remove_consumer(self, consumer: C) -> ImpactedConsumers[C]:
         """Unknown consumer: empty result, no error, so removing twice is safe."""
         ...
 
-    def select(self, sticky_hash: int) -> object | None:
+    def select(self, sticky_hash: int) -> C | None:
         """The consumer serving `sticky_hash`; None when nobody does (STICKY gaps, no consumers)."""
         ...
 
-    def ranges_by_consumer(self) -> dict[object, list[Range]]:
+    def ranges_by_consumer(self) -> dict[C, list[Range]]:
         """Inclusive, sorted, adjacent merged: the stats' `keyHashRangeArrays`."""
         ...
 
@@ -94,15 +97,13 @@ def _merge_ranges(ranges: Iterable[Range]) -> list[Range]:
     return merged
 
 
-def _impacted_consumers(
-    moves: Iterable[tuple[Range, object | None, object | None]], subject: object
-) -> ImpactedConsumers:
+def _impacted_consumers(moves: Iterable[tuple[Range, C | None, C | None]], subject: C) -> ImpactedConsumers[C]:
     """Fold `(range, owner before, owner after)` moves into per-consumer changes.
 
     `subject`, the consumer being added or removed, is always reported, even when it gained or lost
     nothing (all of its ring points collided), so the dispatcher never has to special-case it.
     """
-    by_id: dict[int, tuple[object, list[Range], list[Range]]] = {id(subject): (subject, [], [])}
+    by_id: dict[int, tuple[C, list[Range], list[Range]]] = {id(subject): (subject, [], [])}
     for hash_range, before, after in moves:
         if before is after:
             continue
@@ -116,22 +117,24 @@ def _impacted_consumers(
     }
 
 
-def _group_ranges(assignments: Iterable[tuple[Range, object]]) -> dict[object, list[Range]]:
-    by_id: dict[int, tuple[object, list[Range]]] = {}
+def _group_ranges(assignments: Iterable[tuple[Range, C | None]]) -> dict[C, list[Range]]:
+    """Per consumer, its ranges merged; unowned ranges (None) are left out."""
+    by_id: dict[int, tuple[C, list[Range]]] = {}
     for hash_range, consumer in assignments:
-        by_id.setdefault(id(consumer), (consumer, []))[1].append(hash_range)
+        if consumer is not None:
+            by_id.setdefault(id(consumer), (consumer, []))[1].append(hash_range)
     return {consumer: _merge_ranges(ranges) for consumer, ranges in by_id.values()}
 
 
 @dataclass(slots=True, eq=False)
-class _RingMember:
-    consumer: object
+class _RingMember(Generic[C]):
+    consumer: C
     name: str
     name_index: int
     points: tuple[int, ...]  # ring slot of each point index, duplicates kept (a consumer may collide with itself)
 
 
-class ConsistentHashingSelector:
+class ConsistentHashingSelector(Generic[C]):
     """Pulsar's `ConsistentHashingStickyKeyConsumerSelector`: a hash ring over slots [1, 65535].
 
     Each consumer puts `replica_points` points on the ring
@@ -162,18 +165,18 @@ class ConsistentHashingSelector:
             raise ValueError(f"replica_points must be at least 1, got {replica_points}")
         self._replica_points = replica_points
         self._point_slots: list[int] = []
-        self._point_owners: list[object | None] = [None]
-        self._backups: dict[int, list[object]] = {}
-        self._members: dict[int, _RingMember] = {}
+        self._point_owners: list[C | None] = [None]
+        self._backups: dict[int, list[C]] = {}
+        self._members: dict[int, _RingMember[C]] = {}
         self._name_indexes: dict[str, set[int]] = {}
 
     def slot(self, key_hash: int) -> int:
         return consistent_hashing_slot(key_hash)
 
-    def select(self, sticky_hash: int) -> object | None:
+    def select(self, sticky_hash: int) -> C | None:
         return self._point_owners[bisect_left(self._point_slots, sticky_hash)]
 
-    def add_consumer(self, consumer: object, name: str, ranges: Sequence[Range] | None = None) -> ImpactedConsumers:
+    def add_consumer(self, consumer: C, name: str, ranges: Sequence[Range] | None = None) -> ImpactedConsumers[C]:
         """Put the consumer's points on the ring. `ranges` is ignored, as Pulsar ignores it in AUTO_SPLIT."""
         if id(consumer) in self._members:
             raise ValueError(f"consumer {name!r} is already added")
@@ -204,7 +207,7 @@ class ConsistentHashingSelector:
         ]
         return _impacted_consumers(moves, consumer)
 
-    def remove_consumer(self, consumer: object) -> ImpactedConsumers:
+    def remove_consumer(self, consumer: C) -> ImpactedConsumers[C]:
         member = self._members.pop(id(consumer), None)
         if member is None:
             return {}
@@ -240,7 +243,7 @@ class ConsistentHashingSelector:
         ]
         return _impacted_consumers(moves, consumer)
 
-    def ranges_by_consumer(self) -> dict[object, list[Range]]:
+    def ranges_by_consumer(self) -> dict[C, list[Range]]:
         return _group_ranges(
             (hash_range, self._point_owners[index])
             for index in range(len(self._point_slots))
@@ -299,7 +302,7 @@ class ConsistentHashingSelector:
             return [(_RING_SLOT_MIN, point), (last + 1, _RING_SLOT_MAX)]
         return [(_RING_SLOT_MIN, point)]
 
-    def _insert_points(self, fresh: list[int], consumer: object) -> None:
+    def _insert_points(self, fresh: list[int], consumer: C) -> None:
         """Splice sorted new points into the ring in one pass.
 
         One rebuild per consumer costs a C-level copy of the ring; inserting point by point would
@@ -307,7 +310,7 @@ class ConsistentHashingSelector:
         """
         slots, owners = self._point_slots, self._point_owners[:-1]
         new_slots: list[int] = []
-        new_owners: list[object | None] = []
+        new_owners: list[C | None] = []
         start = 0
         for point in fresh:
             index = bisect_left(slots, point, start)
@@ -325,7 +328,7 @@ class ConsistentHashingSelector:
         """Remove sorted points from the ring in one pass (same reason as `_insert_points`)."""
         slots, owners = self._point_slots, self._point_owners[:-1]
         new_slots: list[int] = []
-        new_owners: list[object | None] = []
+        new_owners: list[C | None] = []
         start = 0
         for point in deleted:
             index = bisect_left(slots, point, start)
@@ -343,7 +346,7 @@ def _contains(sorted_values: list[int], value: int) -> bool:
     return index < len(sorted_values) and sorted_values[index] == value
 
 
-class HashRangeAutoSplitSelector:
+class HashRangeAutoSplitSelector(Generic[C]):
     """Pulsar's `HashRangeAutoSplitStickyKeyConsumerSelector` (PIP-34's original hash layer) over [0, 65535].
 
     The first consumer serves everything. A new consumer takes the LOWER half of the largest range,
@@ -381,7 +384,7 @@ class HashRangeAutoSplitSelector:
             raise ValueError(f"range_size must be a power of two of at least 2, got {range_size}")
         self._range_size = range_size
         self._range_ends: list[int] = []
-        self._range_owners: list[object | None] = [None]
+        self._range_owners: list[C | None] = [None]
         self._members: dict[int, str] = {}
 
     def slot(self, key_hash: int) -> int:
@@ -389,10 +392,10 @@ class HashRangeAutoSplitSelector:
         # 0 is "hash not set", so it becomes 1.
         return key_hash % self._range_size or 1
 
-    def select(self, sticky_hash: int) -> object | None:
+    def select(self, sticky_hash: int) -> C | None:
         return self._range_owners[bisect_left(self._range_ends, sticky_hash)]
 
-    def add_consumer(self, consumer: object, name: str, ranges: Sequence[Range] | None = None) -> ImpactedConsumers:
+    def add_consumer(self, consumer: C, name: str, ranges: Sequence[Range] | None = None) -> ImpactedConsumers[C]:
         """Split the largest range for the consumer. `ranges` is ignored, as Pulsar ignores it here."""
         if id(consumer) in self._members:
             raise ValueError(f"consumer {name!r} is already added")
@@ -405,7 +408,7 @@ class HashRangeAutoSplitSelector:
         # Pulsar's findBiggestRange over its keys: range i is (lower_key, key]; the last key is range_size.
         last = len(ends) - 1
         largest, largest_size = 0, 0
-        for index, end in enumerate(ends):
+        for index in range(len(ends)):
             size = self._pulsar_key(index) - (ends[index - 1] if index else 0)
             if size > largest_size:
                 largest, largest_size = index, size
@@ -425,7 +428,7 @@ class HashRangeAutoSplitSelector:
         """Pulsar's ceiling-map key of range `index`: its end, or `range_size` for the last range."""
         return self._range_size if index == len(self._range_ends) - 1 else self._range_ends[index]
 
-    def remove_consumer(self, consumer: object) -> ImpactedConsumers:
+    def remove_consumer(self, consumer: C) -> ImpactedConsumers[C]:
         if self._members.pop(id(consumer), None) is None:
             return {}
         ends, owners = self._range_ends, self._range_owners
@@ -442,7 +445,7 @@ class HashRangeAutoSplitSelector:
         del owners[index]
         return _impacted_consumers([(removed, consumer, heir)], consumer)
 
-    def ranges_by_consumer(self) -> dict[object, list[Range]]:
+    def ranges_by_consumer(self) -> dict[C, list[Range]]:
         return _group_ranges(
             ((self._range_start(index), end), self._range_owners[index]) for index, end in enumerate(self._range_ends)
         )
@@ -462,13 +465,13 @@ class HashRangeAutoSplitSelector:
 
 
 @dataclass(slots=True, eq=False)
-class _StickyMember:
-    consumer: object
+class _StickyMember(Generic[C]):
+    consumer: C
     name: str
     ranges: list[Range]  # as declared, sorted by start
 
 
-class HashRangeExclusiveSelector:
+class HashRangeExclusiveSelector(Generic[C]):
     """Pulsar's `HashRangeExclusiveStickyKeyConsumerSelector` (STICKY): consumers declare their ranges.
 
     Ranges must be non-empty, inside [0, 65535], and overlap neither each other nor any other
@@ -491,16 +494,16 @@ class HashRangeExclusiveSelector:
 
     def __init__(self) -> None:
         self._segment_starts: list[int] = [_RANGE_SLOT_MIN]
-        self._segment_owners: list[object | None] = [None]
-        self._members: dict[int, _StickyMember] = {}
+        self._segment_owners: list[C | None] = [None]
+        self._members: dict[int, _StickyMember[C]] = {}
 
     def slot(self, key_hash: int) -> int:
         return range_slot(key_hash)
 
-    def select(self, sticky_hash: int) -> object | None:
+    def select(self, sticky_hash: int) -> C | None:
         return self._segment_owners[bisect_right(self._segment_starts, sticky_hash) - 1]
 
-    def add_consumer(self, consumer: object, name: str, ranges: Sequence[Range] | None = None) -> ImpactedConsumers:
+    def add_consumer(self, consumer: C, name: str, ranges: Sequence[Range] | None = None) -> ImpactedConsumers[C]:
         if id(consumer) in self._members:
             raise ValueError(f"consumer {name!r} is already added")
         declared = self._validate(name, ranges)
@@ -508,14 +511,14 @@ class HashRangeExclusiveSelector:
         self._rebuild_segments()
         return {consumer: HashRangeChanges(removed=[], added=_merge_ranges(declared))}
 
-    def remove_consumer(self, consumer: object) -> ImpactedConsumers:
+    def remove_consumer(self, consumer: C) -> ImpactedConsumers[C]:
         member = self._members.pop(id(consumer), None)
         if member is None:
             return {}
         self._rebuild_segments()
         return {consumer: HashRangeChanges(removed=_merge_ranges(member.ranges), added=[])}
 
-    def ranges_by_consumer(self) -> dict[object, list[Range]]:
+    def ranges_by_consumer(self) -> dict[C, list[Range]]:
         return _group_ranges(
             (self._segment(index), owner) for index, owner in enumerate(self._segment_owners) if owner is not None
         )
@@ -559,15 +562,16 @@ class HashRangeExclusiveSelector:
                 )
         return declared
 
-    def _first_held_overlap(self, start: int, end: int) -> tuple[Range, object] | None:
+    def _first_held_overlap(self, start: int, end: int) -> tuple[Range, C] | None:
         """The lowest declared range that overlaps `[start, end]`, with its holder."""
         starts, owners = self._segment_starts, self._segment_owners
         index = bisect_right(starts, start) - 1
         # Gaps and held segments alternate at worst, so this walks at most two segments before it
         # finds a holder or leaves `[start, end]`.
         while index < len(starts) and starts[index] <= end:
-            if owners[index] is not None:
-                return self._segment(index), owners[index]
+            owner = owners[index]
+            if owner is not None:
+                return self._segment(index), owner
             index += 1
         return None
 
@@ -587,7 +591,7 @@ class HashRangeExclusiveSelector:
             key=lambda held_range: held_range[0],
         )
         starts: list[int] = []
-        owners: list[object | None] = []
+        owners: list[C | None] = []
         next_free = _RANGE_SLOT_MIN
         for start, end, consumer in held:
             if start > next_free:

@@ -8,6 +8,7 @@ Must not touch: files or the environment; the broker loads `broker.conf` and bui
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 __all__ = ["DispatcherSettings", "ORDERING_MODES", "PULSAR_KEYS"]
 
@@ -55,7 +56,8 @@ class DispatcherSettings:
         """
         by_key = {key: name for name, (key, _doc, _dynamic) in PULSAR_KEYS.items()}
         defaults = cls()
-        values: dict[str, object] = {}
+        # Each value parsed to its field's type above (bool, int), or taken as given (the mode's string).
+        values: dict[str, Any] = {}
         for key, value in conf.items():
             if key == "subscriptionKeySharedUseClassicPersistentImplementation":
                 if _parse_bool(key, value):

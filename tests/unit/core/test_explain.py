@@ -206,7 +206,7 @@ def test_a_draining_hash_names_its_holding_messages_and_returns_to_flowing_after
     answer = drive.d.explain_hash(sticky)
     assert answer.draining.blocked_attempts >= 1
     assert answer.replay == ((waiting[0], key_hash(moving.encode())),)
-    assert answer.reasons == (DRAINING, IN_REPLAY_QUEUE)
+    assert answer.reasons == (IN_REPLAY_QUEUE, DRAINING)  # in the order dispatch checks them
     assert drive.d.explain_hash(sticky) == answer  # asking is not a blocked attempt
 
     drive(Acked(1, tuple(held)))

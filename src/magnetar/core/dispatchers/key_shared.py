@@ -22,12 +22,13 @@ no-ops").
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Container
 
 from sortedcontainers import SortedDict
 
 from magnetar.core.consumers import Consumer
 from magnetar.core.dispatchers.shared import NORMAL, Group, SharedDispatcher
-from magnetar.core.draining_hashes import DrainingHashesTracker
+from magnetar.core.draining_hashes import ConsumerDrainingStats, DrainingHashesTracker
 from magnetar.core.errors import NotAllowedError
 from magnetar.core.events import Entry, KeySharedMeta
 from magnetar.core.explain import (
@@ -67,6 +68,63 @@ def _in_ranges(starts: list[int], ranges: list[Range], value: int) -> bool:
     return index >= 0 and value <= ranges[index][1]
 
 
+def admission_block(
+    consumer: Consumer | None,
+    available: int,
+    position: Position,
+    key_hash: int,
+    sticky_hash: int,
+    queued: Container[int] | None,
+    older: dict[int, Position] | None,
+    draining: DrainingHashesTracker[Consumer] | None,
+    joined: dict[Consumer, Position] | None,
+    replay_floor: Position | None,
+    every: list[str] | None = None,
+) -> str | None:
+    """The Key_Shared admission rule: why the entry at `position` (of `key_hash`, selector slot
+    `sticky_hash`) cannot go to `consumer`, the hash's owner, now; None when it can.
+
+    The one home of the rule: dispatch (`_assign`), the replay filter (`_replayable`) and `explain_hash`
+    all ask it, so an explanation cannot disagree with dispatch. Pure: the draining question is the
+    tracker's `blocks`; counting the blocked attempt is the caller's (see `_note_draining_attempt`).
+    - `available`: what the consumer may still take in this pass (its permits less what the pass gave it);
+    - `queued`: a normal read's check for older messages of the key in the replay queue (key hashes);
+    - `older`: a replay read's oldest queued position of each key that is not part of the read (#12885);
+    - `draining`: the tracker while some hash drains (pip379);
+    - `joined`: classic/pip282's join positions of recently joined consumers, capped by `replay_floor`
+      (the oldest of them) on a replay read.
+    Checks run in dispatch's order and the first that holds is the answer; with `every`, each reason that
+    holds is appended to it in that order (for the explainers).
+    """
+    if consumer is None:
+        if every is not None:
+            every.append(NO_CONSUMER_FOR_HASH)
+        return NO_CONSUMER_FOR_HASH
+    if available <= 0:
+        reason = CONSUMER_BLOCKED_ON_UNACKED if consumer.blocked_on_unacked else NO_PERMITS
+        if every is None:
+            return reason
+        every.append(reason)
+    if (queued is not None and key_hash in queued) or (older is not None and older.get(key_hash, position) < position):
+        if every is None:
+            return IN_REPLAY_QUEUE
+        every.append(IN_REPLAY_QUEUE)
+    if draining is not None and draining.blocks(consumer, sticky_hash):
+        if every is None:
+            return DRAINING
+        every.append(DRAINING)
+    if joined is not None:
+        limit = joined.get(consumer)
+        if limit is not None:
+            if replay_floor is not None and replay_floor < limit:
+                limit = replay_floor
+            if position > limit:
+                if every is None:
+                    return RECENTLY_JOINED
+                every.append(RECENTLY_JOINED)
+    return every[0] if every else None
+
+
 class KeySharedDispatcher(SharedDispatcher):
     """Invariants (beyond the Shared ones):
     - pip379 with draining: a sticky hash has pending acks on at most one consumer;
@@ -81,9 +139,9 @@ class KeySharedDispatcher(SharedDispatcher):
         super().__init__(settings, mark_delete_position)
         self.ordering_mode = self.settings.key_shared_ordering_mode
         self.meta: KeySharedMeta | None = None
-        self.selector: StickyKeyConsumerSelector = self._new_selector(KeySharedMeta())
+        self.selector: StickyKeyConsumerSelector[Consumer] = self._new_selector(KeySharedMeta())
         self._slot = self.selector.slot
-        self.draining = DrainingHashesTracker(on_unblocked=self._hash_unblocked)
+        self.draining: DrainingHashesTracker[Consumer] = DrainingHashesTracker(on_unblocked=self._hash_unblocked)
         self.draining_required = False
         self._ordered = True  # not allowOutOfOrderDelivery
         self._unblock_read_at_ms: int | None = None
@@ -101,28 +159,28 @@ class KeySharedDispatcher(SharedDispatcher):
 
     # ------------------------------------------------------------------------------- consumers
 
-    def _new_selector(self, meta: KeySharedMeta) -> StickyKeyConsumerSelector:
+    def _new_selector(self, meta: KeySharedMeta) -> StickyKeyConsumerSelector[Consumer]:
         if meta.mode == "STICKY":
-            return HashRangeExclusiveSelector()
+            return HashRangeExclusiveSelector[Consumer]()
         if self.settings.use_consistent_hashing:
-            return ConsistentHashingSelector(self.settings.consistent_hashing_replica_points)
-        return HashRangeAutoSplitSelector()
+            return ConsistentHashingSelector[Consumer](self.settings.consistent_hashing_replica_points)
+        return HashRangeAutoSplitSelector[Consumer]()
 
     def _attach(self, consumer: Consumer) -> None:
         meta = consumer.key_shared_meta or KeySharedMeta()
         if meta.mode not in ("AUTO_SPLIT", "STICKY"):
             raise NotAllowedError(f"unknown Key_Shared mode {meta.mode!r}")
-        if self.consumers:
-            current = self.meta
+        current = self.meta
+        if self.consumers and current is not None:
             if (meta.mode, meta.allow_out_of_order_delivery) != (current.mode, current.allow_out_of_order_delivery):
                 raise NotAllowedError(
                     f"Key_Shared policy {meta.mode} allowOutOfOrderDelivery={meta.allow_out_of_order_delivery} "
                     f"differs from the subscription's {current.mode} "
                     f"allowOutOfOrderDelivery={current.allow_out_of_order_delivery} while consumers are connected"
                 )
-        elif self.meta is None or (meta.mode, meta.allow_out_of_order_delivery) != (
-            self.meta.mode,
-            self.meta.allow_out_of_order_delivery,
+        elif current is None or (meta.mode, meta.allow_out_of_order_delivery) != (
+            current.mode,
+            current.allow_out_of_order_delivery,
         ):
             # The policy may change once every consumer left (testSelectorChangedAfterAllConsumerDisconnected).
             self.selector = self._new_selector(meta)
@@ -158,7 +216,7 @@ class KeySharedDispatcher(SharedDispatcher):
             self.draining.clear()
             self.recently_joined.clear()
 
-    def _update_draining(self, impacted: ImpactedConsumers, skip: Consumer) -> None:
+    def _update_draining(self, impacted: ImpactedConsumers[Consumer], skip: Consumer) -> None:
         """PIP-379 point 1 and #24736: pending hashes in lost ranges start draining; a draining hash that
         came back to its consumer stops."""
         draining, slot = self.draining, self._slot
@@ -187,7 +245,7 @@ class KeySharedDispatcher(SharedDispatcher):
         finally:
             draining.end_batch()
 
-    def _allow_pending_ack(self, consumer: object, position: Position, key_hash: int) -> bool:
+    def _allow_pending_ack(self, consumer: Consumer, position: Position, key_hash: int) -> bool:
         """PIP-379 point 7: the last check before an entry becomes pending and is sent."""
         draining = self.draining
         if len(draining):
@@ -204,7 +262,7 @@ class KeySharedDispatcher(SharedDispatcher):
     def _remove_hook_needed(self) -> bool:
         return self.draining_required and bool(len(self.draining))
 
-    def _pending_ack_removed(self, consumer: object, _position: Position, key_hash: int, closing: bool) -> None:
+    def _pending_ack_removed(self, consumer: Consumer, _position: Position, key_hash: int, closing: bool) -> None:
         if len(self.draining):
             self.draining.reduce_ref_count(consumer, self._slot(key_hash), closing)
 
@@ -268,10 +326,12 @@ class KeySharedDispatcher(SharedDispatcher):
         slot, select = self._slot, self.selector.select
         ordered = self._ordered
         draining = self.draining if self.draining_required and len(self.draining) else None
-        replay = self.replay if ordered and not is_replay and self.replay else None
+        queued = self.replay.queued_hashes() if ordered and not is_replay and self.replay else None
+        older = (self._older_queued(entries) or None) if ordered and is_replay else None
         joined = self.recently_joined if ordered and self.recently_joined else None
-        min_joined = min(joined.values()) if joined else None
-        older = self._older_queued(entries) if ordered and is_replay else None
+        replay_floor = min(joined.values()) if joined and is_replay else None
+        # Without them, the rule holds an entry only for its owner's permits: the common case skips the call.
+        whole_rule = queued is not None or older is not None or draining is not None or joined is not None
         permits: dict[Consumer, int] = {}
         groups: dict[Consumer, Group] = {}
         to_replay: Group = []
@@ -283,26 +343,44 @@ class KeySharedDispatcher(SharedDispatcher):
                 to_replay.append((entry, key_hash))
                 continue
             consumer = select(sticky_hash)
-            if consumer is not None:
-                available = permits.get(consumer)
-                if available is None:
-                    available = self._available_permits(consumer)
-                if (
-                    available > 0
-                    and (replay is None or not replay.contains_hash(key_hash))
-                    and (not older or older.get(key_hash, entry.position) >= entry.position)
-                    and (draining is None or not draining.should_block(consumer, sticky_hash))
-                    and (joined is None or self._before_join_limit(consumer, entry.position, is_replay, min_joined))
-                ):
-                    permits[consumer] = available - entry.message_count
-                    group = groups.get(consumer)
-                    if group is None:
-                        group = groups[consumer] = []
-                    group.append((entry, key_hash))
-                    continue
+            if consumer is None:
+                available = 0
+            else:
+                cached = permits.get(consumer)
+                available = self._available_permits(consumer) if cached is None else cached
+            if whole_rule or available <= 0:
+                reason = admission_block(
+                    consumer,
+                    available,
+                    entry.position,
+                    key_hash,
+                    sticky_hash,
+                    queued,
+                    older,
+                    draining,
+                    joined,
+                    replay_floor,
+                )
+                if draining is not None and consumer is not None and (reason is None or reason is DRAINING):
+                    self._note_draining_attempt(consumer, sticky_hash)
+            else:
+                reason = None
+            if reason is None and consumer is not None:
+                permits[consumer] = available - entry.message_count
+                group = groups.get(consumer)
+                if group is None:
+                    group = groups[consumer] = []
+                group.append((entry, key_hash))
+                continue
             to_replay.append((entry, key_hash))
             blocked.add(sticky_hash)
         return groups, to_replay
+
+    def _note_draining_attempt(self, consumer: Consumer, sticky_hash: int) -> None:
+        """The side of the draining check that `admission_block` leaves out: a delivery of a draining hash
+        to another consumer counts as a blocked attempt, and a hash that came back to its draining consumer
+        stops draining (PIP-379 point 6)."""
+        self.draining.should_block(consumer, sticky_hash)
 
     def _older_queued(self, entries: tuple[Entry, ...]) -> dict[int, Position]:
         """For a replay read: the oldest queued position of each key that is not part of the read.
@@ -320,16 +398,6 @@ class KeySharedDispatcher(SharedDispatcher):
             if position not in in_read and key_hash not in older:
                 older[key_hash] = position
         return older
-
-    def _before_join_limit(self, consumer: Consumer, position: Position, is_replay: bool, min_joined: Position) -> bool:
-        """classic/pip282: a recently joined consumer only gets entries up to its join position; on a
-        replay read, up to the oldest join position of all (Pulsar's classic dispatcher)."""
-        limit = self.recently_joined.get(consumer)
-        if limit is None:
-            return True
-        if is_replay and min_joined < limit:
-            limit = min_joined
-        return position <= limit
 
     # ---------------------------------------------------------------------------------- reading
 
@@ -362,11 +430,11 @@ class KeySharedDispatcher(SharedDispatcher):
 
     def _replayable(self, max_positions: int) -> list[Position]:
         """Pulsar's ReplayPositionFilter: a queued position is read only if its hash is not blocked in this
-        pass, someone serves it, that consumer has permits left and the hash does not drain elsewhere."""
+        pass and `admission_block` admits it, each admitted position taking one of its consumer's permits."""
         slot, select = self._slot, self.selector.select
         draining = self.draining if self.draining_required and len(self.draining) else None
         joined = self.recently_joined if self._ordered and self.recently_joined else None
-        min_joined = min(joined.values()) if joined else None
+        replay_floor = min(joined.values()) if joined else None
         permits: dict[Consumer, int] = {}
         blocked: set[int] = set()
         positions: list[Position] = []
@@ -375,20 +443,22 @@ class KeySharedDispatcher(SharedDispatcher):
             if sticky_hash in blocked:
                 continue
             consumer = select(sticky_hash)
-            if consumer is not None:
-                available = permits.get(consumer)
-                if available is None:
-                    available = self._available_permits(consumer)
-                if (
-                    available > 0
-                    and (draining is None or not draining.should_block(consumer, sticky_hash))
-                    and (joined is None or self._before_join_limit(consumer, position, True, min_joined))
-                ):
-                    permits[consumer] = available - 1
-                    positions.append(position)
-                    if len(positions) >= max_positions:
-                        break
-                    continue
+            if consumer is None:
+                available = 0
+            else:
+                cached = permits.get(consumer)
+                available = self._available_permits(consumer) if cached is None else cached
+            reason = admission_block(
+                consumer, available, position, key_hash, sticky_hash, None, None, draining, joined, replay_floor
+            )
+            if draining is not None and consumer is not None and (reason is None or reason is DRAINING):
+                self._note_draining_attempt(consumer, sticky_hash)
+            if reason is None and consumer is not None:
+                permits[consumer] = available - 1
+                positions.append(position)
+                if len(positions) >= max_positions:
+                    break
+                continue
             blocked.add(sticky_hash)
         return positions
 
@@ -397,7 +467,8 @@ class KeySharedDispatcher(SharedDispatcher):
     def last_sent_position(self) -> Position:
         """Every entry at or below it has been sent at least once (PIP-282)."""
         if self._unsent:
-            return self._unsent.peekitem(0)[1]
+            previous: Position = self._unsent.peekitem(0)[1]
+            return previous
         return self.last_read_position
 
     def individually_sent_positions(self) -> PositionRangeSet:
@@ -413,7 +484,10 @@ class KeySharedDispatcher(SharedDispatcher):
     # ------------------------------------------------------------------------------------- stats
 
     def consumer_stats(
-        self, consumer: Consumer, ranges: dict | None = None, draining_stats: dict | None = None
+        self,
+        consumer: Consumer,
+        ranges: dict[Consumer, list[Range]] | None = None,
+        draining_stats: dict[Consumer, ConsumerDrainingStats] | None = None,
     ) -> dict[str, object]:
         stats = super().consumer_stats(consumer)
         mine_ranges = (ranges if ranges is not None else self.ranges_by_consumer()).get(consumer, [])
@@ -448,13 +522,14 @@ class KeySharedDispatcher(SharedDispatcher):
             "msgDelayed": len(self.delayed),
             "unackedMessages": self.total_unacked,
             "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
-            "msgOutCounter": sum(c["msgOutCounter"] for c in consumers),
+            "msgOutCounter": sum(c.msg_out_counter for c in self.consumers.values()),
             "consumers": consumers,
         }
-        if self.draining_required:
-            stats["drainingHashesCount"] = sum(c["drainingHashesCount"] for c in consumers)
-            stats["drainingHashesClearedTotal"] = sum(c["drainingHashesClearedTotal"] for c in consumers)
-            stats["drainingHashesUnackedMessages"] = sum(c["drainingHashesUnackedMessages"] for c in consumers)
+        if draining_stats is not None:
+            mine = [s for s in map(draining_stats.get, self.consumers.values()) if s is not None]
+            stats["drainingHashesCount"] = sum(s.count for s in mine)
+            stats["drainingHashesClearedTotal"] = sum(s.cleared_total for s in mine)
+            stats["drainingHashesUnackedMessages"] = sum(s.unacked_messages for s in mine)
         if self.ordering_mode in ("classic", "pip282") and self._ordered:
             stats["consumersAfterMarkDeletePosition"] = {
                 f"consumerName={c.name}, consumerId={c.consumer_id}": str(Position(*p))
@@ -492,19 +567,36 @@ class KeySharedDispatcher(SharedDispatcher):
         return key_hash, self._slot(key_hash)
 
     def explain_hash(self, sticky_hash: int, key_hash: int | None = None) -> HashExplanation:
-        """What decides, right now, whether messages of `sticky_hash` flow (`key_hash` only labels the
-        answer: every key of a hash waits for the same things).
+        """What decides, right now, whether messages of `sticky_hash` flow: every reason `admission_block`
+        finds for a newly read message of `key_hash` (when None, of the key of the hash's oldest queued
+        message, so that a waiting key shows), then what holds back reading itself (the subscription's
+        unacked limit, the look-ahead limit) and the hash's delayed messages.
 
-        Asks the questions `_assign` and `_replayable` ask, without their side effects: the draining
-        check is `blocks`, not `should_block`, so asking does not count as a blocked attempt.
+        Asks the rule dispatch asks, without the side effects: asking is not a blocked attempt.
         """
         slot = self._slot
+        ordered = self._ordered
         owner = self.selector.select(sticky_hash) if self.consumers else None
+        replay = tuple((position, queued) for position, queued in self.replay.items() if slot(queued) == sticky_hash)
         reasons: list[str] = []
         if not self.consumers:
             reasons.append(NO_CONSUMERS)
-        elif owner is None:
-            reasons.append(NO_CONSUMER_FOR_HASH)
+        else:
+            last = self.last_read_position
+            probe_key = key_hash if key_hash is not None else (replay[0][1] if replay else 0)
+            admission_block(
+                owner,
+                self._available_permits(owner) if owner is not None else 0,
+                Position(last[0], last[1] + 1),
+                probe_key,
+                sticky_hash,
+                {queued for _position, queued in replay} if ordered and replay else None,
+                None,
+                self.draining if self.draining_required and len(self.draining) else None,
+                self.recently_joined if ordered and self.recently_joined else None,
+                None,
+                reasons,
+            )
         draining = None
         if self.draining_required:
             entry = self.draining.get_entry(sticky_hash)
@@ -512,18 +604,7 @@ class KeySharedDispatcher(SharedDispatcher):
                 draining = DrainingState(
                     entry.consumer.consumer_id, entry.consumer.name, entry.ref_count, entry.blocked_count
                 )
-                if owner is not None and self.draining.blocks(owner, sticky_hash):
-                    reasons.append(DRAINING)
-        join_position = None
-        if owner is not None:
-            if owner.blocked_on_unacked:
-                reasons.append(CONSUMER_BLOCKED_ON_UNACKED)
-            elif self._available_permits(owner) <= 0:
-                reasons.append(NO_PERMITS)
-            if self._ordered:
-                join_position = self.recently_joined.get(owner)
-                if join_position is not None:
-                    reasons.append(RECENTLY_JOINED)
+        join_position = self.recently_joined.get(owner) if owner is not None and ordered else None
         if self.blocked_on_unacked:
             reasons.append(SUBSCRIPTION_BLOCKED_ON_UNACKED)
         counts = self.redelivery_counts
@@ -545,9 +626,6 @@ class KeySharedDispatcher(SharedDispatcher):
                             sent_at_ms,
                         )
                     )
-        replay = tuple((position, queued) for position, queued in self.replay.items() if slot(queued) == sticky_hash)
-        if replay:
-            reasons.append(IN_REPLAY_QUEUE)
         if self._ordered and self.consumers and len(self.replay) >= self.look_ahead_limit():
             reasons.append(LOOK_AHEAD_LIMIT)
         delayed = tuple(

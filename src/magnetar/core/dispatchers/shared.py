@@ -14,6 +14,8 @@ allowed; everything else lives here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sortedcontainers import SortedDict
 
 from magnetar.core.consumers import Consumer
@@ -336,7 +338,7 @@ class SharedDispatcher:
         if count <= 0:
             return []
         positions = []
-        for position, _hash in self.replay.items():
+        for position in self.replay.positions():
             positions.append(position)
             if len(positions) >= count:
                 break
@@ -410,6 +412,7 @@ class SharedDispatcher:
             for position in positions:
                 self.redelivery_counts.pop(position, None)
         unblocked = False
+        others: Sequence[Position]
         consumer = self.consumers.get(event.consumer_id)
         if consumer is not None:
             # The common case, in one pass: the acking consumer holds what it acknowledges.
@@ -424,7 +427,9 @@ class SharedDispatcher:
             # Acked by a consumer it is not pending on: it was redelivered to another one.
             owner = self._owner_of(event.consumer_id, position)
             if owner is not None:
-                batch_size = owner.pending_acks.remove(position)[0]
+                removed = owner.pending_acks.remove(position)
+                assert removed is not None, f"{position} is pending on {owner!r}"
+                batch_size = removed[0]
                 unblocked |= self._unacked_released(owner, batch_size - owner.partially_acked.pop(position, 0))
         if unblocked:
             self._read_more()
@@ -461,7 +466,9 @@ class SharedDispatcher:
         owner = self._owner_of(event.consumer_id, event.position)
         if owner is None:
             return
-        batch_size = owner.pending_acks.get(event.position)[0]
+        pending = owner.pending_acks.get(event.position)
+        assert pending is not None, f"{event.position} is pending on {owner!r}"
+        batch_size = pending[0]
         already = owner.partially_acked.get(event.position, 0)
         count = min(event.message_count, batch_size - already - 1)
         if count <= 0:
@@ -497,7 +504,9 @@ class SharedDispatcher:
         released = 0
         counts = self.redelivery_counts
         for position in positions:
-            batch_size, key_hash, _sent = pending.remove(position)
+            removed = pending.remove(position)
+            assert removed is not None, f"{position} is pending on {consumer!r}"
+            batch_size, key_hash, _sent = removed
             released += batch_size - consumer.partially_acked.pop(position, 0)
             counts[position] = counts.get(position, 0) + 1
             self.replay.add(position, key_hash)
@@ -561,7 +570,7 @@ class SharedDispatcher:
             "msgDelayed": len(self.delayed),
             "unackedMessages": self.total_unacked,
             "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
-            "msgOutCounter": sum(c["msgOutCounter"] for c in consumers),
+            "msgOutCounter": sum(c.msg_out_counter for c in self.consumers.values()),
             "consumers": consumers,
         }
 
@@ -612,7 +621,7 @@ class SharedDispatcher:
         for consumer in self.consumers.values():
             consumer.check_invariants()
             assert not consumer.pending_acks.closed, f"{consumer!r} is connected but its pending acks are closed"
-            for position, _value in consumer.pending_acks.items():
+            for position in consumer.pending_acks.positions():
                 assert position not in owners, f"{position} pending on {owners[position]!r} and {consumer!r}"
                 assert position not in self.replay, f"{position} pending on {consumer!r} and in the replay queue"
                 owners[position] = consumer

@@ -92,7 +92,7 @@ class SingleActiveConsumerDispatcher:
         self._read_stale = False
         self._completed: tuple[Entry, ...] | None = None
         # The Exclusive consumer's declared key hash ranges, when it declared some.
-        self.key_hash_filter: HashRangeExclusiveSelector | None = None
+        self.key_hash_filter: HashRangeExclusiveSelector[Consumer] | None = None
         self._out: list[Decision] = []
 
     def handle(self, event: Event, now_ms: int) -> list[Decision]:
@@ -111,7 +111,7 @@ class SingleActiveConsumerDispatcher:
         consumer = Consumer(event.consumer_id, event.consumer_name, event.priority_level)
         meta = event.key_shared_meta
         if self.subscription_type == "Exclusive" and meta is not None and meta.sticky_ranges:
-            selector = HashRangeExclusiveSelector()
+            selector = HashRangeExclusiveSelector[Consumer]()
             # Refuses bad ranges with ConsumerAssignError before the consumer is registered.
             selector.add_consumer(consumer, consumer.name, meta.sticky_ranges)
             self.key_hash_filter = selector
