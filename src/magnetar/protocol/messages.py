@@ -222,12 +222,12 @@ def encode_entry(
 
     For entries the broker writes itself (markers) and for tests; client entries are stored as received.
     """
-    serialized = metadata.SerializeToString()
+    serialized: bytes = metadata.SerializeToString()
     checked = _U32.pack(len(serialized)) + serialized + payload
     section = _MAGIC_CRC32C_BYTES + _U32.pack(crc32c.crc32c(checked)) + checked
     if broker_entry_metadata is None:
         return section
-    prefix = broker_entry_metadata.SerializeToString()
+    prefix: bytes = broker_entry_metadata.SerializeToString()
     return _MAGIC_BROKER_ENTRY_METADATA_BYTES + _U32.pack(len(prefix)) + prefix + section
 
 
@@ -265,7 +265,8 @@ def replicated_section(section: bytes, local_cluster: str) -> bytes:
 @functools.cache
 def _replicated_from_field(cluster: str) -> bytes:
     """MessageMetadata.replicated_from (field 5, length-delimited) = `cluster`, serialised."""
-    return MessageMetadata(replicated_from=cluster).SerializePartialToString()
+    serialized: bytes = MessageMetadata(replicated_from=cluster).SerializePartialToString()
+    return serialized
 
 
 def stored_metadata(section: bytes) -> MessageMetadata:
@@ -350,13 +351,14 @@ def _signed_word(word: int) -> int:
 def _unpack_u32(view: memoryview, offset: int, what: str) -> int:
     if offset < 0 or offset + _U32.size > len(view):
         raise ProtocolError(f"payload section truncated: no room for the {what} at byte {offset}")
-    return _U32.unpack_from(view, offset)[0]
+    value: int = _U32.unpack_from(view, offset)[0]
+    return value
 
 
 def _parse(message_type: type[_M], view: memoryview, start: int, end: int, what: str) -> _M:
     if end > len(view):
         raise ProtocolError(f"{what} of {end - start} bytes overruns the payload section ({len(view) - start} remain)")
-    message = message_type()
+    message: _M = message_type()
     try:
         message.ParseFromString(view[start:end])
     except DecodeError as error:
