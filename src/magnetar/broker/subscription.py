@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 from magnetar.broker.logs import draining_ended
 from magnetar.core.dispatchers import Dispatcher, new_dispatcher
@@ -32,7 +32,6 @@ from magnetar.core.events import (
     Dispatch,
     DispatchDue,
     Entry,
-    Event,
     Flow,
     KeySharedMeta,
     MarkDeleteAdvanced,
@@ -83,8 +82,7 @@ def is_marker_entry(stored: Any) -> bool:
         return True
 
 
-# Entry(...) without the Python-level __new__ NamedTuple generates: one per entry read, on the
-# dispatch path bench/e2e_throughput.py measures (commit 6766574).
+# Entry(...) without the Python-level __new__ NamedTuple generates: one per entry read.
 _new_entry = partial(tuple.__new__, Entry)
 
 
@@ -304,15 +302,13 @@ class PersistentSubscription:
 
     def _cache_snapshots(self, marker_entries: list[Any]) -> None:
         """SNAPSHOT markers this subscription read go into its cache (Pulsar's filterEntriesForConsumer)."""
-        cache = self.snapshot_cache
-        assert cache is not None, "called for replicated subscriptions only"
         for stored in marker_entries:
             try:
                 marker = parse_marker(stored.data)
             except (ProtocolError, messages.ChecksumError):
                 continue
-            if marker is not None and marker.marker_type == SNAPSHOT and marker.body is not None:
-                cache.add_new_snapshot(cached_snapshot(marker.body))
+            if marker is not None and marker.marker_type == SNAPSHOT:
+                self.snapshot_cache.add_new_snapshot(cached_snapshot(marker.body))  # type: ignore[union-attr, arg-type]
 
     def _mark_delete_moved(self, before: Position) -> None:
         after = self.cursor.mark_delete_position
@@ -383,42 +379,45 @@ class PersistentSubscription:
 
     # ----------------------------------------------------------------------- decisions
 
-    def _handle(self, event: Event) -> None:
+    def _handle(self, event: object) -> None:
         dispatcher = self.dispatcher
         if dispatcher is None:
             return
         for decision in dispatcher.handle(event, self._now_ms()):
-            kind = type(decision)
-            if kind is Dispatch:
-                consumer = self.consumers.get(decision.consumer_id)
-                if consumer is not None:
-                    consumer.send_entries(decision.entries, decision.redelivery_counts)
-            elif kind is ReadEntries or kind is ReplayEntries:
-                self._cancel_requested = False
-                self._read_task = asyncio.get_running_loop().create_task(self._read(decision))
-            elif kind is CancelRead:
-                # Cancel a read that waits for new entries; one still reading will not wait afterwards.
-                log.debug(
-                    "[%s][%s] Cancelling the read %s: the replay queue has work",
-                    self.topic.name,
-                    self.name,
-                    "waiting for new entries" if self._read_waiting else "in progress (it will not wait)",
-                )
-                self._cancel_requested = True
-                if self._read_waiting and self._read_task is not None:
-                    self._read_task.cancel()
-            elif kind is WakeUp:
-                self._arm_wakeup(decision.at_ms)
-            elif kind is RewindCursor:
-                self.cursor.rewind()
-            elif kind is ActiveConsumerChanged:
-                for consumer_id, consumer in self.consumers.items():
-                    consumer.send_active_change(consumer_id == decision.active_consumer_id)
-            elif kind is AckFiltered:
-                # Outside the key hash ranges of a reader: the cursor moves past them as if acked.
-                before = self.cursor.mark_delete_position
-                self.cursor.delete(list(decision.positions))
-                self._mark_delete_moved(before)
+            # One case per member of the core's `Decision` union; `assert_never` makes mypy name a new one.
+            match decision:
+                case Dispatch(consumer_id=consumer_id, entries=entries, redelivery_counts=counts):
+                    consumer = self.consumers.get(consumer_id)
+                    if consumer is not None:
+                        consumer.send_entries(entries, counts)
+                case ReadEntries() | ReplayEntries():
+                    self._cancel_requested = False
+                    self._read_task = asyncio.get_running_loop().create_task(self._read(decision))
+                case CancelRead():
+                    # Cancel a read that waits for new entries; one still reading will not wait afterwards.
+                    log.debug(
+                        "[%s][%s] Cancelling the read %s: the replay queue has work",
+                        self.topic.name,
+                        self.name,
+                        "waiting for new entries" if self._read_waiting else "in progress (it will not wait)",
+                    )
+                    self._cancel_requested = True
+                    if self._read_waiting and self._read_task is not None:
+                        self._read_task.cancel()
+                case WakeUp(at_ms=at_ms):
+                    self._arm_wakeup(at_ms)
+                case RewindCursor():
+                    self.cursor.rewind()
+                case ActiveConsumerChanged(active_consumer_id=active_id):
+                    for consumer_id, consumer in self.consumers.items():
+                        consumer.send_active_change(consumer_id == active_id)
+                case AckFiltered(positions=positions):
+                    # Outside the key hash ranges of a reader: the cursor moves past them as if acked.
+                    before = self.cursor.mark_delete_position
+                    self.cursor.delete(list(positions))
+                    self._mark_delete_moved(before)
+                case _:
+                    assert_never(decision)
         if self.draining_logged:
             draining_ended(self)
 
@@ -452,7 +451,7 @@ class PersistentSubscription:
     async def _read(self, request: ReadEntries | ReplayEntries) -> None:
         dispatcher = self.dispatcher
         try:
-            if isinstance(request, ReplayEntries):
+            if type(request) is ReplayEntries:
                 stored = await self._read_replay(request.positions)
             else:
                 stored = await self._read_new(request.max_entries)
@@ -529,7 +528,7 @@ class PersistentSubscription:
         """The stored entries at `positions`, in that order: held ones as they are, the rest read."""
         held = self._held
         stored = [held.get(position) for position in positions]
-        missing: list[tuple[int, int]] = [position for position, entry in zip(positions, stored) if entry is None]
+        missing = [position for position, entry in zip(positions, stored) if entry is None]
         if not missing:
             return stored
         found = await self.topic.ledger.read_positions(missing)
@@ -600,7 +599,7 @@ class PersistentSubscription:
         """The n-th entry (from 1) after the mark-delete position that is not acknowledged: what Pulsar's
         peekNthMessage and skipMessages count. None when the backlog holds fewer."""
         cursor, ledger = self.cursor, self.topic.ledger
-        position: tuple[int, int] = cursor.mark_delete_position
+        position = cursor.mark_delete_position
         remaining = n
         for lower, upper in cursor.individually_deleted.ranges():
             gap = ledger.count_entries(position, lower)
@@ -642,7 +641,7 @@ class PersistentSubscription:
         names the `ServerConsumer` it describes (key `consumer`). Rates and Pulsar's whole JSON shape
         are the admin API's business (admin/stats.py)."""
         dispatcher = self.dispatcher
-        base: dict[str, Any] = dispatcher.stats() if dispatcher is not None else {"consumers": [], "msgInReplay": 0}
+        base = dispatcher.stats() if dispatcher is not None else {"consumers": [], "msgInReplay": 0}
         if dispatcher is not None:
             # A dispatcher lists its consumers' stats in the order of its `consumers` dict.
             for consumer_id, consumer_stats in zip(dispatcher.consumers, base["consumers"]):
@@ -658,7 +657,7 @@ class PersistentSubscription:
         return in_flight == "normal", in_flight == "replay", self._read_waiting
 
 
-def entry_after(ledger: Any, position: tuple[int, int], count: int) -> Position | None:
+def entry_after(ledger: Any, position: Position, count: int) -> Position | None:
     """The `count`-th stored entry after `position` (count >= 1), walking the ledgers' entry counts."""
     for info in ledger.ledgers:
         if info.ledger_id < position[0] or not info.entries:
