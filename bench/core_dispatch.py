@@ -18,9 +18,9 @@ from pathlib import Path
 
 from magnetar.core.dispatchers import KeySharedDispatcher, SharedDispatcher
 from magnetar.core.events import Acked, ConsumerAdded, Dispatch, DispatchDue, Entry, Flow, ReadCompleted, ReadEntries
-from magnetar.core.positions import Position
 from magnetar.core.settings import DispatcherSettings
 from magnetar.core.sticky_key import key_hash
+from magnetar.positions import Position
 
 READ_SIZE = 100
 KEYS = 10_000

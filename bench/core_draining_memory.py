@@ -20,9 +20,9 @@ import magnetar.core.draining_hashes as draining_module
 from magnetar.core.dispatchers import KeySharedDispatcher
 from magnetar.core.draining_hashes import DrainingHashesTracker
 from magnetar.core.events import Acked, ConsumerAdded, Dispatch, DispatchDue, Entry, Flow, ReadCompleted
-from magnetar.core.positions import Position
 from magnetar.core.settings import DispatcherSettings
 from magnetar.core.sticky_key import key_hash
+from magnetar.positions import Position
 
 RESULTS = Path(__file__).parent / "results"
 

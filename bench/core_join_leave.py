@@ -19,9 +19,9 @@ from pathlib import Path
 
 from magnetar.core.dispatchers import KeySharedDispatcher
 from magnetar.core.events import ConsumerAdded, ConsumerRemoved, Dispatch, DispatchDue, Entry, Flow, ReadCompleted
-from magnetar.core.positions import Position
 from magnetar.core.settings import DispatcherSettings
 from magnetar.core.sticky_key import key_hash
+from magnetar.positions import Position
 
 CONSUMERS = 64
 PENDING = 100_000

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from magnetar.core.positions import EARLIEST
+from magnetar.positions import EARLIEST
 from magnetar.storage import ManagedLedgerFactory, StorageConfig
 
 TOPIC = "persistent://public/default/backlog"

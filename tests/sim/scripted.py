@@ -28,10 +28,10 @@ from magnetar.core.events import (
     Tick,
     WakeUp,
 )
-from magnetar.core.positions import Position
 from magnetar.core.selectors import ConsistentHashingSelector
 from magnetar.core.settings import DispatcherSettings
 from magnetar.core.sticky_key import key_hash
+from magnetar.positions import Position
 
 # Where a script's subscription starts unless it says otherwise.
 DEFAULT_MARK_DELETE = Position(1, 5)

@@ -24,8 +24,8 @@ from magnetar.core.events import (
     Tick,
     WakeUp,
 )
-from magnetar.core.positions import Position
 from magnetar.core.sticky_key import key_hash
+from magnetar.positions import Position
 
 P = Position
 MODES = ["pip379", "pip282", "classic"]

@@ -16,7 +16,7 @@ import pytest
 from magnetar.broker.config import load_config
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import PersistentTopic
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.protocol import markers
 from magnetar.protocol.commands import signed_id
 from magnetar.protocol.messages import encode_entry

@@ -10,8 +10,8 @@ from scripted import Script, keys_routed
 
 from magnetar.core.dispatchers import KeySharedDispatcher
 from magnetar.core.events import Entry
-from magnetar.core.positions import Position
 from magnetar.core.settings import DispatcherSettings
+from magnetar.positions import Position
 
 P = Position
 # key-a: c1 while {c1, c2}, then c3 once c3 joins; key-b: c2 throughout (the document's selector).

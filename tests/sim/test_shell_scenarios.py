@@ -10,7 +10,7 @@ from pathlib import Path
 
 from magnetar.broker.config import load_config
 from magnetar.broker.service import BrokerService
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand, Schema, ServerError
 from magnetar.sim.shell.client import Delivery, Network, SimClient, SimConsumer, SimProducer
 from magnetar.sim.shell.engine import SimEngine

@@ -25,7 +25,7 @@ import random
 import sys
 import zlib
 
-from magnetar.core.positions import EARLIEST, Position
+from magnetar.positions import EARLIEST, Position
 from magnetar.storage import ManagedLedgerFactory, StorageConfig
 
 TOPICS = [f"persistent://public/default/crash-{index}" for index in range(3)]

@@ -15,7 +15,7 @@ import resource
 import signal
 import sys
 
-from magnetar.core.positions import EARLIEST
+from magnetar.positions import EARLIEST
 from magnetar.storage import ManagedLedgerFactory, StorageConfig, StorageWriteError
 
 TOPIC = "persistent://public/default/full"

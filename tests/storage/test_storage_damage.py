@@ -21,7 +21,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from magnetar.core.positions import EARLIEST
+from magnetar.positions import EARLIEST
 from magnetar.storage import ManagedLedgerFactory, StorageConfig, StorageCorruptionError, StorageError, sqlite_engine
 from magnetar.storage.sqlite_engine import COMMIT_SEQ_FILE, DB_FILE
 

@@ -31,9 +31,8 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"broker", "core", "protocol", "replication", "storage"},
     "cli": {"admin", "broker", "client", "perf", "protocol", "sim", "storage"},
 }
-# The position type every layer shares; it lived in core/ before positions.py, and an import of the old
-# module is an import of the same shared type.
-SHARED = {"magnetar.positions", "magnetar.core.positions"}
+# The position type every layer shares.
+SHARED = {"magnetar.positions"}
 ADMIN_STORAGE_MODULES = {"magnetar.storage.metadata", "magnetar.storage.schemas", "magnetar.storage.write_latency"}
 
 
@@ -70,7 +69,7 @@ def test_layer_imports_only_downward(layer):
             continue
         for line, name in imported_modules(ast.parse(path.read_text(), str(path))):
             target = name.split(".")[1]
-            if name in SHARED or name.startswith("magnetar.core.positions."):
+            if name in SHARED:
                 continue
             if target == layer or target in ALLOWED[layer]:
                 if layer == "admin" and target == "storage" and name not in ADMIN_STORAGE_MODULES:

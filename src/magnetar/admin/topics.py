@@ -29,7 +29,7 @@ from magnetar.broker.service import BrokerService, TopicBusyError, TopicNotFound
 from magnetar.broker.subscription import PersistentSubscription
 from magnetar.broker.topic import PersistentTopic, SubscriptionBusyError
 from magnetar.broker.topic_name import PARTITION_SUFFIX, InvalidTopicName, TopicName
-from magnetar.core.positions import LATEST, Position
+from magnetar.positions import LATEST, Position
 from magnetar.protocol import messages
 from magnetar.protocol.pulsar_api_pb2 import CompressionType
 from magnetar.replication.replicator import REPLICATOR_PREFIX

@@ -25,7 +25,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.protocol.framing import ProtocolError
 from magnetar.protocol.messages import ChecksumError, encode_batch, encode_entry, parse_entry, split_batch
 from magnetar.protocol.pulsar_api_pb2 import CompressionType, MessageMetadata, SingleMessageMetadata

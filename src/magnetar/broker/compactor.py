@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.compaction import compact_entry, compacted_out_indexes, latest_for_keys
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.storage.compaction import read_compacted, read_horizon, read_last_compacted, replace_compacted
 from magnetar.storage.sqlite_engine import Entry, new_entry
 

@@ -27,7 +27,7 @@ from magnetar.broker.service import TOPIC_DOMAINS, BrokerService
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.core.errors import CoreError
 from magnetar.core.events import KeySharedMeta
-from magnetar.core.positions import EARLIEST, LATEST, Position
+from magnetar.positions import EARLIEST, LATEST, Position
 from magnetar.protocol import commands, messages
 from magnetar.protocol.connection import ServerProtocol
 from magnetar.protocol.framing import ProtocolError, command_field_name

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.logs import consumer_changed
 from magnetar.core.events import Entry
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.protocol import commands
 
 if TYPE_CHECKING:

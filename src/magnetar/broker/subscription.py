@@ -44,7 +44,7 @@ from magnetar.core.events import (
     Tick,
     WakeUp,
 )
-from magnetar.core.positions import EARLIEST, Position
+from magnetar.positions import EARLIEST, Position
 from magnetar.protocol import messages
 from magnetar.protocol.framing import ProtocolError
 from magnetar.protocol.markers import MARKER_PRODUCER_NAME, SNAPSHOT, is_marker, parse_marker

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.compactor import TopicCompaction
 from magnetar.broker.subscription import MARKER_PRODUCER_NAME, PersistentSubscription, entry_after, is_marker_entry
 from magnetar.broker.topic_name import TopicName
-from magnetar.core.positions import EARLIEST, LATEST, Position
+from magnetar.positions import EARLIEST, LATEST, Position
 from magnetar.protocol.framing import ProtocolError
 from magnetar.protocol.markers import Marker, parse_marker
 from magnetar.protocol.messages import ChecksumError, parse_entry

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from magnetar.core.events import KeySharedMeta
 from magnetar.core.pending_acks import PendingAcks
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 
 __all__ = ["Consumer"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 
 __all__ = [
     "Entry",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 
 __all__ = [
     "PendingMessage",

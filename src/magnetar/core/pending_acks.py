@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 from magnetar.core.events import Entry
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 
 __all__ = ["PendingAcks", "AddHandler", "RemoveHandler"]
 

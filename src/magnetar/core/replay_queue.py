@@ -15,7 +15,7 @@ from collections.abc import Iterator, KeysView
 
 from sortedcontainers import SortedDict
 
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 
 __all__ = ["ReplayQueue"]
 

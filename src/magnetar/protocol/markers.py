@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from google.protobuf.message import DecodeError, Message
 
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.protocol.commands import wire_id
 from magnetar.protocol.framing import ProtocolError
 from magnetar.protocol.messages import encode_entry, parse_entry

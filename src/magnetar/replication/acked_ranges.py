@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import islice
 from operator import lt
 
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.protocol.commands import signed_id
 from magnetar.protocol.pulsar_markers_pb2 import MarkersMessageIdData, ReplicatedSubscriptionsAckedRanges
 

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.protocol import markers
 from magnetar.protocol.markers import Marker
 from magnetar.protocol.pulsar_markers_pb2 import (

@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from sortedcontainers import SortedDict
 
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.protocol import markers
 from magnetar.protocol.pulsar_markers_pb2 import (
     ReplicatedSubscriptionsSnapshot,

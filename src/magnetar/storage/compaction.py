@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.storage.sqlite_engine import Entry
 
 if TYPE_CHECKING:

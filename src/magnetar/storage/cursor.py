@@ -28,7 +28,7 @@ import json
 from array import array
 from typing import TYPE_CHECKING, Any
 
-from magnetar.core.positions import Position, PositionRangeSet
+from magnetar.positions import Position, PositionRangeSet
 
 if TYPE_CHECKING:
     from magnetar.storage.managed_ledger import ManagedLedger

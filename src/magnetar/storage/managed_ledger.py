@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
 from typing import Any, cast, overload
 
-from magnetar.core.positions import EARLIEST, LATEST, Position
+from magnetar.positions import EARLIEST, LATEST, Position
 from magnetar.storage.clock import Clock, LoopClock
 from magnetar.storage.config import StorageConfig
 from magnetar.storage.cursor import CursorRecord, ManagedCursor, decode_ranges

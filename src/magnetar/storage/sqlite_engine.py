@@ -54,7 +54,7 @@ from typing import Any, NamedTuple
 
 import crc32c
 
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.storage.errors import (
     LedgerFencedError,
     StorageCorruptionError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 
 from magnetar.broker.compaction import compact, compact_entry, compacted_out_indexes, latest_for_keys
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.protocol.messages import encode_batch, encode_entry, parse_entry, split_batch
 from magnetar.protocol.pulsar_api_pb2 import CompressionType, MessageMetadata, SingleMessageMetadata
 

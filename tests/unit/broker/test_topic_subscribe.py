@@ -11,7 +11,7 @@ from magnetar.broker.config import load_config
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import SubscriptionExistsError
 from magnetar.broker.topic_name import TopicName
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 
 
 def _run(tmp_path: Path, scenario) -> None:

@@ -41,10 +41,10 @@ from magnetar.core.explain import (
     RECENTLY_JOINED,
     PendingMessage,
 )
-from magnetar.core.positions import Position
 from magnetar.core.selectors import ConsistentHashingSelector
 from magnetar.core.settings import DispatcherSettings
 from magnetar.core.sticky_key import consistent_hashing_slot, key_hash
+from magnetar.positions import Position
 
 P = Position
 

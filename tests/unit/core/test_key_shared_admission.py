@@ -41,9 +41,9 @@ from magnetar.core.explain import (
     NO_PERMITS,
     RECENTLY_JOINED,
 )
-from magnetar.core.positions import Position
 from magnetar.core.settings import DispatcherSettings
 from magnetar.core.sticky_key import consistent_hashing_slot, key_hash
+from magnetar.positions import Position
 
 # The reasons that hold back one message's dispatch; the others (look-ahead, delayed, the subscription's
 # unacked limit) are about reading.

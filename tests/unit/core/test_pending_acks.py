@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from magnetar.core.pending_acks import PendingAcks
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 
 
 class Recorder:

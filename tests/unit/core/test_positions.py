@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.core.positions import EARLIEST, LATEST, Position, PositionRangeSet
+from magnetar.positions import EARLIEST, LATEST, Position, PositionRangeSet
 
 
 def ranges(s: PositionRangeSet) -> list[tuple[tuple[int, int], tuple[int, int]]]:

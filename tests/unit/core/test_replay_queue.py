@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from magnetar.core.positions import Position
 from magnetar.core.replay_queue import ReplayQueue
+from magnetar.positions import Position
 
 
 def test_add_and_remove() -> None:

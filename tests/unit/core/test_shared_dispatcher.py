@@ -26,8 +26,8 @@ from magnetar.core.events import (
     Tick,
     WakeUp,
 )
-from magnetar.core.positions import Position
 from magnetar.core.settings import DispatcherSettings
+from magnetar.positions import Position
 
 
 def entries(count: int, ledger: int = 1, first: int = 0, message_count: int = 1) -> tuple[Entry, ...]:

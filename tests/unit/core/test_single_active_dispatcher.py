@@ -26,8 +26,8 @@ from magnetar.core.events import (
     RewindCursor,
     Tick,
 )
-from magnetar.core.positions import Position
 from magnetar.core.sticky_key import key_hash, range_slot
+from magnetar.positions import Position
 
 
 def entries(count: int, first: int = 0) -> tuple[Entry, ...]:

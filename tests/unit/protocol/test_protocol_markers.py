@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.protocol import markers
 from magnetar.protocol.framing import ProtocolError
 from magnetar.protocol.messages import encode_entry, parse_entry

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.core.positions import EARLIEST, Position, PositionRangeSet
+from magnetar.positions import EARLIEST, Position, PositionRangeSet
 from magnetar.replication.acked_ranges import (
     ReplicatedPositions,
     acked_ranges_to_send,

@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from magnetar.core.positions import Position
+from magnetar.positions import Position
 from magnetar.protocol import markers
 from magnetar.protocol.messages import encode_entry, parse_entry
 from magnetar.protocol.pulsar_api_pb2 import MessageMetadata

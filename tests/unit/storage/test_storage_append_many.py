@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.core.positions import EARLIEST, Position
+from magnetar.positions import EARLIEST, Position
 from magnetar.storage import ManagedLedgerFactory, StorageBusyError, StorageClosedError, StorageConfig, sqlite_engine
 from magnetar.storage.errors import StorageWriteError
 from magnetar.storage.managed_ledger import JOIN_RUN_ENTRIES_MAX

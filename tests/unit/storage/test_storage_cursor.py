@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.core.positions import Position, PositionRangeSet
+from magnetar.positions import Position, PositionRangeSet
 from magnetar.storage import ManagedLedgerFactory
 from magnetar.storage.cursor import decode_ranges, encode_ranges
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.core.positions import EARLIEST, LATEST, Position
+from magnetar.positions import EARLIEST, LATEST, Position
 from magnetar.storage import (
     ManagedLedgerFactory,
     StorageBusyError,

@@ -8,8 +8,8 @@ from __future__ import annotations
 from magnetar.core.dispatchers.key_shared import KeySharedDispatcher
 from magnetar.core.dispatchers.shared import SharedDispatcher
 from magnetar.core.dispatchers.single_active import SingleActiveConsumerDispatcher
-from magnetar.core.positions import EARLIEST, Position
 from magnetar.core.settings import DispatcherSettings
+from magnetar.positions import EARLIEST, Position
 
 __all__ = ["KeySharedDispatcher", "SharedDispatcher", "SingleActiveConsumerDispatcher", "new_dispatcher"]
 

@@ -46,7 +46,6 @@ from magnetar.core.explain import (
     HashExplanation,
     PendingMessage,
 )
-from magnetar.core.positions import EARLIEST, Position, PositionRangeSet
 from magnetar.core.selectors import (
     ConsistentHashingSelector,
     HashRangeAutoSplitSelector,
@@ -57,6 +56,7 @@ from magnetar.core.selectors import (
 )
 from magnetar.core.settings import DispatcherSettings
 from magnetar.core.sticky_key import key_hash as hash_of_key
+from magnetar.positions import EARLIEST, Position, PositionRangeSet
 
 __all__ = ["KeySharedDispatcher"]
 

@@ -44,9 +44,9 @@ from magnetar.core.events import (
     WakeUp,
 )
 from magnetar.core.explain import PendingMessage
-from magnetar.core.positions import EARLIEST, Position
 from magnetar.core.replay_queue import ReplayQueue
 from magnetar.core.settings import DispatcherSettings
+from magnetar.positions import EARLIEST, Position
 
 __all__ = ["SharedDispatcher", "NORMAL", "REPLAY"]
 

@@ -49,10 +49,10 @@ from magnetar.core.events import (
     RewindCursor,
     Tick,
 )
-from magnetar.core.positions import EARLIEST, Position
 from magnetar.core.selectors import HashRangeExclusiveSelector
 from magnetar.core.settings import DispatcherSettings
 from magnetar.core.sticky_key import key_hash
+from magnetar.positions import EARLIEST, Position
 
 __all__ = ["SingleActiveConsumerDispatcher", "CONSUMER_CONSISTENT_HASH_REPLICAS"]
 

@@ -2,6 +2,8 @@
 
 Owns: `Position` (ledger id, entry id) and `PositionRangeSet`, the structure Pulsar uses for a cursor's
 individually deleted messages and for PIP-282's individually sent positions.
+A leaf below every layer: the core, storage, protocol and the shell all speak in these positions, so
+none of them has to import another's module for them. It imports nothing of magnetar.
 Must not touch: asyncio, files, sockets or the wall clock.
 
 A range set holds open-closed ranges `(lower, upper]`, exactly as Pulsar's `RangeSetWrapper` does.
