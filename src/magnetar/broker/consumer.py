@@ -20,6 +20,7 @@ from magnetar.broker.logs import consumer_changed
 from magnetar.core.events import Entry
 from magnetar.positions import Position
 from magnetar.protocol import commands
+from magnetar.protocol.messages import ack_set_of, and_ack_sets
 
 if TYPE_CHECKING:
     from magnetar.broker.connection import ServerConnection
@@ -29,23 +30,10 @@ __all__ = ["ServerConsumer"]
 
 log = logging.getLogger(__name__)
 
-_WORD = 64
-
 
 def _now_ms() -> int:
     """Epoch milliseconds, the unit of Pulsar's stats timestamps."""
     return int(time.time() * 1000)
-
-
-def unacked_words(batch_size: int, acked_mask: int) -> list[int]:
-    """Java BitSet words with a bit set for each index still unacked, as signed int64 values."""
-    unacked = ((1 << batch_size) - 1) & ~acked_mask
-    words = []
-    while unacked:
-        word = unacked & 0xFFFFFFFFFFFFFFFF
-        words.append(word - (1 << 64) if word >= 1 << 63 else word)
-        unacked >>= _WORD
-    return words
 
 
 class ServerConsumer:
@@ -96,7 +84,7 @@ class ServerConsumer:
                             entry.data, partial, entry.message_count
                         )
                     if partial is not None:
-                        ack_sets[index] = unacked_words(*partial)
+                        ack_sets[index] = ack_set_of(*partial)
         self.msg_out_counter += sum(entry.message_count for entry in entries)
         self.bytes_out_counter += sum(map(len, datas))
         self.last_consumed_ms = _now_ms()
@@ -160,7 +148,7 @@ class ServerConsumer:
             # Several ack sets for one entry in one ACK are ANDed: a bit stays set (unacked) only if
             # every one of them leaves it unacked (reference §2.3).
             if position in merged:
-                merged[position] = [a & b for a, b in zip(merged[position], ack_set)]
+                merged[position] = and_ack_sets(merged[position], ack_set)
             else:
                 merged[position] = ack_set
         for position, ack_set in merged.items():

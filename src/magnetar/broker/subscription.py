@@ -103,10 +103,6 @@ class _ReadCancelledBeforeWaiting(Exception):
     """A normal read found nothing new after the dispatcher asked to cancel it."""
 
 
-def unacked_count(batch_size: int, acked_mask: int) -> int:
-    return batch_size - bin(acked_mask).count("1")
-
-
 class PersistentSubscription:
     """Invariants:
     - a dispatcher exists exactly while consumers are attached;
@@ -259,10 +255,7 @@ class PersistentSubscription:
         for position, size, ack_set in batch_acks:
             if position > last or cursor.is_deleted(position):
                 continue
-            still_unacked = 0
-            for word_index, word in enumerate(ack_set):
-                still_unacked |= (word & 0xFFFFFFFFFFFFFFFF) << (64 * word_index)
-            acked = [i for i in range(size) if not (still_unacked >> i) & 1]
+            acked = messages.acked_indexes(ack_set, size)
             previous = cursor.acked_batch_indexes(position)
             previous_mask = previous[1] if previous else 0
             if len(acked) == size:
@@ -273,7 +266,7 @@ class PersistentSubscription:
             if now is None:
                 whole.append(position)
             else:
-                newly = bin(now[1]).count("1") - bin(previous_mask).count("1")
+                newly = messages.unacked_in_batch(size, previous_mask) - messages.unacked_in_batch(size, now[1])
                 if newly > 0:
                     self._handle(BatchIndexAcked(consumer_id, position, newly))
         if whole:
@@ -576,7 +569,7 @@ class PersistentSubscription:
         count = stored.message_count
         acked = self.cursor.acked_batch_indexes(stored.position) if count > 1 else None
         if acked is not None:
-            count = unacked_count(*acked)
+            count = messages.unacked_in_batch(*acked)
         deliver_at = 0
         if delays:
             deliver_at = messages.index_send(stored.data)[4]

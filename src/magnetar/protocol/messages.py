@@ -344,6 +344,31 @@ def unacked_count(ack_set: Sequence[int]) -> int:
     return sum((word & _WORD_MASK).bit_count() for word in ack_set)
 
 
+def ack_set_of(batch_size: int, acked_mask: int) -> list[int]:
+    """The ack set of a batch of `batch_size` messages whose acknowledged indexes are the set bits of
+    `acked_mask` (bit i for index i, as cursors keep them): empty when every message is acked."""
+    unacked = ((1 << batch_size) - 1) & ~acked_mask
+    words = []
+    while unacked:
+        words.append(_signed_word(unacked & _WORD_MASK))
+        unacked >>= _BITS_PER_WORD
+    return words
+
+
+def acked_indexes(ack_set: Sequence[int], batch_size: int) -> list[int]:
+    """The indexes of a batch of `batch_size` messages that the ack set leaves acknowledged (bits clear;
+    words beyond the set's end count as zero)."""
+    unacked = 0
+    for index, word in enumerate(ack_set):
+        unacked |= (word & _WORD_MASK) << (_BITS_PER_WORD * index)
+    return [i for i in range(batch_size) if not (unacked >> i) & 1]
+
+
+def unacked_in_batch(batch_size: int, acked_mask: int) -> int:
+    """How many of a batch's `batch_size` messages are unacked when the set bits of `acked_mask` are acked."""
+    return batch_size - acked_mask.bit_count()
+
+
 def _signed_word(word: int) -> int:
     return word - (1 << _BITS_PER_WORD) if word & _WORD_SIGN else word
 

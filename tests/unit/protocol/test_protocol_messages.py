@@ -13,6 +13,8 @@ from magnetar.core.sticky_key import key_hash
 from magnetar.protocol.framing import ProtocolError
 from magnetar.protocol.messages import (
     ChecksumError,
+    ack_set_of,
+    acked_indexes,
     and_ack_sets,
     encode_batch,
     encode_entry,
@@ -21,6 +23,7 @@ from magnetar.protocol.messages import (
     parse_entry,
     split_batch,
     unacked_count,
+    unacked_in_batch,
 )
 from magnetar.protocol.pulsar_api_pb2 import BrokerEntryMetadata, MessageMetadata, SingleMessageMetadata
 
@@ -262,6 +265,28 @@ def test_ack_set_words_are_java_longs() -> None:
     assert and_ack_sets([-1, -1], [-(2**63)]) == [-(2**63)]
     assert and_ack_sets([-1, 5], [-1]) == [-1]  # missing words are zero, as in BitSet.and
     assert and_ack_sets([1, 0], [1, 7]) == [1]  # trailing zero words trimmed, as BitSet.toLongArray
+
+
+def test_ack_sets_from_and_to_the_acked_indexes_a_cursor_keeps() -> None:
+    # The reference sequence again, from the cursor's side: index 1 acked is mask 0b10.
+    assert ack_set_of(4, 0b10) == [13]
+    assert acked_indexes([13], 4) == [1]
+    assert unacked_in_batch(4, 0b10) == 3
+    assert ack_set_of(4, 0b1111) == [] and acked_indexes([], 4) == [0, 1, 2, 3]
+    assert ack_set_of(65, 0) == full_ack_set(65) == [-1, 1]
+    assert ack_set_of(65, 1 << 64) == [-1]
+    assert acked_indexes([-(2**63)], 65) == [*range(63), 64]  # the sign bit is index 63
+
+
+@given(st.integers(1, 200), st.data())
+@settings(max_examples=200)
+def test_ack_set_and_acked_indexes_are_inverse(batch_size: int, data: st.DataObject) -> None:
+    acked_mask = data.draw(st.integers(0, (1 << batch_size) - 1))
+    ack_set = ack_set_of(batch_size, acked_mask)
+    acked = [i for i in range(batch_size) if (acked_mask >> i) & 1]
+    assert acked_indexes(ack_set, batch_size) == acked
+    assert unacked_count(ack_set) == unacked_in_batch(batch_size, acked_mask) == batch_size - len(acked)
+    assert all(-(2**63) <= word < 2**63 for word in ack_set)
 
 
 @given(st.integers(0, 200), st.sets(st.integers(0, 199)), st.sets(st.integers(0, 199)))
