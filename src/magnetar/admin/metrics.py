@@ -25,8 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 
 from magnetar.admin.stats import consumer_rates, producer_rates, replication_stats
-from magnetar.broker import figures as storage_figures
-from magnetar.core.dispatchers import SharedDispatcher
+from magnetar.broker import figures as broker_figures
 from magnetar.storage.write_latency import WRITE_LATENCY_BOUNDS_MS
 
 if TYPE_CHECKING:
@@ -148,7 +147,7 @@ class BrokerCollector:
             figures = _topic_figures(topic, now_s, labels, subscription_gauges, out_bytes, out_messages)
             for name, value in figures.items():
                 topic_gauges[name].add_metric(labels, value)
-            buckets = storage_figures.write_latency(topic)
+            buckets = broker_figures.write_latency(topic)
             for name, count in zip(_LATENCY_NAMES, buckets.buckets):
                 latency[name].add_metric(labels, count)
             latency_count.add_metric(labels, buckets.count)
@@ -251,8 +250,8 @@ def _topic_figures(
         backlog += figures["pulsar_subscription_back_log"]
         consumers += figures["pulsar_subscription_consumers_count"]
         if subscription.durable:
-            slowest = max(slowest, storage_figures.backlog_size(subscription))
-    size = storage_figures.storage_size(topic)
+            slowest = max(slowest, broker_figures.backlog_size(subscription))
+    size = broker_figures.storage_size(topic)
     return {
         "pulsar_subscriptions_count": len(topic.subscriptions),
         "pulsar_producers_count": len(topic.producers),
@@ -270,17 +269,13 @@ def _topic_figures(
 
 
 def _subscription_figures(subscription: PersistentSubscription, now_s: float) -> dict[str, Any]:
-    dispatcher = subscription.dispatcher
-    # Exclusive and Failover keep no replay queue and no unacked counts: nothing to add.
-    # The dispatcher's counters: ints, and a bool for blockedSubscriptionOnUnackedMsgs.
-    summary: dict[str, Any] = dispatcher.summary() if isinstance(dispatcher, SharedDispatcher) else {}
-    core_consumers = dispatcher.consumers if dispatcher is not None else {}
+    summary = broker_figures.dispatcher_summary(subscription)
     rate_out = throughput_out = redeliver = ack = 0.0
     bytes_out = subscription.bytes_out_from_removed_consumers
     messages_out = subscription.msg_out_from_removed_consumers
     last_acked = last_consumed = 0
     for consumer in list(subscription.consumers.values()):
-        redelivered = getattr(core_consumers.get(consumer.consumer_id), "redelivered_counter", 0)
+        redelivered = broker_figures.redelivered(subscription, consumer.consumer_id)
         rate, throughput, redelivery, acks = consumer_rates(consumer, redelivered, now_s)
         rate_out += rate
         throughput_out += throughput
@@ -290,7 +285,7 @@ def _subscription_figures(subscription: PersistentSubscription, now_s: float) ->
         messages_out += consumer.msg_out_counter
         last_acked = max(last_acked, consumer.last_acked_ms)
         last_consumed = max(last_consumed, consumer.last_consumed_ms)
-    backlog = storage_figures.backlog_entries(subscription)
+    backlog = broker_figures.backlog_entries(subscription)
     delayed = summary.get("msgDelayed", 0)
     figures: dict[str, Any] = {
         "pulsar_subscription_back_log": backlog,

@@ -34,6 +34,7 @@ from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.consumer import ServerConsumer
+    from magnetar.broker.figures import ConsumerFigures
     from magnetar.broker.producer import ServerProducer
     from magnetar.broker.service import BrokerService
     from magnetar.broker.subscription import PersistentSubscription
@@ -190,9 +191,9 @@ _CONSUMER_ORDERING_KEYS = ("readPositionWhenJoining", "lastSentPositionWhenJoini
 _DRAINING_KEYS = ("drainingHashesCount", "drainingHashesClearedTotal", "drainingHashesUnackedMessages")
 
 
-def _consumer_stats(core: dict[str, Any], redelivered: int, now_s: float) -> dict[str, Any]:
-    consumer: ServerConsumer = core["consumer"]
-    rate, throughput, redeliver, ack = consumer_rates(consumer, redelivered, now_s)
+def _consumer_stats(figures: ConsumerFigures, now_s: float) -> dict[str, Any]:
+    consumer, core = figures.consumer, figures.core
+    rate, throughput, redeliver, ack = consumer_rates(consumer, figures.redelivered, now_s)
     stats: dict[str, Any] = {
         "msgRateOut": rate,
         "msgThroughputOut": throughput,
@@ -244,17 +245,10 @@ async def subscription_stats(
     exclude_consumers: bool = False,
 ) -> dict[str, Any]:
     """SubscriptionStats: the core's figures, the consumers' counters and rates, the cursor's backlog."""
-    core = subscription.stats()
-    dispatcher = subscription.dispatcher
-    core_consumers = dispatcher.consumers if dispatcher is not None else {}
-    consumers = []
-    for entry in core["consumers"]:
-        server = entry.get("consumer")
-        if server is None:
-            continue
-        redelivered = getattr(core_consumers.get(server.consumer_id), "redelivered_counter", 0)
-        consumers.append(_consumer_stats(entry, redelivered, now_s))
-    msg_backlog = core["msgBacklog"]
+    subscription_figures = figures.subscription_figures(subscription)
+    core = subscription_figures.core
+    consumers = [_consumer_stats(consumer, now_s) for consumer in subscription_figures.consumers]
+    msg_backlog = subscription_figures.backlog
     delayed = core.get("msgDelayed", 0)
     last_consumed = max((c.last_consumed_ms for c in subscription.consumers.values()), default=0)
     last_acked = max((c.last_acked_ms for c in subscription.consumers.values()), default=0)
@@ -291,7 +285,7 @@ async def subscription_stats(
             "lastAckedTimestamp": last_acked,
             "lastMarkDeleteAdvancedTimestamp": subscription.last_mark_delete_advanced_ms,
             "consumers": [] if exclude_consumers else consumers,
-            "isDurable": core["isDurable"],
+            "isDurable": subscription_figures.durable,
             "isReplicated": subscription.replicated,
             "allowOutOfOrderDelivery": core.get("allowOutOfOrderDelivery", False),
         }
@@ -322,7 +316,7 @@ async def subscription_stats(
             "drainingHashesClearedTotal": sum(c["drainingHashesClearedTotal"] for c in consumers),
             "drainingHashesUnackedMessages": sum(c["drainingHashesUnackedMessages"] for c in consumers),
             # Jackson also writes the boolean getters isDurable()/isReplicated() under these names.
-            "durable": core["isDurable"],
+            "durable": subscription_figures.durable,
             "replicated": subscription.replicated,
         }
     )

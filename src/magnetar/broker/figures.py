@@ -1,9 +1,10 @@
-"""Read-only queries over a topic's ledger and a subscription's cursor, as plain figures: what the admin
-API and the metrics report about storage, so that they read no ledger or cursor themselves.
+"""Read-only queries over a topic's ledger, a subscription's cursor and its dispatcher, as figures: what
+the admin API and the metrics report, so that they read no ledger, cursor or dispatcher themselves.
 
-Owns: Pulsar's estimates that need the ledger's and the cursor's internals (backlogSize, the earliest
-publish time in a backlog, the serialized size of the unacked ranges) and the managed ledger's internal
-stats with the broker's per-cursor read state.
+Owns: a subscription's figures (the dispatcher's, each consumer on the wire beside the core's figures of
+it, the backlog), Pulsar's estimates that need the ledger's and the cursor's internals (backlogSize, the
+earliest publish time in a backlog, the serialized size of the unacked ranges) and the managed ledger's
+internal stats with the broker's per-cursor read state.
 Must not touch: state (no reads move a cursor, no figure is cached), nor any JSON key of Pulsar's REST
 shapes but the internal stats', which the storage layer already writes in Pulsar's shape.
 """
@@ -13,25 +14,80 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from magnetar.core.dispatchers import SharedDispatcher
 from magnetar.storage.cursor import encode_ranges
 from magnetar.storage.internal_stats import managed_ledger_internal_stats
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from magnetar.broker.consumer import ServerConsumer
     from magnetar.broker.subscription import PersistentSubscription
     from magnetar.broker.topic import PersistentTopic
     from magnetar.storage.write_latency import LatencyBuckets
 
 __all__ = [
+    "ConsumerFigures",
     "CursorFigures",
+    "SubscriptionFigures",
     "backlog_entries",
     "backlog_size",
     "cursor_figures",
+    "dispatcher_summary",
     "earliest_publish_time",
     "mark_delete_position",
+    "redelivered",
     "storage_size",
+    "subscription_figures",
     "topic_internal_stats",
     "write_latency",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerFigures:
+    """A consumer as the dispatcher counts it, beside the consumer on the wire that it describes."""
+
+    consumer: ServerConsumer  # its counters, timestamps and connection
+    core: Mapping[str, Any]  # the dispatcher's stats of it (permits, unacked, hash ranges, draining hashes)
+    redelivered: int  # entries it asked to have redelivered, as the dispatcher counts them
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionFigures:
+    core: Mapping[str, Any]  # the dispatcher's subscription-wide stats; its `consumers` are in `consumers`
+    consumers: list[ConsumerFigures]  # those on the wire, in the dispatcher's order
+    durable: bool
+    backlog: int  # entries after the mark-delete position not individually acked (msgBacklog)
+
+
+def redelivered(subscription: PersistentSubscription, consumer_id: int) -> int:
+    """Entries the consumer asked to have redelivered (0 while no dispatcher knows it)."""
+    dispatcher = subscription.dispatcher
+    known = dispatcher.consumers.get(consumer_id) if dispatcher is not None else None
+    return known.redelivered_counter if known is not None else 0
+
+
+def subscription_figures(subscription: PersistentSubscription) -> SubscriptionFigures:
+    dispatcher = subscription.dispatcher
+    core: dict[str, Any] = dict(dispatcher.stats()) if dispatcher is not None else {"msgInReplay": 0}
+    consumers = []
+    # A dispatcher lists its consumers' stats in the order of its `consumers` dict.
+    for (consumer_id, known), stats in zip(
+        dispatcher.consumers.items() if dispatcher is not None else (), core.pop("consumers", ())
+    ):
+        server = subscription.consumers.get(consumer_id)
+        if server is not None:
+            consumers.append(ConsumerFigures(server, stats, known.redelivered_counter))
+    return SubscriptionFigures(core, consumers, subscription.durable, backlog_entries(subscription))
+
+
+def dispatcher_summary(subscription: PersistentSubscription) -> Mapping[str, Any]:
+    """The dispatcher's subscription-wide counters without the per-consumer work (what a metrics scrape
+    reads for every subscription): ints, and a bool for blockedSubscriptionOnUnackedMsgs. Exclusive and
+    Failover keep no replay queue and no unacked counts: empty."""
+    dispatcher = subscription.dispatcher
+    return dispatcher.summary() if isinstance(dispatcher, SharedDispatcher) else {}
 
 
 @dataclass(frozen=True, slots=True)

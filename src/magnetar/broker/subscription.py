@@ -629,20 +629,6 @@ class PersistentSubscription:
 
     # ------------------------------------------------------------------------------ stats
 
-    def stats(self) -> dict[str, Any]:
-        """The dispatcher's stats, the cursor's backlog and durability; each entry of `consumers` also
-        names the `ServerConsumer` it describes (key `consumer`). Rates and Pulsar's whole JSON shape
-        are the admin API's business (admin/stats.py)."""
-        dispatcher = self.dispatcher
-        base = dispatcher.stats() if dispatcher is not None else {"consumers": [], "msgInReplay": 0}
-        if dispatcher is not None:
-            # A dispatcher lists its consumers' stats in the order of its `consumers` dict.
-            for consumer_id, consumer_stats in zip(dispatcher.consumers, base["consumers"]):
-                consumer_stats["consumer"] = self.consumers.get(consumer_id)
-        base["isDurable"] = self.durable
-        base["msgBacklog"] = self.cursor.number_of_entries_in_backlog()
-        return base
-
     def read_state(self) -> tuple[bool, bool, bool]:
         """(a normal read is pending, a replay read is pending, a read waits for new entries): what
         internalStats shows as subscriptionHavePendingRead, ...PendingReplayRead and waitingReadOp."""
