@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from magnetar.broker.auth import AuthenticationError
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from magnetar.broker.authorization import AuthorizationService
     from magnetar.broker.service import BrokerService
 
-__all__ = ["SecurityMiddleware", "refusal"]
+__all__ = ["Refusal", "SecurityMiddleware", "refusal"]
 
 _OPEN_PATHS = {"/metrics", "/ready"}
 # Paths whose fourth part is a tenant: their calls are the tenant admins'.
@@ -33,8 +33,15 @@ _NOT_TENANT_ADMIN = "Don't have permission to administrate resources on this ten
 _NOT_SUPER_USER = "This operation requires super-user access"
 
 
-def refusal(authorization: AuthorizationService, method: str, path: str, role: str | None) -> tuple[int, str] | None:
-    """(status, reason) when `role` may not make the call, None when it may."""
+class Refusal(NamedTuple):
+    """Why a call is refused: the HTTP status and Pulsar's reason."""
+
+    status: int
+    reason: str
+
+
+def refusal(authorization: AuthorizationService, method: str, path: str, role: str | None) -> Refusal | None:
+    """The refusal when `role` may not make the call, None when it may."""
     if authorization.is_super_user(role):
         return None
     parts = [p for p in path.split("/") if p]
@@ -43,12 +50,12 @@ def refusal(authorization: AuthorizationService, method: str, path: str, role: s
             name = TopicName.parse(f"{parts[3]}://{parts[4]}/{parts[5]}/{parts[6]}")
         except InvalidTopicName:
             return None  # the route answers 412
-        return None if authorization.can_lookup(name, role) else (403, "Client is not authorized to Lookup")
+        return None if authorization.can_lookup(name, role) else Refusal(403, "Client is not authorized to Lookup")
     if parts[:2] == ["admin", "v2"] and len(parts) >= 4:
         tenant_call = parts[2] in _TENANT_AREAS or (parts[2] == "tenants" and method == "GET")
         if tenant_call:
-            return None if authorization.is_tenant_admin(parts[3], role) else (403, _NOT_TENANT_ADMIN)
-    return 401, _NOT_SUPER_USER
+            return None if authorization.is_tenant_admin(parts[3], role) else Refusal(403, _NOT_TENANT_ADMIN)
+    return Refusal(401, _NOT_SUPER_USER)
 
 
 class SecurityMiddleware:
@@ -74,7 +81,7 @@ class SecurityMiddleware:
         if self.service.authorization.enabled:
             refused = refusal(self.service.authorization, scope["method"], scope["path"], role)
             if refused is not None:
-                await _answer_json(send, refused[0], {"reason": refused[1]})
+                await _answer_json(send, refused.status, {"reason": refused.reason})
                 return
         scope.setdefault("state", {})["role"] = role
         await self.app(scope, receive, send)
