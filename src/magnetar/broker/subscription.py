@@ -82,7 +82,8 @@ def is_marker_entry(stored: Any) -> bool:
         return True
 
 
-# Entry(...) without the Python-level __new__ NamedTuple generates: one per entry read.
+# Entry(...) without the Python-level __new__ NamedTuple generates: one per entry read, on the
+# dispatch path bench/e2e_throughput.py measures (commit 6766574).
 _new_entry = partial(tuple.__new__, Entry)
 
 

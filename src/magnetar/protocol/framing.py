@@ -83,7 +83,8 @@ class Frame(NamedTuple):
         return getattr(self.command, _FIELD_NAME_BY_TYPE[self.command.type])
 
 
-# Frame(command, payload) without the Python-level __new__ NamedTuple generates: one per frame.
+# Frame(command, payload) without the Python-level __new__ NamedTuple generates: one per frame. Measured
+# with bench/e2e_throughput.py (the event loop's CPU µs per message, commit c201da2); kept for that.
 _new_frame = partial(tuple.__new__, Frame)
 
 
