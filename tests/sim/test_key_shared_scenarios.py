@@ -81,8 +81,9 @@ def test_pip379_blocks_only_hashes_with_pending_messages() -> None:
     s.read_available(*later)
     assert s.received["c2"] == [later[1][0]]
     stats = s.dispatcher.stats()
-    assert stats["drainingHashesCount"] == 1
-    assert stats["consumers"][0]["drainingHashes"][0]["unackMsgs"] == 1
+    draining = stats.consumers[0].draining
+    assert stats.summary.draining is not None and stats.summary.draining.count == 1
+    assert draining is not None and draining.hashes[0]["unackMsgs"] == 1
 
 
 def test_read_ahead_limit_bounds_the_replay_queue() -> None:
@@ -101,7 +102,7 @@ def test_read_ahead_limit_bounds_the_replay_queue() -> None:
         s.read_completes(*entries[served : served + count])
         served += count
         s.dispatch()
-        assert s.dispatcher.stats()["msgInReplay"] <= 20
+        assert s.dispatcher.stats().summary.msg_in_replay <= 20
     assert served < len(entries), "reads went on past the look-ahead limit"
 
 
@@ -135,8 +136,9 @@ def test_message_ttl_unblocks_draining_hashes() -> None:
     assert s.received["c2"] == []
     s.expire(held[-1][0])
     assert s.received["c2"] == [p for p, _k in later]
-    assert s.dispatcher.stats()["drainingHashesCount"] == 0
-    assert s.dispatcher.stats()["consumers"][0]["unackedMessages"] == 0
+    stats = s.dispatcher.stats()
+    assert stats.summary.draining is not None and stats.summary.draining.count == 0
+    assert stats.consumers[0].unacked_messages == 0
 
 
 def test_unblocks_within_the_interval_are_batched_into_one_read() -> None:
@@ -164,9 +166,9 @@ def test_sticky_range_conflict_is_refused_and_changes_nothing() -> None:
         with pytest.raises(ConsumerAssignError, match="conflict"):
             s.add("c3", 10, KeySharedMeta("STICKY", sticky_ranges=ranges))
     assert len(s.dispatcher.consumers) == 2
-    assert [c["keyHashRangeArrays"] for c in s.dispatcher.stats()["consumers"]] == [
-        [[0, 99], [400, 65535]],
-        [[100, 399]],
+    assert [c.hash_ranges for c in s.dispatcher.stats().consumers] == [
+        [(0, 99), (400, 65535)],
+        [(100, 399)],
     ]
 
 
@@ -175,7 +177,7 @@ def test_sticky_hashes_outside_every_range_are_held_not_dropped() -> None:
     s.add("low", 100, KeySharedMeta("STICKY", sticky_ranges=((0, 32767),)))
     entries = s.publish(*[f"key-{i}" for i in range(40)])
     s.read_available(*entries)
-    held = s.dispatcher.stats()["msgInReplay"]
+    held = s.dispatcher.stats().summary.msg_in_replay
     assert held == len(entries) - len(s.received["low"]) > 0
     s.add("high", 100, KeySharedMeta("STICKY", sticky_ranges=((32768, 65535),)))
     assert sorted(s.received["low"] + s.received["high"]) == [p for p, _k in entries]
@@ -192,7 +194,7 @@ def test_policy_differs_while_connected_is_refused_then_allowed_after_all_left()
     s.remove("auto")
     s.add("sticky", 10, KeySharedMeta("STICKY", sticky_ranges=((0, 65535),)))
     stats = s.dispatcher.stats()
-    assert (stats["keySharedMode"], stats["allowOutOfOrderDelivery"]) == ("STICKY", False)
+    assert (stats.key_shared_mode, stats.allow_out_of_order_delivery) == ("STICKY", False)
 
 
 def test_allow_out_of_order_delivery_never_drains() -> None:
@@ -205,7 +207,7 @@ def test_allow_out_of_order_delivery_never_drains() -> None:
     later = s.publish(*MOVING)
     s.read_available(*later)
     assert s.received["c2"] == [p for p, _k in later]
-    assert "drainingHashesCount" not in s.dispatcher.stats()
+    assert s.dispatcher.stats().summary.draining is None
 
 
 def test_draining_stats_sum_and_return_to_zero() -> None:
@@ -215,14 +217,17 @@ def test_draining_stats_sum_and_return_to_zero() -> None:
     s.read_available(*held)
     s.add("c2", 100)
     stats = s.dispatcher.stats()
-    c1 = stats["consumers"][0]
-    assert c1["drainingHashesCount"] == stats["drainingHashesCount"] == len(set(MOVING))
-    assert c1["drainingHashesUnackedMessages"] == stats["drainingHashesUnackedMessages"] == 6
-    assert sum(h["unackMsgs"] for h in c1["drainingHashes"]) == 6
+    c1, totals = stats.consumers[0].draining, stats.summary.draining
+    assert c1 is not None and totals is not None
+    assert c1.count == totals.count == len(set(MOVING))
+    assert c1.unacked_messages == totals.unacked_messages == 6
+    assert sum(h["unackMsgs"] for h in c1.hashes) == 6
     s.ack("c1", *[p for p, _k in held])
     stats = s.dispatcher.stats()
-    assert stats["drainingHashesCount"] == stats["drainingHashesUnackedMessages"] == 0
-    assert stats["consumers"][0]["drainingHashesClearedTotal"] == len(set(MOVING))
+    c1, totals = stats.consumers[0].draining, stats.summary.draining
+    assert c1 is not None and totals is not None
+    assert totals.count == totals.unacked_messages == 0
+    assert c1.cleared_total == len(set(MOVING))
 
 
 def test_delayed_message_waits_for_its_time_without_holding_its_key() -> None:
@@ -238,7 +243,7 @@ def test_delayed_message_waits_for_its_time_without_holding_its_key() -> None:
     decisions = d.handle(ReadCompleted(entries), 0) + d.handle(DispatchDue(), 0)
     assert [e.position for x in decisions if isinstance(x, Dispatch) for e in x.entries] == [P(1, 7)]
     assert WakeUp(1_000) in decisions
-    assert d.stats()["msgDelayed"] == 1
+    assert d.stats().summary.msg_delayed == 1
     # Due: it joins the replay queue; the normal read waiting for new entries is cancelled for it.
     assert d.handle(Tick(), 1_000) == [CancelRead()]
     assert d.handle(ReadCancelled(), 1_000) == [ReplayEntries((P(1, 6),))]

@@ -42,7 +42,7 @@ def test_issue_1_classic_reorders_key_a() -> None:
     s = issue_1("classic")
     # Step 4: 1:7 and 1:8 are below the read position recorded at join (1:12), so c3 gets them.
     assert s.key_order("c3", KEY_A) == [P(1, 7), P(1, 8)]
-    assert s.dispatcher.stats()["consumers"][2]["readPositionWhenJoining"] == "1:12"
+    assert str(s.dispatcher.stats().consumers[2].read_position_when_joining) == "1:12"
     # Step 5-6: c1 disconnects; 1:6 goes to c3 after 1:7 and 1:8.
     s.remove("c1")
     assert s.key_order("c3", KEY_A) == [P(1, 7), P(1, 8), P(1, 6)]
@@ -52,9 +52,10 @@ def test_issue_1_pip282_keeps_order() -> None:
     s = issue_1("pip282")
     # Step 3: the last sent position is 1:6 and individually sent (1:8, 1:11].
     stats = s.dispatcher.stats()
-    assert stats["lastSentPosition"] == "1:6"
-    assert stats["individuallySentPositions"] == "[(1:8, 1:11]]"
-    assert stats["consumers"][2]["lastSentPositionWhenJoining"] == "1:6"
+    assert str(stats.last_sent_position) == "1:6"
+    assert stats.individually_sent_positions is not None
+    assert stats.individually_sent_positions.to_string(", ", ", ") == "[(1:8, 1:11]]"
+    assert str(stats.consumers[2].last_sent_position_when_joining) == "1:6"
     # Step 4: 1:7 and 1:8 are above 1:6: not sent to c3.
     assert s.key_order("c3", KEY_A) == []
     # Steps 5-6: c1 disconnects; c3 gets 1:6 and, once it is acked, 1:7 and 1:8.
@@ -69,13 +70,15 @@ def test_issue_1_pip379_keeps_order() -> None:
     s = issue_1("pip379")
     # key-a drains from c1, which holds 1:6: c3 gets nothing of it.
     assert s.key_order("c3", KEY_A) == []
-    drained = s.dispatcher.stats()["consumers"][0]
-    assert drained["drainingHashesCount"] == 1
-    assert drained["drainingHashesUnackedMessages"] == 1
-    assert drained["drainingHashes"][0]["blockedAttempts"] >= 1
+    drained = s.dispatcher.stats().consumers[0].draining
+    assert drained is not None
+    assert drained.count == 1
+    assert drained.unacked_messages == 1
+    assert drained.hashes[0]["blockedAttempts"] >= 1
     s.remove("c1")
     assert s.key_order("c3", KEY_A) == [P(1, 6), P(1, 7), P(1, 8)]
-    assert s.dispatcher.stats()["drainingHashesCount"] == 0
+    totals = s.dispatcher.stats().summary.draining
+    assert totals is not None and totals.count == 0
 
 
 def test_issue_1_pip379_unblocks_on_ack() -> None:
@@ -83,7 +86,8 @@ def test_issue_1_pip379_unblocks_on_ack() -> None:
     s = issue_1("pip379")
     s.ack("c1", P(1, 6))
     assert s.key_order("c3", KEY_A) == [P(1, 7), P(1, 8)]
-    assert s.dispatcher.stats()["consumers"][0]["drainingHashesClearedTotal"] == 1
+    draining = s.dispatcher.stats().consumers[0].draining
+    assert draining is not None and draining.cleared_total == 1
 
 
 def issue_2(mode: str) -> Script:
@@ -100,7 +104,7 @@ def issue_2(mode: str) -> Script:
     # Step 3: 2:2 (key-a, Normal) cannot go to c1 (no permits): into the replay queue.
     s.read_completes((P(2, 2), KEY_A))
     s.dispatch()
-    assert s.dispatcher.stats()["msgInReplay"] == 1
+    assert s.dispatcher.stats().summary.msg_in_replay == 1
     # Step 4: c3 joins; key-a now maps to c3.
     s.add("c3", 1000)
     return s

@@ -286,15 +286,15 @@ def _subscription_figures(subscription: PersistentSubscription, now_s: float) ->
         last_acked = max(last_acked, consumer.last_acked_ms)
         last_consumed = max(last_consumed, consumer.last_consumed_ms)
     backlog = broker_figures.backlog_entries(subscription)
-    delayed = summary.get("msgDelayed", 0)
+    delayed = summary.msg_delayed
     figures: dict[str, Any] = {
         "pulsar_subscription_back_log": backlog,
         "pulsar_subscription_back_log_no_delayed": backlog - delayed,
         "pulsar_subscription_delayed": delayed,
-        "pulsar_subscription_in_replay": summary.get("msgInReplay", 0),
+        "pulsar_subscription_in_replay": summary.msg_in_replay,
         "pulsar_subscription_msg_rate_redeliver": redeliver,
-        "pulsar_subscription_unacked_messages": summary.get("unackedMessages", 0),
-        "pulsar_subscription_blocked_on_unacked_messages": int(summary.get("blockedSubscriptionOnUnackedMsgs", False)),
+        "pulsar_subscription_unacked_messages": summary.unacked_messages,
+        "pulsar_subscription_blocked_on_unacked_messages": int(summary.blocked_on_unacked),
         "pulsar_subscription_msg_rate_out": rate_out,
         "pulsar_subscription_msg_ack_rate": ack,
         "pulsar_subscription_msg_throughput_out": throughput_out,
@@ -306,10 +306,10 @@ def _subscription_figures(subscription: PersistentSubscription, now_s: float) ->
         "bytes_out": bytes_out,
         "messages_out": messages_out,
     }
-    if "drainingHashesCount" in summary:
-        figures["magnetar_subscription_draining_hashes"] = summary["drainingHashesCount"]
-        figures["magnetar_subscription_draining_hashes_unacked_messages"] = summary["drainingHashesUnackedMessages"]
-        figures["magnetar_subscription_draining_hashes_cleared"] = summary["drainingHashesClearedTotal"]
+    if summary.draining is not None:
+        figures["magnetar_subscription_draining_hashes"] = summary.draining.count
+        figures["magnetar_subscription_draining_hashes_unacked_messages"] = summary.draining.unacked_messages
+        figures["magnetar_subscription_draining_hashes_cleared"] = summary.draining.cleared_total
     return figures
 
 

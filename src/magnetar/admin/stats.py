@@ -31,6 +31,7 @@ from magnetar.admin.topics import topic_domain
 from magnetar.broker import figures
 from magnetar.broker.service import TopicNotFoundError
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.core.stats import SubscriptionSummary
 
 if TYPE_CHECKING:
     from magnetar.broker.consumer import ServerConsumer
@@ -186,12 +187,10 @@ def replication_stats(
     return found
 
 
-# The core's per-consumer keys that ConsumerStats places after blockedConsumerOnUnackedMsgs, in order.
-_CONSUMER_ORDERING_KEYS = ("readPositionWhenJoining", "lastSentPositionWhenJoining")
 _DRAINING_KEYS = ("drainingHashesCount", "drainingHashesClearedTotal", "drainingHashesUnackedMessages")
 
 
-def _consumer_stats(figures: ConsumerFigures, now_s: float) -> dict[str, Any]:
+def _consumer_stats(figures: ConsumerFigures, ordering_mode: str | None, now_s: float) -> dict[str, Any]:
     consumer, core = figures.consumer, figures.core
     rate, throughput, redeliver, ack = consumer_rates(consumer, figures.redelivered, now_s)
     stats: dict[str, Any] = {
@@ -202,21 +201,24 @@ def _consumer_stats(figures: ConsumerFigures, now_s: float) -> dict[str, Any]:
         "msgRateRedeliver": redeliver,
         "messageAckRate": ack,
         "chunkedMessageRate": 0.0,
-        "consumerName": core["consumerName"],
-        "availablePermits": core["availablePermits"],
-        "unackedMessages": core.get("unackedMessages", 0),
+        "consumerName": core.name,
+        "availablePermits": core.permits,
+        "unackedMessages": core.unacked_messages,
         # An int in Pulsar, 0 until something was sent.
-        "avgMessagesPerEntry": round(core.get("avgMessagesPerEntry", 1)) if consumer.msg_out_counter else 0,
-        "blockedConsumerOnUnackedMsgs": core.get("blockedConsumerOnUnackedMsgs", False),
+        "avgMessagesPerEntry": round(core.avg_messages_per_entry) if consumer.msg_out_counter else 0,
+        "blockedConsumerOnUnackedMsgs": core.blocked_on_unacked,
     }
-    for key in _CONSUMER_ORDERING_KEYS:
-        if key in core:
-            stats[key] = core[key]
+    if core.read_position_when_joining is not None:
+        stats["readPositionWhenJoining"] = str(core.read_position_when_joining)
+    if core.last_sent_position_when_joining is not None:
+        stats["lastSentPositionWhenJoining"] = str(core.last_sent_position_when_joining)
     # Java ints: present, and 0, on every consumer; the per-hash list only where hashes can drain.
-    for key in _DRAINING_KEYS:
-        stats[key] = core.get(key, 0)
-    if "drainingHashes" in core:
-        stats["drainingHashes"] = core["drainingHashes"]
+    draining = core.draining
+    stats["drainingHashesCount"] = draining.count if draining else 0
+    stats["drainingHashesClearedTotal"] = draining.cleared_total if draining else 0
+    stats["drainingHashesUnackedMessages"] = draining.unacked_messages if draining else 0
+    if draining is not None:
+        stats["drainingHashes"] = draining.hashes
     stats.update(
         {
             "address": _address(consumer.connection),
@@ -227,9 +229,12 @@ def _consumer_stats(figures: ConsumerFigures, now_s: float) -> dict[str, Any]:
             "lastConsumedFlowTimestamp": consumer.last_consumed_flow_ms,
         }
     )
-    for key in ("keyHashRangeArrays", "keyHashRanges"):
-        if key in core:
-            stats[key] = core[key]
+    if core.hash_ranges is not None:
+        if ordering_mode == "classic":
+            # Pulsar 4.0's classic implementation reports ranges as strings, the PIP-379 one as arrays.
+            stats["keyHashRanges"] = [f"[{start}, {end}]" for start, end in core.hash_ranges]
+        else:
+            stats["keyHashRangeArrays"] = [[start, end] for start, end in core.hash_ranges]
     stats["metadata"] = {}
     stats["lastAckedTime"] = iso_time(consumer.last_acked_ms)
     stats["lastConsumedTime"] = iso_time(consumer.last_consumed_ms)
@@ -247,9 +252,11 @@ async def subscription_stats(
     """SubscriptionStats: the core's figures, the consumers' counters and rates, the cursor's backlog."""
     subscription_figures = figures.subscription_figures(subscription)
     core = subscription_figures.core
-    consumers = [_consumer_stats(consumer, now_s) for consumer in subscription_figures.consumers]
+    ordering_mode = core.ordering_mode if core is not None else None
+    consumers = [_consumer_stats(consumer, ordering_mode, now_s) for consumer in subscription_figures.consumers]
+    summary = core.summary if core is not None else SubscriptionSummary()
     msg_backlog = subscription_figures.backlog
-    delayed = core.get("msgDelayed", 0)
+    delayed = summary.msg_delayed
     last_consumed = max((c.last_consumed_ms for c in subscription.consumers.values()), default=0)
     last_acked = max((c.last_acked_ms for c in subscription.consumers.values()), default=0)
     cursor = figures.cursor_figures(subscription)
@@ -265,15 +272,15 @@ async def subscription_stats(
         "backlogSize": figures.backlog_size(subscription) if with_backlog_size else -1,
         "earliestMsgPublishTimeInBacklog": await figures.earliest_publish_time(subscription) if earliest_time else 0,
         "msgBacklogNoDelayed": msg_backlog - delayed,
-        "blockedSubscriptionOnUnackedMsgs": core.get("blockedSubscriptionOnUnackedMsgs", False),
+        "blockedSubscriptionOnUnackedMsgs": summary.blocked_on_unacked,
         "msgDelayed": delayed,
-        "msgInReplay": core.get("msgInReplay", 0),
-        "unackedMessages": core.get("unackedMessages", 0),
+        "msgInReplay": summary.msg_in_replay,
+        "unackedMessages": summary.unacked_messages,
         # Pulsar names no type while no consumer is connected (no dispatcher).
-        "type": core.get("type") or "None",
+        "type": (core.type if core is not None else "") or "None",
     }
-    if core.get("activeConsumerName") is not None:
-        stats["activeConsumerName"] = core["activeConsumerName"]
+    if core is not None and core.active_consumer_name is not None:
+        stats["activeConsumerName"] = core.active_consumer_name
     stats.update(
         {
             # Message TTL expiry is applied, but not counted yet.
@@ -287,15 +294,20 @@ async def subscription_stats(
             "consumers": [] if exclude_consumers else consumers,
             "isDurable": subscription_figures.durable,
             "isReplicated": subscription.replicated,
-            "allowOutOfOrderDelivery": core.get("allowOutOfOrderDelivery", False),
+            "allowOutOfOrderDelivery": core is not None and core.allow_out_of_order_delivery,
         }
     )
-    if "keySharedMode" in core:
-        stats["keySharedMode"] = core["keySharedMode"]
-    stats["consumersAfterMarkDeletePosition"] = core.get("consumersAfterMarkDeletePosition", {})
-    for key in ("lastSentPosition", "individuallySentPositions"):  # pip282 (PIP-282's names)
-        if key in core:
-            stats[key] = core[key]
+    if core is not None and core.key_shared_mode is not None:
+        stats["keySharedMode"] = core.key_shared_mode
+    joined = core.consumers_after_mark_delete if core is not None else None
+    stats["consumersAfterMarkDeletePosition"] = {
+        f"consumerName={name}, consumerId={consumer_id}": str(position)
+        for (name, consumer_id), position in (joined or {}).items()
+    }
+    if core is not None and core.last_sent_position is not None:  # pip282 (PIP-282's names)
+        stats["lastSentPosition"] = str(core.last_sent_position)
+    if core is not None and core.individually_sent_positions is not None:
+        stats["individuallySentPositions"] = core.individually_sent_positions.to_string(", ", ", ")
     stats.update(
         {
             "nonContiguousDeletedMessagesRanges": cursor.unacked_ranges,

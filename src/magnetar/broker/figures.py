@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from magnetar.core.dispatchers import SharedDispatcher
+from magnetar.core.stats import SubscriptionSummary
 from magnetar.storage.cursor import encode_ranges
 from magnetar.storage.internal_stats import managed_ledger_internal_stats
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from magnetar.broker.consumer import ServerConsumer
     from magnetar.broker.subscription import PersistentSubscription
     from magnetar.broker.topic import PersistentTopic
+    from magnetar.core.stats import ConsumerStats, SubscriptionStats
     from magnetar.storage.write_latency import LatencyBuckets
 
 __all__ = [
@@ -49,13 +49,13 @@ class ConsumerFigures:
     """A consumer as the dispatcher counts it, beside the consumer on the wire that it describes."""
 
     consumer: ServerConsumer  # its counters, timestamps and connection
-    core: Mapping[str, Any]  # the dispatcher's stats of it (permits, unacked, hash ranges, draining hashes)
+    core: ConsumerStats  # the dispatcher's stats of it (permits, unacked, hash ranges, draining hashes)
     redelivered: int  # entries it asked to have redelivered, as the dispatcher counts them
 
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionFigures:
-    core: Mapping[str, Any]  # the dispatcher's subscription-wide stats; its `consumers` are in `consumers`
+    core: SubscriptionStats | None  # the dispatcher's (None without one); see `consumers` for its consumers
     consumers: list[ConsumerFigures]  # those on the wire, in the dispatcher's order
     durable: bool
     backlog: int  # entries after the mark-delete position not individually acked (msgBacklog)
@@ -70,24 +70,23 @@ def redelivered(subscription: PersistentSubscription, consumer_id: int) -> int:
 
 def subscription_figures(subscription: PersistentSubscription) -> SubscriptionFigures:
     dispatcher = subscription.dispatcher
-    core: dict[str, Any] = dict(dispatcher.stats()) if dispatcher is not None else {"msgInReplay": 0}
+    core = dispatcher.stats() if dispatcher is not None else None
     consumers = []
-    # A dispatcher lists its consumers' stats in the order of its `consumers` dict.
-    for (consumer_id, known), stats in zip(
-        dispatcher.consumers.items() if dispatcher is not None else (), core.pop("consumers", ())
-    ):
-        server = subscription.consumers.get(consumer_id)
-        if server is not None:
-            consumers.append(ConsumerFigures(server, stats, known.redelivered_counter))
+    if dispatcher is not None and core is not None:
+        # A dispatcher lists its consumers' stats in the order of its `consumers` dict.
+        for (consumer_id, known), stats in zip(dispatcher.consumers.items(), core.consumers):
+            server = subscription.consumers.get(consumer_id)
+            if server is not None:
+                consumers.append(ConsumerFigures(server, stats, known.redelivered_counter))
     return SubscriptionFigures(core, consumers, subscription.durable, backlog_entries(subscription))
 
 
-def dispatcher_summary(subscription: PersistentSubscription) -> Mapping[str, Any]:
+def dispatcher_summary(subscription: PersistentSubscription) -> SubscriptionSummary:
     """The dispatcher's subscription-wide counters without the per-consumer work (what a metrics scrape
-    reads for every subscription): ints, and a bool for blockedSubscriptionOnUnackedMsgs. Exclusive and
-    Failover keep no replay queue and no unacked counts: empty."""
+    reads for every subscription). Exclusive and Failover keep no replay queue and no unacked counts:
+    zeros."""
     dispatcher = subscription.dispatcher
-    return dispatcher.summary() if isinstance(dispatcher, SharedDispatcher) else {}
+    return dispatcher.summary() if isinstance(dispatcher, SharedDispatcher) else SubscriptionSummary()
 
 
 @dataclass(frozen=True, slots=True)

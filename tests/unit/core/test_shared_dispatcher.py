@@ -133,7 +133,7 @@ def test_next_priority_level_only_when_the_first_has_no_permits() -> None:
     h(Flow(2, 2))
     batch = entries(5)
     assert dispatches(h.deliver(batch)) == [Dispatch(2, list(batch[:2])), Dispatch(1, list(batch[2:]))]
-    assert h.d.stats()["consumers"][1]["availablePermits"] == 0
+    assert h.d.stats().consumers[1].permits == 0
 
 
 def test_entries_no_consumer_can_take_go_to_the_replay_queue() -> None:
@@ -143,7 +143,7 @@ def test_entries_no_consumer_can_take_go_to_the_replay_queue() -> None:
     batch = entries(3)  # the read returned more than the permits (e.g. permits were spent meanwhile)
     out = h.deliver(batch)
     assert dispatches(out) == [Dispatch(1, list(batch[:2]))]
-    assert h.d.stats()["msgInReplay"] == 1
+    assert h.d.stats().summary.msg_in_replay == 1
     assert h(Flow(1, 5)) == [ReplayEntries(positions(batch[2]))]
 
 
@@ -156,9 +156,9 @@ def test_permits_are_counted_in_messages() -> None:
     # 3 messages leave 2 permits, so a second batch entry goes out and the permits go below zero,
     # as in Pulsar; the third entry waits for permits.
     assert dispatches(out) == [Dispatch(1, list(batch[:2]))]
-    stats = h.d.stats()["consumers"][0]
-    assert stats["availablePermits"] == -1 and stats["unackedMessages"] == 6 and stats["msgOutCounter"] == 6
-    assert stats["avgMessagesPerEntry"] == 3.0
+    stats = h.d.stats().consumers[0]
+    assert stats.permits == -1 and stats.unacked_messages == 6 and stats.msg_out_counter == 6
+    assert stats.avg_messages_per_entry == 3.0
     assert h(Flow(1, 1)) == []  # still at 0 permits
     assert h(Flow(1, 1)) == [ReplayEntries(positions(batch[2]))]
 
@@ -174,12 +174,12 @@ def test_max_unacked_messages_per_consumer_blocks_at_limit_and_unblocks_at_half(
     out = h.deliver(batch)
     assert dispatches(out) == [Dispatch(1, list(batch))]
     assert not any(isinstance(d, ReadEntries) for d in out)  # blocked: no further read
-    assert h.d.stats()["consumers"][0]["blockedConsumerOnUnackedMsgs"]
+    assert h.d.stats().consumers[0].blocked_on_unacked
     assert h(Acked(1, positions(batch[0]))) == []  # 3 unacked: still blocked
     assert h(Flow(1, 10)) == []
     # 2 = half: unblocked; the read asks only for what the limit leaves room for (4 - 2).
     assert h(Acked(1, positions(batch[1]))) == [ReadEntries(2)]
-    assert not h.d.stats()["consumers"][0]["blockedConsumerOnUnackedMsgs"]
+    assert not h.d.stats().consumers[0].blocked_on_unacked
 
 
 def test_blocked_consumer_is_skipped_while_others_get_entries() -> None:
@@ -195,7 +195,7 @@ def test_blocked_consumer_is_skipped_while_others_get_entries() -> None:
     assert dispatches(out) == [Dispatch(2, list(second))]
     # Both consumers are at the limit now: no further read.
     assert not any(isinstance(d, (ReadEntries, ReplayEntries)) for d in out)
-    assert [c["blockedConsumerOnUnackedMsgs"] for c in h.d.stats()["consumers"]] == [True, True]
+    assert [c.blocked_on_unacked for c in h.d.stats().consumers] == [True, True]
 
 
 def test_max_unacked_messages_per_subscription_blocks_at_limit_and_unblocks_at_half() -> None:
@@ -208,11 +208,11 @@ def test_max_unacked_messages_per_subscription_blocks_at_limit_and_unblocks_at_h
     out = h.deliver(batch)
     assert dispatches(out) == [Dispatch(1, list(batch[:2])), Dispatch(2, list(batch[2:]))]
     assert not any(isinstance(d, ReadEntries) for d in out)
-    assert h.d.stats()["blockedSubscriptionOnUnackedMsgs"]
+    assert h.d.stats().summary.blocked_on_unacked
     assert h(Acked(1, positions(batch[0]))) == []  # 3 unacked
     assert h(Flow(2, 1)) == []
     assert h(Acked(2, positions(batch[2]))) == [ReadEntries(100)]  # 2 = half: unblocked
-    assert not h.d.stats()["blockedSubscriptionOnUnackedMsgs"]
+    assert not h.d.stats().summary.blocked_on_unacked
 
 
 def test_zero_limits_never_block() -> None:
@@ -229,14 +229,14 @@ def test_batch_index_acks_lower_unacked_messages() -> None:
     h(Flow(1, 100))
     (batch,) = entries(1, message_count=5)
     h.deliver((batch,))
-    assert h.d.stats()["consumers"][0]["unackedMessages"] == 5
+    assert h.d.stats().consumers[0].unacked_messages == 5
     assert h(BatchIndexAcked(1, batch.position, 2)) == []  # 3 unacked: still blocked
-    assert h.d.stats()["unackedMessages"] == 3
+    assert h.d.stats().summary.unacked_messages == 3
     # A batch-index ack never completes the entry: at most batch size - 1 are counted here.
     assert h(BatchIndexAcked(1, batch.position, 10)) == [ReadEntries(3)]  # 1 unacked: unblocked, room for 3
-    assert h.d.stats()["consumers"][0]["unackedMessages"] == 1
+    assert h.d.stats().consumers[0].unacked_messages == 1
     h(Acked(1, (batch.position,)))
-    assert h.d.stats()["unackedMessages"] == 0
+    assert h.d.stats().summary.unacked_messages == 0
 
 
 def test_cumulative_ack_releases_every_pending_entry_up_to_the_position() -> None:
@@ -246,7 +246,7 @@ def test_cumulative_ack_releases_every_pending_entry_up_to_the_position() -> Non
     batch = entries(3)
     h.deliver(batch)
     assert h(CumulativeAcked(1, batch[1].position)) == [ReadEntries(2)]  # 1 unacked of 3: room for 2
-    assert h.d.stats()["consumers"][0]["unackedMessages"] == 1
+    assert h.d.stats().consumers[0].unacked_messages == 1
 
 
 # --- redelivery -------------------------------------------------------------------------------------
@@ -277,7 +277,7 @@ def test_redeliver_of_positions_not_pending_is_ignored() -> None:
     h.deliver((e0,))
     h(RedeliverRequested(2, (e0.position, Position(9, 9))))  # c2 holds neither
     assert h.d.redelivery_counts == {}
-    assert h.d.stats()["consumers"][0]["unackedMessages"] == 1
+    assert h.d.stats().consumers[0].unacked_messages == 1
 
 
 def test_removed_consumers_pending_messages_go_to_another_consumer_without_raising_redelivery_count() -> None:
@@ -288,7 +288,7 @@ def test_removed_consumers_pending_messages_go_to_another_consumer_without_raisi
     batch = entries(2)
     assert dispatches(h.deliver(batch)) == [Dispatch(1, list(batch))]
     assert h(ConsumerRemoved(1)) == []  # c2 has no permits yet
-    assert h.d.stats()["msgInReplay"] == 2 and h.d.stats()["unackedMessages"] == 0
+    assert h.d.stats().summary.msg_in_replay == 2 and h.d.stats().summary.unacked_messages == 0
     assert h(Flow(2, 10)) == [ReplayEntries(positions(*batch))]
     out = h.deliver(batch)
     assert dispatches(out) == [Dispatch(2, list(batch), None)]
@@ -308,7 +308,7 @@ def test_ack_of_a_position_redelivered_to_another_consumer_finds_its_owner() -> 
     # c1's ack arrives late: the message is pending on c2 now, and that is where it is released.
     h(Acked(1, (e0.position,)))
     stats = h.d.stats()
-    assert stats["unackedMessages"] == 0 and [c["unackedMessages"] for c in stats["consumers"]] == [0, 0]
+    assert stats.summary.unacked_messages == 0 and [c.unacked_messages for c in stats.consumers] == [0, 0]
     assert h.d.redelivery_counts == {}
 
 
@@ -320,7 +320,7 @@ def test_ack_while_in_replay_queue_drops_the_position() -> None:
     h.deliver((e0,))
     h(RedeliverRequested(1, None))
     h(Acked(1, (e0.position,)))
-    assert h.d.stats()["msgInReplay"] == 0
+    assert h.d.stats().summary.msg_in_replay == 0
     assert h(Flow(1, 1)) == [ReadEntries(1)]  # nothing to replay: a normal read
 
 
@@ -378,5 +378,5 @@ def test_max_unacked_messages_per_consumer_caps_a_single_read() -> None:
     batch = entries(5)
     out = h.deliver(batch)
     assert dispatches(out) == [Dispatch(1, list(batch[:2]))]
-    assert h.d.stats()["consumers"][0]["unackedMessages"] == 2
-    assert h.d.stats()["msgInReplay"] == 3
+    assert h.d.stats().consumers[0].unacked_messages == 2
+    assert h.d.stats().summary.msg_in_replay == 3

@@ -46,7 +46,7 @@ class Harness:
         return out
 
     def active_name(self) -> str | None:
-        return self.d.stats()["activeConsumerName"]
+        return self.d.stats().active_consumer_name
 
 
 # --- Exclusive --------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ no-ops").
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Container
+from collections.abc import Callable, Container
+from dataclasses import replace
 
 from sortedcontainers import SortedDict
 
@@ -55,6 +56,7 @@ from magnetar.core.selectors import (
     StickyKeyConsumerSelector,
 )
 from magnetar.core.settings import DispatcherSettings
+from magnetar.core.stats import ConsumerStats, DrainingTotals, SubscriptionStats, SubscriptionSummary
 from magnetar.core.sticky_key import key_hash as hash_of_key
 from magnetar.positions import EARLIEST, Position, PositionRangeSet
 
@@ -76,7 +78,7 @@ def admission_block(
     sticky_hash: int,
     queued: Container[int] | None,
     older: dict[int, Position] | None,
-    draining: DrainingHashesTracker[Consumer] | None,
+    draining_blocks: Callable[[Consumer, int], bool] | None,
     joined: dict[Consumer, Position] | None,
     replay_floor: Position | None,
     every: list[str] | None = None,
@@ -85,12 +87,13 @@ def admission_block(
     `sticky_hash`) cannot go to `consumer`, the hash's owner, now; None when it can.
 
     The one home of the rule: dispatch (`_assign`), the replay filter (`_replayable`) and `explain_hash`
-    all ask it, so an explanation cannot disagree with dispatch. Pure: the draining question is the
-    tracker's `blocks`; counting the blocked attempt is the caller's (see `_note_draining_attempt`).
+    all ask it, so an explanation cannot disagree with dispatch. Pure, but for what `draining_blocks` does.
     - `available`: what the consumer may still take in this pass (its permits less what the pass gave it);
     - `queued`: a normal read's check for older messages of the key in the replay queue (key hashes);
     - `older`: a replay read's oldest queued position of each key that is not part of the read (#12885);
-    - `draining`: the tracker while some hash drains (pip379);
+    - `draining_blocks`: while some hash drains (pip379), whether it drains from another consumer than the
+      one asked: dispatch passes the tracker's `should_block`, which also counts the blocked attempt and
+      drops a hash that came back home (PIP-379 point 6), the explainers its side-effect-free `blocks`;
     - `joined`: classic/pip282's join positions of recently joined consumers, capped by `replay_floor`
       (the oldest of them) on a replay read.
     Checks run in dispatch's order and the first that holds is the answer; with `every`, each reason that
@@ -109,7 +112,7 @@ def admission_block(
         if every is None:
             return IN_REPLAY_QUEUE
         every.append(IN_REPLAY_QUEUE)
-    if draining is not None and draining.blocks(consumer, sticky_hash):
+    if draining_blocks is not None and draining_blocks(consumer, sticky_hash):
         if every is None:
             return DRAINING
         every.append(DRAINING)
@@ -325,7 +328,7 @@ class KeySharedDispatcher(SharedDispatcher):
     def _assign(self, entries: tuple[Entry, ...], is_replay: bool) -> tuple[dict[Consumer, Group], Group]:
         slot, select = self._slot, self.selector.select
         ordered = self._ordered
-        draining = self.draining if self.draining_required and len(self.draining) else None
+        draining = self.draining.should_block if self.draining_required and len(self.draining) else None
         queued = self.replay.queued_hashes() if ordered and not is_replay and self.replay else None
         older = (self._older_queued(entries) or None) if ordered and is_replay else None
         joined = self.recently_joined if ordered and self.recently_joined else None
@@ -361,8 +364,6 @@ class KeySharedDispatcher(SharedDispatcher):
                     joined,
                     replay_floor,
                 )
-                if draining is not None and consumer is not None and (reason is None or reason is DRAINING):
-                    self._note_draining_attempt(consumer, sticky_hash)
             else:
                 reason = None
             if reason is None and consumer is not None:
@@ -375,12 +376,6 @@ class KeySharedDispatcher(SharedDispatcher):
             to_replay.append((entry, key_hash))
             blocked.add(sticky_hash)
         return groups, to_replay
-
-    def _note_draining_attempt(self, consumer: Consumer, sticky_hash: int) -> None:
-        """The side of the draining check that `admission_block` leaves out: a delivery of a draining hash
-        to another consumer counts as a blocked attempt, and a hash that came back to its draining consumer
-        stops draining (PIP-379 point 6)."""
-        self.draining.should_block(consumer, sticky_hash)
 
     def _older_queued(self, entries: tuple[Entry, ...]) -> dict[int, Position]:
         """For a replay read: the oldest queued position of each key that is not part of the read.
@@ -432,7 +427,7 @@ class KeySharedDispatcher(SharedDispatcher):
         """Pulsar's ReplayPositionFilter: a queued position is read only if its hash is not blocked in this
         pass and `admission_block` admits it, each admitted position taking one of its consumer's permits."""
         slot, select = self._slot, self.selector.select
-        draining = self.draining if self.draining_required and len(self.draining) else None
+        draining = self.draining.should_block if self.draining_required and len(self.draining) else None
         joined = self.recently_joined if self._ordered and self.recently_joined else None
         replay_floor = min(joined.values()) if joined else None
         permits: dict[Consumer, int] = {}
@@ -451,8 +446,6 @@ class KeySharedDispatcher(SharedDispatcher):
             reason = admission_block(
                 consumer, available, position, key_hash, sticky_hash, None, None, draining, joined, replay_floor
             )
-            if draining is not None and consumer is not None and (reason is None or reason is DRAINING):
-                self._note_draining_attempt(consumer, sticky_hash)
             if reason is None and consumer is not None:
                 permits[consumer] = available - 1
                 positions.append(position)
@@ -488,65 +481,60 @@ class KeySharedDispatcher(SharedDispatcher):
         consumer: Consumer,
         ranges: dict[Consumer, list[Range]] | None = None,
         draining_stats: dict[Consumer, ConsumerDrainingStats] | None = None,
-    ) -> dict[str, object]:
-        stats = super().consumer_stats(consumer)
+    ) -> ConsumerStats:
         mine_ranges = (ranges if ranges is not None else self.ranges_by_consumer()).get(consumer, [])
-        if self.ordering_mode == "classic":
-            # Pulsar 4.0's classic implementation reports ranges as strings, the PIP-379 one as arrays.
-            stats["keyHashRanges"] = [f"[{start}, {end}]" for start, end in mine_ranges]
-        else:
-            stats["keyHashRangeArrays"] = [[start, end] for start, end in mine_ranges]
+        draining = read_when_joining = sent_when_joining = None
         if self.draining_required:
             mine = (draining_stats if draining_stats is not None else self.draining.stats_by_consumer()).get(consumer)
-            stats["drainingHashesCount"] = mine.count if mine else 0
-            stats["drainingHashesClearedTotal"] = mine.cleared_total if mine else 0
-            stats["drainingHashesUnackedMessages"] = mine.unacked_messages if mine else 0
-            stats["drainingHashes"] = mine.hashes if mine else []
+            draining = mine if mine is not None else ConsumerDrainingStats()
         elif self.ordering_mode == "classic" and consumer.join_position is not None:
             joined = consumer.join_position
-            stats["readPositionWhenJoining"] = f"{joined[0]}:{joined[1] + 1}"
+            read_when_joining = Position(joined[0], joined[1] + 1)
         elif self.ordering_mode == "pip282" and consumer.join_position is not None:
-            stats["lastSentPositionWhenJoining"] = str(Position(*consumer.join_position))
-        return stats
+            sent_when_joining = Position(*consumer.join_position)
+        return replace(
+            super().consumer_stats(consumer),
+            hash_ranges=mine_ranges,
+            draining=draining,
+            read_position_when_joining=read_when_joining,
+            last_sent_position_when_joining=sent_when_joining,
+        )
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> SubscriptionStats:
         draining_stats = self.draining.stats_by_consumer() if self.draining_required else None
         ranges = self.ranges_by_consumer()
-        consumers = [self.consumer_stats(c, ranges, draining_stats) for c in self.consumers.values()]
         meta = self.meta or KeySharedMeta()
-        stats: dict[str, object] = {
-            "type": self.subscription_type,
-            "keySharedMode": meta.mode,
-            "allowOutOfOrderDelivery": meta.allow_out_of_order_delivery,
-            "msgInReplay": len(self.replay),
-            "msgDelayed": len(self.delayed),
-            "unackedMessages": self.total_unacked,
-            "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
-            "msgOutCounter": sum(c.msg_out_counter for c in self.consumers.values()),
-            "consumers": consumers,
-        }
+        summary = super().summary()
         if draining_stats is not None:
             mine = [s for s in map(draining_stats.get, self.consumers.values()) if s is not None]
-            stats["drainingHashesCount"] = sum(s.count for s in mine)
-            stats["drainingHashesClearedTotal"] = sum(s.cleared_total for s in mine)
-            stats["drainingHashesUnackedMessages"] = sum(s.unacked_messages for s in mine)
-        if self.ordering_mode in ("classic", "pip282") and self._ordered:
-            stats["consumersAfterMarkDeletePosition"] = {
-                f"consumerName={c.name}, consumerId={c.consumer_id}": str(Position(*p))
-                for c, p in self.recently_joined.items()
-            }
-        if self.ordering_mode == "pip282" and self._ordered:
-            stats["lastSentPosition"] = str(Position(*self.last_sent_position()))
-            stats["individuallySentPositions"] = self.individually_sent_positions().to_string(", ", ", ")
-        return stats
+            totals = DrainingTotals(
+                sum(s.count for s in mine), sum(s.unacked_messages for s in mine), sum(s.cleared_total for s in mine)
+            )
+            summary = replace(summary, draining=totals)
+        ordered_mode = self.ordering_mode in ("classic", "pip282") and self._ordered
+        pip282 = self.ordering_mode == "pip282" and self._ordered
+        return SubscriptionStats(
+            type=self.subscription_type,
+            msg_out_counter=sum(c.msg_out_counter for c in self.consumers.values()),
+            consumers=[self.consumer_stats(c, ranges, draining_stats) for c in self.consumers.values()],
+            summary=summary,
+            ordering_mode=self.ordering_mode,
+            key_shared_mode=meta.mode,
+            allow_out_of_order_delivery=meta.allow_out_of_order_delivery,
+            consumers_after_mark_delete=(
+                {(c.name, c.consumer_id): Position(*p) for c, p in self.recently_joined.items()}
+                if ordered_mode
+                else None
+            ),
+            last_sent_position=Position(*self.last_sent_position()) if pip282 else None,
+            individually_sent_positions=self.individually_sent_positions() if pip282 else None,
+        )
 
-    def summary(self) -> dict[str, object]:
+    def summary(self) -> SubscriptionSummary:
         summary = super().summary()
         if self.draining_required:
             count, unacked, cleared = self.draining.totals()
-            summary["drainingHashesCount"] = count
-            summary["drainingHashesUnackedMessages"] = unacked
-            summary["drainingHashesClearedTotal"] = cleared
+            summary = replace(summary, draining=DrainingTotals(count, unacked, cleared))
         return summary
 
     # ----------------------------------------------------------------------------------- queries
@@ -592,7 +580,7 @@ class KeySharedDispatcher(SharedDispatcher):
                 sticky_hash,
                 {queued for _position, queued in replay} if ordered and replay else None,
                 None,
-                self.draining if self.draining_required and len(self.draining) else None,
+                self.draining.blocks if self.draining_required and len(self.draining) else None,
                 self.recently_joined if ordered and self.recently_joined else None,
                 None,
                 reasons,

@@ -46,6 +46,7 @@ from magnetar.core.events import (
 from magnetar.core.explain import PendingMessage
 from magnetar.core.replay_queue import ReplayQueue
 from magnetar.core.settings import DispatcherSettings
+from magnetar.core.stats import ConsumerStats, SubscriptionStats, SubscriptionSummary
 from magnetar.positions import EARLIEST, Position
 
 __all__ = ["SharedDispatcher", "NORMAL", "REPLAY"]
@@ -551,38 +552,34 @@ class SharedDispatcher:
     def awaiting_dispatch(self) -> bool:
         return self._completed is not None
 
-    def consumer_stats(self, consumer: Consumer) -> dict[str, object]:
-        return {
-            "consumerName": consumer.name,
-            "availablePermits": consumer.permits,
-            "unackedMessages": consumer.unacked_messages,
-            "blockedConsumerOnUnackedMsgs": consumer.blocked_on_unacked,
-            "msgOutCounter": consumer.msg_out_counter,
-            "avgMessagesPerEntry": round(consumer.avg_messages_per_entry, 3),
-        }
+    def consumer_stats(self, consumer: Consumer) -> ConsumerStats:
+        return ConsumerStats(
+            name=consumer.name,
+            permits=consumer.permits,
+            msg_out_counter=consumer.msg_out_counter,
+            unacked_messages=consumer.unacked_messages,
+            blocked_on_unacked=consumer.blocked_on_unacked,
+            avg_messages_per_entry=round(consumer.avg_messages_per_entry, 3),
+        )
 
-    def stats(self) -> dict[str, object]:
-        """Pulsar's subscription stats this dispatcher knows; `consumers` follows `self.consumers` order."""
-        consumers = [self.consumer_stats(c) for c in self.consumers.values()]
-        return {
-            "type": self.subscription_type,
-            "msgInReplay": len(self.replay),
-            "msgDelayed": len(self.delayed),
-            "unackedMessages": self.total_unacked,
-            "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
-            "msgOutCounter": sum(c.msg_out_counter for c in self.consumers.values()),
-            "consumers": consumers,
-        }
+    def stats(self) -> SubscriptionStats:
+        """The subscription's stats this dispatcher knows; `consumers` follows `self.consumers` order."""
+        return SubscriptionStats(
+            type=self.subscription_type,
+            msg_out_counter=sum(c.msg_out_counter for c in self.consumers.values()),
+            consumers=[self.consumer_stats(c) for c in self.consumers.values()],
+            summary=self.summary(),
+        )
 
-    def summary(self) -> dict[str, object]:
+    def summary(self) -> SubscriptionSummary:
         """The subscription-wide counters of `stats()` without the per-consumer work: what a metrics
         scrape reads for every subscription."""
-        return {
-            "msgInReplay": len(self.replay),
-            "msgDelayed": len(self.delayed),
-            "unackedMessages": self.total_unacked,
-            "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
-        }
+        return SubscriptionSummary(
+            msg_in_replay=len(self.replay),
+            msg_delayed=len(self.delayed),
+            unacked_messages=self.total_unacked,
+            blocked_on_unacked=self.blocked_on_unacked,
+        )
 
     # ------------------------------------------------------------------------------------ queries
 

@@ -51,6 +51,7 @@ from magnetar.core.events import (
 )
 from magnetar.core.selectors import HashRangeExclusiveSelector
 from magnetar.core.settings import DispatcherSettings
+from magnetar.core.stats import ConsumerStats, SubscriptionStats
 from magnetar.core.sticky_key import key_hash
 from magnetar.positions import EARLIEST, Position
 
@@ -265,16 +266,13 @@ class SingleActiveConsumerDispatcher:
     def awaiting_dispatch(self) -> bool:
         return self._completed is not None
 
-    def stats(self) -> dict[str, object]:
-        return {
-            "type": self.subscription_type,
-            "activeConsumerName": self.active.name if self.active else None,
-            "msgOutCounter": sum(c.msg_out_counter for c in self.consumers.values()),
-            "consumers": [
-                {"consumerName": c.name, "availablePermits": c.permits, "msgOutCounter": c.msg_out_counter}
-                for c in self.consumers.values()
-            ],
-        }
+    def stats(self) -> SubscriptionStats:
+        return SubscriptionStats(
+            type=self.subscription_type,
+            msg_out_counter=sum(c.msg_out_counter for c in self.consumers.values()),
+            consumers=[ConsumerStats(c.name, c.permits, c.msg_out_counter) for c in self.consumers.values()],
+            active_consumer_name=self.active.name if self.active else None,
+        )
 
     def check_invariants(self) -> None:
         if self.consumers:
