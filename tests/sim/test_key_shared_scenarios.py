@@ -83,7 +83,7 @@ def test_pip379_blocks_only_hashes_with_pending_messages() -> None:
     stats = s.dispatcher.stats()
     draining = stats.consumers[0].draining
     assert stats.summary.draining is not None and stats.summary.draining.count == 1
-    assert draining is not None and draining.hashes[0]["unackMsgs"] == 1
+    assert draining is not None and draining.hashes[0].unacked_messages == 1
 
 
 def test_read_ahead_limit_bounds_the_replay_queue() -> None:
@@ -221,7 +221,7 @@ def test_draining_stats_sum_and_return_to_zero() -> None:
     assert c1 is not None and totals is not None
     assert c1.count == totals.count == len(set(MOVING))
     assert c1.unacked_messages == totals.unacked_messages == 6
-    assert sum(h["unackMsgs"] for h in c1.hashes) == 6
+    assert sum(h.unacked_messages for h in c1.hashes) == 6
     s.ack("c1", *[p for p, _k in held])
     stats = s.dispatcher.stats()
     c1, totals = stats.consumers[0].draining, stats.summary.draining

@@ -74,7 +74,7 @@ def test_issue_1_pip379_keeps_order() -> None:
     assert drained is not None
     assert drained.count == 1
     assert drained.unacked_messages == 1
-    assert drained.hashes[0]["blockedAttempts"] >= 1
+    assert drained.hashes[0].blocked_attempts >= 1
     s.remove("c1")
     assert s.key_order("c3", KEY_A) == [P(1, 6), P(1, 7), P(1, 8)]
     totals = s.dispatcher.stats().summary.draining

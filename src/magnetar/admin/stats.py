@@ -218,7 +218,10 @@ def _consumer_stats(figures: ConsumerFigures, ordering_mode: str | None, now_s: 
     stats["drainingHashesClearedTotal"] = draining.cleared_total if draining else 0
     stats["drainingHashesUnackedMessages"] = draining.unacked_messages if draining else 0
     if draining is not None:
-        stats["drainingHashes"] = draining.hashes
+        stats["drainingHashes"] = [
+            {"hash": h.hash, "unackMsgs": h.unacked_messages, "blockedAttempts": h.blocked_attempts}
+            for h in draining.hashes
+        ]
     stats.update(
         {
             "address": _address(consumer.connection),

@@ -24,9 +24,9 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import compress
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
-__all__ = ["DrainingHashesTracker", "DrainingHashEntry", "DrainingStateError", "ConsumerDrainingStats"]
+__all__ = ["DrainingHashesTracker", "DrainingHash", "DrainingHashEntry", "DrainingStateError", "ConsumerDrainingStats"]
 
 HASH_SLOTS = 65536
 # The dict costs ~100 B a hash; the arrays cost 12 B for each of the 65,536 slots (786 KiB). They cost
@@ -63,6 +63,14 @@ class DrainingHashEntry(Generic[C]):
         return self.blocked_count > 0
 
 
+class DrainingHash(NamedTuple):
+    """One draining hash of a consumer: its messages still unacked, and how often it blocked a dispatch."""
+
+    hash: int
+    unacked_messages: int
+    blocked_attempts: int
+
+
 @dataclass(slots=True)
 class ConsumerDrainingStats:
     """Pulsar's per-consumer draining fields (`drainingHashesCount`, `…UnackedMessages`, `…ClearedTotal`)."""
@@ -70,8 +78,7 @@ class ConsumerDrainingStats:
     count: int = 0
     unacked_messages: int = 0
     cleared_total: int = 0
-    # [{hash, unackMsgs, blockedAttempts}], sorted by hash
-    hashes: list[dict[str, int]] = field(default_factory=list)
+    hashes: list[DrainingHash] = field(default_factory=list)  # sorted by hash
 
 
 class DrainingHashesTracker(Generic[C]):
@@ -312,7 +319,7 @@ class DrainingHashesTracker(Generic[C]):
             s.count = len(hashes)
             s.unacked_messages = sum([refs[h] for h in hashes])
             if with_hashes:
-                s.hashes = [{"hash": h, "unackMsgs": refs[h], "blockedAttempts": blocked[h]} for h in hashes]
+                s.hashes = [DrainingHash(h, refs[h], blocked[h]) for h in hashes]
         return stats
 
     # ------------------------------------------------------------------ internals

@@ -13,6 +13,7 @@ from magnetar.core.draining_hashes import (
     DICT_MAX,
     HASH_SLOTS,
     ConsumerDrainingStats,
+    DrainingHash,
     DrainingHashEntry,
     DrainingHashesTracker,
     DrainingStateError,
@@ -343,8 +344,8 @@ def test_stats_by_consumer_fields() -> None:
         unacked_messages=3,
         cleared_total=0,
         hashes=[
-            {"hash": 3, "unackMsgs": 1, "blockedAttempts": 0},
-            {"hash": 7, "unackMsgs": 2, "blockedAttempts": 2},
+            DrainingHash(hash=3, unacked_messages=1, blocked_attempts=0),
+            DrainingHash(hash=7, unacked_messages=2, blocked_attempts=2),
         ],
     )
     assert stats[c2] == ConsumerDrainingStats(count=0, unacked_messages=0, cleared_total=2, hashes=[])
