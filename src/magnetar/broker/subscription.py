@@ -32,6 +32,7 @@ from magnetar.core.events import (
     Dispatch,
     DispatchDue,
     Entry,
+    Event,
     Flow,
     KeySharedMeta,
     MarkDeleteAdvanced,
@@ -296,13 +297,15 @@ class PersistentSubscription:
 
     def _cache_snapshots(self, marker_entries: list[Any]) -> None:
         """SNAPSHOT markers this subscription read go into its cache (Pulsar's filterEntriesForConsumer)."""
+        cache = self.snapshot_cache
+        assert cache is not None, "called for replicated subscriptions only"
         for stored in marker_entries:
             try:
                 marker = parse_marker(stored.data)
             except (ProtocolError, messages.ChecksumError):
                 continue
-            if marker is not None and marker.marker_type == SNAPSHOT:
-                self.snapshot_cache.add_new_snapshot(cached_snapshot(marker.body))  # type: ignore[union-attr, arg-type]
+            if marker is not None and marker.marker_type == SNAPSHOT and marker.body is not None:
+                cache.add_new_snapshot(cached_snapshot(marker.body))
 
     def _mark_delete_moved(self, before: Position) -> None:
         after = self.cursor.mark_delete_position
@@ -373,7 +376,7 @@ class PersistentSubscription:
 
     # ----------------------------------------------------------------------- decisions
 
-    def _handle(self, event: object) -> None:
+    def _handle(self, event: Event) -> None:
         dispatcher = self.dispatcher
         if dispatcher is None:
             return
@@ -445,7 +448,7 @@ class PersistentSubscription:
     async def _read(self, request: ReadEntries | ReplayEntries) -> None:
         dispatcher = self.dispatcher
         try:
-            if type(request) is ReplayEntries:
+            if isinstance(request, ReplayEntries):
                 stored = await self._read_replay(request.positions)
             else:
                 stored = await self._read_new(request.max_entries)
@@ -522,7 +525,7 @@ class PersistentSubscription:
         """The stored entries at `positions`, in that order: held ones as they are, the rest read."""
         held = self._held
         stored = [held.get(position) for position in positions]
-        missing = [position for position, entry in zip(positions, stored) if entry is None]
+        missing: list[tuple[int, int]] = [position for position, entry in zip(positions, stored) if entry is None]
         if not missing:
             return stored
         found = await self.topic.ledger.read_positions(missing)
@@ -593,7 +596,7 @@ class PersistentSubscription:
         """The n-th entry (from 1) after the mark-delete position that is not acknowledged: what Pulsar's
         peekNthMessage and skipMessages count. None when the backlog holds fewer."""
         cursor, ledger = self.cursor, self.topic.ledger
-        position = cursor.mark_delete_position
+        position: tuple[int, int] = cursor.mark_delete_position
         remaining = n
         for lower, upper in cursor.individually_deleted.ranges():
             gap = ledger.count_entries(position, lower)
@@ -637,7 +640,7 @@ class PersistentSubscription:
         return in_flight == "normal", in_flight == "replay", self._read_waiting
 
 
-def entry_after(ledger: Any, position: Position, count: int) -> Position | None:
+def entry_after(ledger: Any, position: tuple[int, int], count: int) -> Position | None:
     """The `count`-th stored entry after `position` (count >= 1), walking the ledgers' entry counts."""
     for info in ledger.ledgers:
         if info.ledger_id < position[0] or not info.entries:
