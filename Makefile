@@ -24,10 +24,11 @@ setup: $(STAMP)
 run: setup
 	$(BIN)/magnetar standalone --data-dir data
 
-test: setup compat
+# The lint first: a finding fails the run (and CI) before half an hour of tests.
+test: setup lint compat
 	$(BIN)/python -m pytest tests -q --durations=25
 
-# ruff (lint and format) and mypy, configured in pyproject.toml: strict for core/ and protocol/.
+# ruff (lint and format) and mypy, configured in pyproject.toml: strict for core/ and protocol/ and positions.
 lint: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
