@@ -129,3 +129,14 @@ def test_http_service_url_looks_topics_up_over_http(go) -> None:
     assert report[plain] == {"received_sorted": ["m-0", "m-1", "m-2", "m-3"], "partitions": [plain]}
     assert report[partitioned]["received_sorted"] == ["m-0", "m-1", "m-2", "m-3"]
     assert report[partitioned]["partitions"] == [f"{partitioned}-partition-0", f"{partitioned}-partition-1"]
+
+
+def test_subscription_cursor_skip_reset_peek_and_last_message_id(go) -> None:
+    report = go("admin-subscriptions")
+    assert report["created"] == {"backlog": 10, "next": "m-0"}
+    assert report["peek_3"] == ["m-0", "m-1", "m-2"]
+    assert report["skip_2"] == {"backlog": 8, "next": "m-2"}
+    assert report["reset_to_m5_id"] == {"backlog": 5, "next": "m-5"}
+    assert report["reset_to_time_before_m3"] == {"backlog": 7, "next": "m-3"}
+    assert report["backlog_after_clear"] == 0
+    assert report["last_message_id"] == report["m9_id"]

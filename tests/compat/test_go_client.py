@@ -1,6 +1,7 @@
 """The official Go client (github.com/apache/pulsar-client-go v0.19.0) producing and consuming against a
-broker process: access modes, batching and compression, every subscription type, acks, negative acks,
-dead letters, readers, seek, delayed delivery and partitioned topics.
+broker process: access modes, batching and compression, every subscription type, acks (of a list, of
+batch indexes), negative acks, dead letters, retry topics, pattern subscriptions, readers (inside a batch,
+from latest inclusive), seek, delayed delivery and partitioned topics.
 
 Each test runs one scenario of compat/go and checks what the client observed against what Pulsar does.
 One broker serves the module; each scenario names its own topics.
@@ -145,3 +146,49 @@ def test_partitioned_topic_created_grown_and_used_through_go(go) -> None:
     assert all(name.rsplit("-partition-", 1)[1] in {"0", "1", "2"} for name in per_partition)
     assert report["partitions_after_update"] == 4
     assert [name.rsplit("-", 1)[1] for name in report["client_partitions_after_update"]] == ["0", "1", "2", "3"]
+
+
+def test_ack_of_a_list_with_receipts(go) -> None:
+    report = go("ack-list")
+    assert report["ack_list_error"] == ""
+    assert report["redelivered"] == [f"m-{i}" for i in range(1, 10, 2)]
+
+
+def test_batch_index_ack_redelivers_only_the_unacked_indexes(go) -> None:
+    report = go("batch-index-ack")
+    assert report["first"] == [f"m-{i}" for i in range(10)]
+    assert report["entries"] == 1
+    assert report["after_reconnect"] == [f"m-{i}" for i in range(1, 10, 2)]
+    # m-1 acked after the reconnect, the rest negatively acknowledged: only they come again.
+    assert report["after_redelivery"] == [f"m-{i}" for i in range(3, 10, 2)]
+
+
+def test_retry_topic_then_dead_letter_topic_after_max_reconsumes(go) -> None:
+    report = go("retry-topic")
+    topic = report["topic"]
+    retry = f"{topic}-sub-RETRY"
+    assert report["deliveries"] == [
+        {"payload": "again", "topic": topic, "reconsume_times": ""},
+        {"payload": "again", "topic": retry, "reconsume_times": "1"},
+        {"payload": "again", "topic": retry, "reconsume_times": "2"},
+    ]
+    assert report["dead_letters"] == ["again"]
+    properties = report["dead_letter_properties"]
+    assert properties["REAL_TOPIC"] == topic
+    assert properties["RECONSUMETIMES"] == "3"
+
+
+def test_pattern_subscription_takes_matching_topics_now_and_later(go) -> None:
+    report = go("pattern-subscription")
+    assert report["before"] == ["pat-a-before", "pat-b-before"]
+    assert report["after"] == ["pat-c-after"]
+
+
+def test_readers_inside_a_batch_from_latest_inclusive_and_seek_by_time(go) -> None:
+    report = go("readers-in-batch")
+    assert report["batch_index_of_b4"] == 4
+    assert report["after_b4"] == [f"b-{i}" for i in range(5, 10)]
+    assert report["at_b4_inclusive"] == [f"b-{i}" for i in range(4, 10)]
+    assert report["latest_inclusive_plain"] == ["m-9"]
+    assert report["latest_inclusive_batched"] == ["b-9"]
+    assert report["after_seek_to_m6_publish_time"] == [f"m-{i}" for i in range(6, 10)]
