@@ -50,3 +50,30 @@ def test_stats_and_subscriptions(java, topic):
     assert seen["lastMessageId"][2:] == [-1, -1]
     assert seen["deleteSubscription"] == ["from-earliest"]
     assert seen["partitionedStatsMsgIn"] == 6
+
+
+def test_brokers_endpoints(java, module_broker):
+    broker_id = module_broker.http_url.removeprefix("http://")
+    seen = java("admin_brokers")
+    assert seen["healthcheck"] == "ok"
+    assert seen["leader"] == {"serviceUrl": module_broker.http_url, "brokerId": broker_id}
+    assert seen["activeBrokers"] == [broker_id]
+    assert seen["activeBrokersOfThisCluster"] == [broker_id]
+    assert seen["ownedNamespaces"]["public/default/0x00000000_0xffffffff"] == {
+        "broker_assignment": "shared",
+        "is_controlled": False,
+        "is_active": True,
+    }
+    names = seen["dynamicConfigurationNames"]
+    assert "allowAutoTopicCreation" in names and "clusterName" not in names
+    assert seen["dynamicConfigurations"] == {}
+    runtime = seen["runtimeConfigurations"]
+    assert runtime["clusterName"] == "standalone"
+    assert runtime["allowAutoTopicCreation"] == "true"
+
+
+def test_http_service_url_looks_plain_and_partitioned_topics_up(java, topic):
+    seen = java("http_lookup", topic=topic)
+    assert seen["plain"] == ["m-0", "m-1", "m-2", "m-3"]
+    assert seen["partitioned"] == ["m-0", "m-1", "m-2", "m-3"]
+    assert seen["partitions"] == [f"{topic}-parts-partition-{i}" for i in range(2)]

@@ -6,11 +6,15 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.Callable;
+import java.util.concurrent.TimeUnit;
 import org.apache.pulsar.client.admin.PulsarAdmin;
 import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.MessageId;
 import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.PulsarClient;
+import org.apache.pulsar.client.api.SubscriptionInitialPosition;
+import org.apache.pulsar.common.naming.TopicVersion;
+import org.apache.pulsar.common.policies.data.BrokerInfo;
 import org.apache.pulsar.common.policies.data.TenantInfo;
 
 /**
@@ -24,6 +28,8 @@ final class Admin {
     static void register(Map<String, Compat.Scenario> scenarios) {
         scenarios.put("admin_namespaces", Admin::namespaces);
         scenarios.put("admin_subscriptions", Admin::subscriptions);
+        scenarios.put("admin_brokers", Admin::brokers);
+        scenarios.put("http_lookup", Admin::httpLookup);
     }
 
     private static void call(Map<String, Object> seen, String name, Callable<Object> call) {
@@ -173,5 +179,64 @@ final class Admin {
         Map<String, Long> backlogs = new LinkedHashMap<>();
         admin.topics().getStats(topic).getSubscriptions().forEach((name, stats) -> backlogs.put(name, stats.getMsgBacklog()));
         return backlogs;
+    }
+
+    /** The brokers endpoints: health, leader, active brokers, owned namespaces, configuration listings. */
+    private static Map<String, Object> brokers(Args args) throws Exception {
+        Map<String, Object> seen = new LinkedHashMap<>();
+        try (PulsarAdmin admin = args.admin()) {
+            call(seen, "healthcheck", () -> {
+                admin.brokers().healthcheck(TopicVersion.V2);
+                return "ok";
+            });
+            call(seen, "leader", () -> {
+                BrokerInfo leader = admin.brokers().getLeaderBroker();
+                return Map.of("serviceUrl", leader.getServiceUrl(), "brokerId", leader.getBrokerId());
+            });
+            call(seen, "activeBrokers", () -> admin.brokers().getActiveBrokers("standalone"));
+            call(seen, "activeBrokersOfThisCluster", () -> admin.brokers().getActiveBrokers());
+            call(seen, "ownedNamespaces", () -> {
+                String broker = admin.brokers().getActiveBrokers("standalone").get(0);
+                Map<String, Object> owned = new LinkedHashMap<>();
+                admin.brokers().getOwnedNamespaces("standalone", broker).forEach((bundle, status) -> owned.put(bundle,
+                        Map.of("broker_assignment", status.broker_assignment.toString(),
+                                "is_controlled", status.is_controlled, "is_active", status.is_active)));
+                return owned;
+            });
+            call(seen, "dynamicConfigurationNames", () -> admin.brokers().getDynamicConfigurationNames());
+            call(seen, "dynamicConfigurations", () -> admin.brokers().getAllDynamicConfigurations());
+            call(seen, "runtimeConfigurations", () -> {
+                Map<String, String> runtime = admin.brokers().getRuntimeConfigurations();
+                return Map.of("clusterName", runtime.get("clusterName"),
+                        "allowAutoTopicCreation", runtime.get("allowAutoTopicCreation"), "keys", runtime.size());
+            });
+        }
+        return seen;
+    }
+
+    /** A client of the http:// service URL produces and consumes on a plain and on a partitioned topic. */
+    private static Map<String, Object> httpLookup(Args args) throws Exception {
+        String plain = args.topic();
+        String partitioned = plain + "-parts";
+        Map<String, Object> seen = new LinkedHashMap<>();
+        try (PulsarAdmin admin = args.admin();
+                PulsarClient client = PulsarClient.builder().serviceUrl(args.str("httpUrl"))
+                        .operationTimeout(10, TimeUnit.SECONDS).build()) {
+            admin.topics().createPartitionedTopic(partitioned, 2);
+            for (String topic : List.of(plain, partitioned)) {
+                try (Consumer<byte[]> consumer = client.newConsumer().topic(topic).subscriptionName("sub")
+                        .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest).subscribe();
+                        Producer<byte[]> producer = client.newProducer().topic(topic).enableBatching(false).create()) {
+                    for (int i = 0; i < 4; i++) {
+                        producer.send(Util.bytes("m-" + i));
+                    }
+                    List<String> received = new ArrayList<>(Util.expect(consumer, 4));
+                    received.sort(null);
+                    seen.put(topic.equals(plain) ? "plain" : "partitioned", received);
+                }
+            }
+            seen.put("partitions", client.getPartitionsForTopic(partitioned).get());
+        }
+        return seen;
     }
 }
