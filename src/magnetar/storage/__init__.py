@@ -14,8 +14,10 @@ from magnetar.storage.errors import (
     StorageError,
     StorageWriteError,
 )
+from magnetar.storage.factory import ManagedLedgerFactory
 from magnetar.storage.internal_stats import cursor_internal_stats, managed_ledger_internal_stats
-from magnetar.storage.managed_ledger import BatchPositions, LedgerInfo, ManagedLedger, ManagedLedgerFactory
+from magnetar.storage.ledger_index import LedgerInfo
+from magnetar.storage.managed_ledger import BatchPositions, ManagedLedger
 from magnetar.storage.metadata import AlreadyExistsError, BadVersionError, MetadataStore, NotFoundError
 from magnetar.storage.sqlite_engine import Entry
 

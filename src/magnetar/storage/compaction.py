@@ -23,7 +23,7 @@ from magnetar.positions import Position
 from magnetar.storage.sqlite_engine import Entry
 
 if TYPE_CHECKING:
-    from magnetar.storage.managed_ledger import ManagedLedgerFactory
+    from magnetar.storage.factory import ManagedLedgerFactory
 
 __all__ = ["read_compacted", "read_horizon", "read_last_compacted", "replace_compacted"]
 

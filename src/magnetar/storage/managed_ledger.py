@@ -1,12 +1,14 @@
-"""Managed ledgers: one append-only log of entries per topic, split into ledgers; and their factory.
+"""Managed ledgers: one append-only log of entries per topic, split into ledgers.
 
-Owns: appending (one entry, or a batch as parallel lists; positions, completion only once
-durable), reading (ranges, lists of positions, the entry cache in front of the engine), position
-arithmetic across ledgers, the cursors of each ledger, and the factory's periodic cursor flush,
-rollover and retention checks. When a ledger rolls over and which ledgers retention deletes is
-`ledger_policy`'s; time comes from the factory's `Clock`; every statement is the engine's (named
-operations: `delete_ledger`, `upsert_cursor`, ...). Everything here runs on the event loop thread;
-blocking work goes to the engine's threads. Must not touch: consumers, dispatch or the wire; SQL.
+Owns: the write path (appending one entry, or a batch as parallel lists; positions given in call
+order, completion only once durable, the rollover of the current ledger), the cursors of the topic
+and its retention. Position arithmetic across ledgers is the `LedgerIndex`'s (`ledger_index`), reads
+are the `EntryReader`'s (`entry_reader`, the entry cache in front of the engine); `ManagedLedger` is
+the one face of all three that the broker sees. When a ledger rolls over and which ledgers retention
+deletes is `ledger_policy`'s; time comes from the factory's `Clock` (`factory`); every statement is
+the engine's (named operations: `delete_ledger`, `upsert_cursor`, ...). Everything here runs on the
+event loop thread; blocking work goes to the engine's threads. Must not touch: consumers, dispatch or
+the wire; SQL.
 
 Positions follow Pulsar: `(ledger_id, entry_id)`, entry ids from 0 in each ledger, ledger ids unique
 across all topics. A ledger is closed when it is full (`managedLedgerMaxEntriesPerLedger`,
@@ -20,37 +22,25 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
-from typing import Any, cast, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from magnetar.positions import EARLIEST, LATEST, Position
-from magnetar.storage.clock import Clock, LoopClock
-from magnetar.storage.config import StorageConfig
-from magnetar.storage.cursor import CursorRecord, ManagedCursor, decode_ranges
+from magnetar.storage.cursor import CursorRecord, ManagedCursor
 from magnetar.storage.entry_cache import EntryCache
+from magnetar.storage.entry_reader import EntryReader
 from magnetar.storage.errors import StorageBusyError, StorageClosedError, StorageError
+from magnetar.storage.ledger_index import LedgerIndex, LedgerInfo
 from magnetar.storage.ledger_policy import RolloverPolicy, ledgers_to_trim
-from magnetar.storage.metadata import MetadataStore
-from magnetar.storage.sqlite_engine import (
-    CommitReport,
-    Entry,
-    Run,
-    SqliteEngine,
-    new_position,
-    runs_of_records,
-)
+from magnetar.storage.sqlite_engine import Entry, Run, new_position, runs_of_records
 from magnetar.storage.write_latency import LatencyBuckets
 
-__all__ = ["BatchPositions", "ManagedLedger", "ManagedLedgerFactory", "LedgerInfo", "Entry"]
+if TYPE_CHECKING:
+    from magnetar.storage.factory import ManagedLedgerFactory
 
-MB = 1024 * 1024
-# One read returns at most this many entries: it bounds the memory of a read and the time a reader
-# thread is busy with one request (Pulsar's dispatcherMaxReadBatchSize is 100; replays ask for more).
-READ_ENTRIES_MAX = 10_000
+__all__ = ["BatchPositions", "ManagedLedger"]
 
 # A single append's entry before it becomes part of a Run: (ledger_id, entry_id, data,
 # sticky_key_hash, message_count, publish_time, producer_name, sequence_id).
@@ -117,14 +107,6 @@ class BatchPositions(Sequence[Position]):
         return f"BatchPositions({self.spans!r})"
 
 
-@dataclass(slots=True)
-class LedgerInfo:
-    ledger_id: int
-    entries: int
-    size: int
-    timestamp_ms: int
-
-
 # Runs of one commit are joined for the cache when they hold fewer entries than this on average.
 JOIN_RUN_ENTRIES_MAX = 32
 
@@ -161,7 +143,7 @@ class ManagedLedger:
 
     The write path: `append` / `append_many` give positions in call order (after the one rollover
     check, `_roll_if_full`, which asks `RolloverPolicy`), queue the entries as pending and hand them to
-    the commit thread once per loop iteration (`_submit`); `_on_durable` / `_on_failed` complete them
+    the commit thread once per loop iteration (`_submit`); `on_durable` / `on_failed` complete them
     from the commit reports, in position order. Retention picks ledgers with
     `ledger_policy.ledgers_to_trim`; the engine's named writes delete them and persist cursors.
 
@@ -185,8 +167,8 @@ class ManagedLedger:
         self._engine = factory.engine
         self._cache = factory.cache
         self._loop = factory.loop
-        self._ledgers: dict[int, LedgerInfo] = {info.ledger_id: info for info in ledgers}
-        self._ledger_ids: list[int] = [info.ledger_id for info in ledgers]
+        self._index = LedgerIndex(ledgers, self._pending_after)
+        self._reader = EntryReader(self._index, factory.cache, factory.engine)
         self.cursors: dict[str, ManagedCursor] = {}
         # A namespace's retention policy for this topic, (minutes, megabytes), set by the broker; None
         # keeps defaultRetentionTimeInMinutes / defaultRetentionSizeInMB.
@@ -222,7 +204,7 @@ class ManagedLedger:
         self._assigned_size = 0
         self._create_ledger()
         if self.last_confirmed_entry == EARLIEST:
-            self.last_confirmed_entry = Position(self._ledger_ids[0], -1)
+            self.last_confirmed_entry = Position(self._index.first_id, -1)
 
     # ------------------------------------------------------------------ appends
 
@@ -397,10 +379,9 @@ class ManagedLedger:
         now_ms = self._clock.time_ms()
         previous = self._current
         if previous is not None and previous.entries == 0 and not self._has_pending(previous.ledger_id):
-            self._forget_ledger(previous.ledger_id)
+            self._index.forget(previous.ledger_id)
         info = LedgerInfo(ledger_id, 0, 0, now_ms)
-        self._ledgers[ledger_id] = info
-        self._ledger_ids.append(ledger_id)
+        self._index.add(info)
         self._current = info
         self._current_ledger_id = ledger_id
         self._rollover.started()
@@ -423,10 +404,10 @@ class ManagedLedger:
                 return True
         return False
 
-    def _on_durable(self, ledger_id: int, last_entry_id: int) -> None:
+    def on_durable(self, ledger_id: int, last_entry_id: int) -> None:
         pending = self._pending
         cache = self._cache
-        info = self._ledgers.get(ledger_id)
+        info = self._index.get(ledger_id)
         last = (ledger_id, last_entry_id)
         done = 0
         size = 0
@@ -482,7 +463,7 @@ class ManagedLedger:
                 if not waiter.done():
                     waiter.set_result(None)
 
-    def _on_failed(self, ledger_id: int, error: StorageError) -> None:
+    def on_failed(self, ledger_id: int, error: StorageError) -> None:
         kept: deque[PendingAppend] = deque()
         failed = 0
         for item in self._pending:
@@ -500,9 +481,9 @@ class ManagedLedger:
         if self._current is not None and self._current.ledger_id == ledger_id:
             # Fenced: the next append opens a new ledger, so entry ids never skip the failed ones.
             self._create_ledger()
-        info = self._ledgers.get(ledger_id)
+        info = self._index.get(ledger_id)
         if info is not None and info.entries == 0 and info is not self._current:
-            self._forget_ledger(ledger_id)
+            self._index.forget(ledger_id)
 
     async def wait_for_new_entries(self, after: tuple[int, int]) -> None:
         """Return once the last confirmed entry is beyond `after` (a tailing read waits here)."""
@@ -511,7 +492,11 @@ class ManagedLedger:
             self._waiters.append(waiter)
             await waiter
 
-    # ------------------------------------------------------------------ position arithmetic
+    def pending_appends(self) -> set[asyncio.Future[Any]]:
+        """The futures of the appends not durable yet (one per `append`, one per `append_many`)."""
+        return {item[1] for item in self._pending}
+
+    # ------------------------------------------------------------------ figures and positions (`LedgerIndex`)
 
     @property
     def pending_add_entries_count(self) -> int:
@@ -523,7 +508,7 @@ class ManagedLedger:
 
     @property
     def ledgers(self) -> list[LedgerInfo]:
-        return [self._ledgers[ledger_id] for ledger_id in self._ledger_ids]
+        return self._index.infos
 
     @property
     def current_ledger(self) -> LedgerInfo:
@@ -532,156 +517,42 @@ class ManagedLedger:
 
     def first_position(self) -> Position:
         """The first entry still stored, or where the next one will go."""
-        return self.next_valid_position(Position(self._ledger_ids[0], -1))
+        return self._index.first_position()
 
     def next_valid_position(self, position: tuple[int, int]) -> Position:
         """The entry after `position`, skipping deleted and empty ledgers; past the end, where the
         next append will land."""
-        ledger_id, entry_id = position
-        info = self._ledgers.get(ledger_id)
-        if info is not None and entry_id + 1 < info.entries:
-            return Position(ledger_id, entry_id + 1)
-        if info is not None and ledger_id != self._current_ledger_id and self._pending_after(ledger_id, entry_id):
-            # A ledger rolled over while its last entries are still in the commit: `entries` counts
-            # the durable ones only, and the entries after them come before the next ledger's.
-            return Position(ledger_id, entry_id + 1)
-        ledgers = self._ledgers
-        ids = self._ledger_ids
-        for index in range(bisect_right(ids, ledger_id), len(ids)):
-            if ledgers[ids[index]].entries:
-                return Position(ids[index], 0)
-        current = self.current_ledger
-        if current.ledger_id > ledger_id or (current.ledger_id == ledger_id and current.entries > entry_id):
-            return Position(current.ledger_id, current.entries)
-        return Position(ledger_id, entry_id + 1)
+        return self._index.next_valid_position(position)
 
     def previous_position(self, position: tuple[int, int]) -> Position:
         """The entry before `position`, or `(first ledger, -1)` before the first."""
-        ledger_id, entry_id = position
-        if entry_id > 0 and ledger_id in self._ledgers:
-            return Position(ledger_id, min(entry_id, self._ledgers[ledger_id].entries) - 1)
-        ids = self._ledger_ids
-        for index in range(bisect_left(ids, ledger_id) - 1, -1, -1):
-            info = self._ledgers[ids[index]]
-            if info.entries:
-                return Position(info.ledger_id, info.entries - 1)
-        return Position(ids[0] if ids else ledger_id, -1)
+        return self._index.previous_position(position)
 
     def count_entries(self, lower: tuple[int, int], upper: tuple[int, int]) -> int:
         """Number of stored entries in the open-closed range `(lower, upper]`."""
-        if upper <= lower:
-            return 0
-        lower_ledger, lower_entry = lower
-        upper_ledger, upper_entry = upper
-        ledgers = self._ledgers
-        if lower_ledger == upper_ledger:
-            info = ledgers.get(lower_ledger)
-            if info is None:
-                return 0
-            return max(0, min(upper_entry, info.entries - 1) - max(lower_entry, -1))
-        ids = self._ledger_ids
-        total = 0
-        for index in range(bisect_left(ids, lower_ledger), bisect_right(ids, upper_ledger)):
-            info = ledgers[ids[index]]
-            first = lower_entry + 1 if info.ledger_id == lower_ledger else 0
-            last = min(upper_entry, info.entries - 1) if info.ledger_id == upper_ledger else info.entries - 1
-            if last >= first:
-                total += last - first + 1
-        return total
+        return self._index.count_entries(lower, upper)
 
     @property
     def number_of_entries(self) -> int:
-        return sum(info.entries for info in self._ledgers.values())
+        return self._index.number_of_entries
 
     @property
     def total_size(self) -> int:
-        return sum(info.size for info in self._ledgers.values())
+        return self._index.total_size
 
-    # ------------------------------------------------------------------ reads
+    # ------------------------------------------------------------------ reads (`EntryReader`)
 
     async def read_entries(self, start: tuple[int, int], count: int) -> list[Entry]:
         """Up to `count` durable entries from `start` (inclusive), across ledgers."""
-        count = min(count, READ_ENTRIES_MAX)
-        spans = self._spans(Position(*start), count)
-        result: list[Entry] = []
-        for ledger_id, first, last in spans:
-            cached = self._cache.get_run(ledger_id, first, last)
-            result.extend(cached)
-            if len(cached) < last - first + 1:
-                runs, entries = await self._engine.read_entries(ledger_id, first + len(cached), last)
-                for run in runs:
-                    self._cache.put(run, from_disk=True)
-                result.extend(entries)
-        return result
-
-    def _spans(self, start: Position, count: int) -> list[tuple[int, int, int]]:
-        spans = []
-        lac = self.last_confirmed_entry
-        position = start if start[1] >= 0 else self.next_valid_position(start)
-        if position[0] not in self._ledgers or position[1] >= self._ledgers[position[0]].entries:
-            position = self.next_valid_position(self.previous_position(position))
-        while count > 0 and position <= lac:
-            info = self._ledgers.get(position[0])
-            if info is None or position[1] >= info.entries:
-                position = self.next_valid_position(position)
-                continue
-            last = min(info.entries - 1, position[1] + count - 1)
-            spans.append((position[0], position[1], last))
-            count -= last - position[1] + 1
-            position = self.next_valid_position(Position(position[0], last))
-        return spans
+        return await self._reader.read_entries(start, count, self.last_confirmed_entry)
 
     async def read_positions(self, positions: list[tuple[int, int]]) -> list[Entry]:
         """The entries at the given positions (replays), in the order given; missing ones are skipped."""
-        found: dict[tuple[int, int], Entry] = {}
-        missing: list[tuple[int, int]] = []
-        # Replays are mostly runs of consecutive entries: one cache lookup per run.
-        wanted = sorted(positions)
-        count = len(wanted)
-        index = 0
-        while index < count:
-            ledger_id, first = wanted[index]
-            end = index
-            while end + 1 < count and wanted[end + 1][0] == ledger_id and wanted[end + 1][1] == wanted[end][1] + 1:
-                end += 1
-            cached = self._cache.get_run(ledger_id, first, wanted[end][1])
-            for entry in cached:
-                found[entry.position] = entry
-            info = self._ledgers.get(ledger_id)
-            if info is not None:
-                missing += [p for p in wanted[index + len(cached) : end + 1] if 0 <= p[1] < info.entries]
-            index = end + 1
-        index = 0
-        while index < len(missing):
-            # One read per run of nearby positions in a ledger, bounded like any read.
-            ledger_id, first = missing[index]
-            end = index
-            while (
-                end + 1 < len(missing)
-                and missing[end + 1][0] == ledger_id
-                and missing[end + 1][1] - first < READ_ENTRIES_MAX
-            ):
-                end += 1
-            last = missing[end][1]
-            runs, entries = await self._engine.read_entries(ledger_id, first, last)
-            for run in runs:
-                self._cache.put(run, from_disk=True)
-            wanted_here = set(missing[index : end + 1])
-            for entry in entries:
-                if entry.position in wanted_here:
-                    found[entry.position] = entry
-            index = end + 1
-        return [found[p] for p in positions if p in found]
+        return await self._reader.read_positions(positions)
 
     async def find_first_published_at_or_after(self, publish_time_ms: int) -> Position:
         """The first entry whose publish time is at or after `publish_time_ms`; past the end if none."""
-        for info in self.ledgers:
-            if not info.entries:
-                continue
-            entry_id = await self._engine.first_published_at_or_after(info.ledger_id, publish_time_ms)
-            if entry_id is not None:
-                return Position(info.ledger_id, entry_id)
-        return self.next_valid_position(self.last_confirmed_entry)
+        return await self._reader.find_first_published_at_or_after(publish_time_ms, self.last_confirmed_entry)
 
     # ------------------------------------------------------------------ cursors
 
@@ -751,10 +622,11 @@ class ManagedLedger:
 
     def cursor_moved(self, cursor: ManagedCursor) -> None:
         """A mark-delete position moved; ledgers in front of every durable cursor may go."""
-        if cursor.durable and len(self._ledger_ids) > 1 and cursor.mark_delete_position[0] > self._ledger_ids[0]:
+        index = self._index
+        if cursor.durable and len(index) > 1 and cursor.mark_delete_position[0] > index.first_id:
             self.factory.schedule_trim(self)
 
-    def _restore_cursors(self, records: list[tuple[Any, ...]]) -> None:
+    def restore_cursors(self, records: list[tuple[Any, ...]]) -> None:
         """Cursors as `_load_topic` read them (acknowledged ranges already decoded)."""
         for name, md_ledger, md_entry, ranges, batch, properties in records:
             batch_deleted = {
@@ -796,220 +668,16 @@ class ManagedLedger:
             retention,
             self._clock.time_ms(),
         )
-        return [self._delete_ledger(self._ledgers[ledger_id]) for ledger_id in trimmed]
+        return [self._delete_ledger(self._index[ledger_id]) for ledger_id in trimmed]
 
     def _delete_ledger(self, info: LedgerInfo) -> asyncio.Future[None]:
-        self._forget_ledger(info.ledger_id)
+        self._index.forget(info.ledger_id)
         self._cache.invalidate_ledger(info.ledger_id, info.entries)
         self.factory.check_open()
         return self._engine.delete_ledger(self.topic_id, info.ledger_id, info.entries)
 
-    def _forget_ledger(self, ledger_id: int) -> None:
-        del self._ledgers[ledger_id]
-        self._ledger_ids.remove(ledger_id)
-
     def check_invariants(self) -> None:
-        assert self._ledger_ids == sorted(self._ledger_ids), "ledger ids out of order"
-        assert set(self._ledger_ids) == set(self._ledgers)
-        assert self._current is not None and self._ledger_ids[-1] == self._current.ledger_id
+        self._index.check_invariants()
+        assert self._current is not None and self._index.infos[-1] is self._current
         for cursor in self.cursors.values():
             cursor.check_invariants()
-
-
-class ManagedLedgerFactory:
-    """The storage of one data directory: engine, cache, metadata, and a managed ledger per topic."""
-
-    def __init__(
-        self, data_dir: str, config: StorageConfig, engine: SqliteEngine | None = None, clock: Clock | None = None
-    ) -> None:
-        self.config = config
-        self.engine = engine or SqliteEngine(data_dir, config.journalSyncData, config.journalMaxGroupWaitMSec)
-        self.cache = EntryCache(config.managedLedgerCacheSizeMB * MB)
-        self.loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
-        self.clock: Clock = clock or LoopClock(self.loop)
-        self.ledgers: dict[str, ManagedLedger] = {}
-        self.pending_adds = 0
-        self._topic_ids: dict[str, int] = {}
-        self._next_ledger_id = 1
-        self._opening: dict[str, asyncio.Future[ManagedLedger]] = {}
-        self._trim_scheduled: set[ManagedLedger] = set()
-        self._trim_writes: set[asyncio.Future[None]] = set()
-        self._background: asyncio.Task[None] | None = None
-        self._closed = False
-        self.metadata: MetadataStore
-
-    @classmethod
-    async def open(
-        cls,
-        data_dir: str,
-        config: StorageConfig | None = None,
-        engine: SqliteEngine | None = None,
-        clock: Clock | None = None,
-    ) -> ManagedLedgerFactory:
-        """`engine` replaces the threaded SQLite engine (the shell simulator commits on its event loop);
-        `clock` the event loop's clock and the wall clock (`LoopClock`) that rollovers, retention,
-        ledger timestamps and the periodic cursor flush read."""
-        factory = cls(data_dir, config or StorageConfig(), engine, clock)
-        await asyncio.to_thread(factory._open_blocking)
-        factory.engine.start(factory.loop, factory._on_commit, factory.clock.time_ms)
-        await factory.metadata.ensure_defaults(factory.config.clusterName)
-        factory._background = factory.loop.create_task(factory._run_background())
-        return factory
-
-    def _open_blocking(self) -> None:
-        engine = self.engine
-        engine.open()
-        try:
-            self._topic_ids, ledger_id_max, metadata_rows = engine.load_catalog()
-            self._next_ledger_id = ledger_id_max + 1
-            self.metadata = MetadataStore(self, metadata_rows)
-        except BaseException:
-            engine.close()
-            raise
-
-    def allocate_ledger_id(self) -> int:
-        ledger_id = self._next_ledger_id
-        self._next_ledger_id += 1
-        return ledger_id
-
-    async def open_ledger(self, name: str) -> ManagedLedger:
-        """The managed ledger of a topic, created on first use; its cursors are loaded with it."""
-        self.check_open()
-        ledger = self.ledgers.get(name)
-        if ledger is not None:
-            return ledger
-        opening = self._opening.get(name)
-        if opening is not None:
-            return await asyncio.shield(opening)
-        future: asyncio.Future[ManagedLedger] = self.loop.create_future()
-        self._opening[name] = future
-        try:
-            ledger = await self._load_ledger(name)
-        except BaseException as error:
-            future.set_exception(error)
-            future.exception()  # retrieved here; waiters get it through shield
-            raise
-        finally:
-            del self._opening[name]
-        self.ledgers[name] = ledger
-        future.set_result(ledger)
-        return ledger
-
-    async def _load_ledger(self, name: str) -> ManagedLedger:
-        topic_id = self._topic_ids.get(name)
-        if topic_id is None:
-            self.check_open()
-            topic_id = await self.engine.insert_topic(name)
-            self._topic_ids[name] = topic_id
-            ledgers: list[LedgerInfo] = []
-            cursors: list[tuple[Any, ...]] = []
-            trimmed = 0
-        else:
-            rows, cursors, trimmed = await self.engine.load_topic(topic_id, decode_ranges)
-            ledgers = [LedgerInfo(*row) for row in rows]
-        ledger = ManagedLedger(self, name, topic_id, ledgers, trimmed)
-        ledger._restore_cursors(cursors)
-        self.schedule_trim(ledger)
-        return ledger
-
-    def topics(self) -> list[str]:
-        return sorted(self._topic_ids)
-
-    async def delete_ledger(self, name: str) -> None:
-        """Delete a topic's entries, ledgers and cursors."""
-        ledger = await self.open_ledger(name)
-        if ledger._pending:
-            await asyncio.gather(*{item[1] for item in ledger._pending}, return_exceptions=True)
-        ledger.state = "Closed"
-        del self.ledgers[name]
-        topic_id = self._topic_ids.pop(name)
-        for info in ledger.ledgers:
-            self.cache.invalidate_ledger(info.ledger_id, info.entries)
-        self.check_open()
-        await self.engine.delete_topic(topic_id)
-
-    def _on_commit(self, report: CommitReport) -> None:
-        for owner, ledger_id, last_entry_id in report.appended:
-            owner._on_durable(ledger_id, last_entry_id)
-        for owner, ledger_id, error in report.failed:
-            owner._on_failed(ledger_id, error)
-        for op in report.ops:
-            if op.future.done():
-                continue
-            if report.error is None:
-                op.future.set_result(op.result)
-            else:
-                op.future.set_exception(report.error)
-
-    def schedule_trim(self, ledger: ManagedLedger) -> None:
-        if not self._trim_scheduled:
-            self.loop.call_soon(self._trim_now)
-        self._trim_scheduled.add(ledger)
-
-    def _trim_now(self) -> None:
-        scheduled, self._trim_scheduled = self._trim_scheduled, set()
-        for ledger in scheduled:
-            if ledger.state != "Closed" and not self._closed:
-                for write in ledger.trim():
-                    self._trim_writes.add(write)
-                    write.add_done_callback(self._trim_writes.discard)
-
-    async def trims_settled(self) -> None:
-        """Return once the trims scheduled so far ran and the ledger deletions they queued are durable
-        (a trim runs on the loop iteration after what scheduled it: an ack, a rollover, a timer)."""
-        while self._trim_scheduled or self._trim_writes:
-            if self._trim_writes:
-                await asyncio.wait(set(self._trim_writes))
-            else:
-                await asyncio.sleep(0)
-
-    async def flush_cursors(self) -> None:
-        """Persist every dirty durable cursor; returns when they are durable."""
-        futures = [
-            cursor.flush()
-            for ledger in self.ledgers.values()
-            for cursor in ledger.cursors.values()
-            if cursor.durable and cursor.dirty
-        ]
-        if futures:
-            await asyncio.gather(*futures, return_exceptions=True)
-
-    async def _run_background(self) -> None:
-        config = self.config
-        flush_every = config.managedLedgerCursorPositionFlushSeconds or config.retentionCheckIntervalInSeconds
-        interval = min(flush_every, config.retentionCheckIntervalInSeconds)
-        clock = self.clock
-        last_retention_check = clock.monotonic()
-        while True:
-            await clock.sleep(interval)
-            await self.flush_cursors()
-            for ledger in self.ledgers.values():
-                ledger.roll_if_too_old()
-            if clock.monotonic() - last_retention_check >= config.retentionCheckIntervalInSeconds:
-                last_retention_check = clock.monotonic()
-                for ledger in self.ledgers.values():
-                    self.schedule_trim(ledger)
-
-    def check_open(self) -> None:
-        """Raise StorageClosedError once the factory is closed: every write checks before it queues."""
-        if self._closed:
-            raise StorageClosedError(f"{self.engine.data_dir}: storage is closed")
-
-    async def close(self) -> None:
-        """Staged: finish pending appends, persist dirty cursors, drain the commit thread, checkpoint."""
-        if self._closed:
-            return
-        if self._background is not None:
-            self._background.cancel()
-            try:
-                await self._background
-            except asyncio.CancelledError:
-                pass
-        pending = list({item[1] for ledger in self.ledgers.values() for item in ledger._pending})
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-        await self.flush_cursors()
-        self._closed = True
-        for ledger in self.ledgers.values():
-            ledger.state = "Closed"
-        await asyncio.to_thread(self.engine.close)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from magnetar.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from magnetar.storage.managed_ledger import ManagedLedgerFactory
+    from magnetar.storage.factory import ManagedLedgerFactory
 
 __all__ = ["MetadataStore", "BadVersionError", "NotFoundError", "AlreadyExistsError"]
 

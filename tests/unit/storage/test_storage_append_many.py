@@ -131,10 +131,10 @@ def test_a_batch_resolves_only_when_every_part_of_it_is_durable(run_storage):
         ((_owner, runs, _size, entries),) = held
         assert entries == 7
         assert [(run.first_entry_id, len(run.datas)) for run in runs] == [(0, 5), (0, 2)]
-        ledger._on_durable(runs[0].ledger_id, 4)
+        ledger.on_durable(runs[0].ledger_id, 4)
         await asyncio.sleep(0)
         assert not future.done(), "resolved while its entries in the second ledger were not durable"
-        ledger._on_durable(runs[1].ledger_id, 1)
+        ledger.on_durable(runs[1].ledger_id, 1)
         assert await future == [(runs[0].ledger_id, i) for i in range(5)] + [(runs[1].ledger_id, i) for i in range(2)]
         del ledger._engine.submit
 
@@ -150,7 +150,7 @@ def test_tuples_become_the_runs_columns_without_a_copy(run_storage):
         await asyncio.sleep(0)
         ((_owner, (run,), _size, _entries),) = held
         assert all(column is original for column, original in zip(run[2:], given))
-        ledger._on_durable(run.ledger_id, 2)
+        ledger.on_durable(run.ledger_id, 2)
         assert [position[1] for position in await future] == [0, 1, 2]
         del ledger._engine.submit
 
@@ -164,9 +164,9 @@ def test_a_batch_fails_when_any_part_of_it_fails(run_storage):
         future = ledger.append_many(*columns([b"m%d" % i for i in range(7)]))
         await asyncio.sleep(0)
         ((_owner, runs, _size, _entries),) = held
-        ledger._on_failed(runs[0].ledger_id, StorageWriteError("disk full"))
+        ledger.on_failed(runs[0].ledger_id, StorageWriteError("disk full"))
         # The part in the second ledger was in the same hand-off; whatever its fate, the batch failed.
-        ledger._on_durable(runs[1].ledger_id, 1)
+        ledger.on_durable(runs[1].ledger_id, 1)
         with pytest.raises(StorageWriteError):
             await future
         assert factory.pending_adds == 0 and ledger.pending_add_entries_count == 0

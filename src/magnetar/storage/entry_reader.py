@@ -1,0 +1,99 @@
+"""Reads of one topic's entries: the entry cache first, the engine's reader threads for the rest.
+
+Owns: turning a range or a list of positions into the cache lookups and engine reads that serve it,
+bounded per read, and putting what the engine read into the cache. Must not touch: appends,
+cursors or retention; which entries exist is the `LedgerIndex`'s, which are durable the caller's
+(`last_confirmed`).
+"""
+
+from __future__ import annotations
+
+from magnetar.positions import Position
+from magnetar.storage.entry_cache import EntryCache
+from magnetar.storage.ledger_index import LedgerIndex
+from magnetar.storage.sqlite_engine import Entry, SqliteEngine
+
+__all__ = ["EntryReader", "READ_ENTRIES_MAX"]
+
+# One read returns at most this many entries: it bounds the memory of a read and the time a reader
+# thread is busy with one request (Pulsar's dispatcherMaxReadBatchSize is 100; replays ask for more).
+READ_ENTRIES_MAX = 10_000
+
+
+class EntryReader:
+    """The read side of a managed ledger."""
+
+    __slots__ = ("_index", "_cache", "_engine")
+
+    def __init__(self, index: LedgerIndex, cache: EntryCache, engine: SqliteEngine) -> None:
+        self._index = index
+        self._cache = cache
+        self._engine = engine
+
+    async def read_entries(self, start: tuple[int, int], count: int, last_confirmed: Position) -> list[Entry]:
+        """Up to `count` entries from `start` (inclusive), across ledgers, none after `last_confirmed`."""
+        spans = self._index.spans(Position(*start), min(count, READ_ENTRIES_MAX), last_confirmed)
+        cache = self._cache
+        result: list[Entry] = []
+        for ledger_id, first, last in spans:
+            cached = cache.get_run(ledger_id, first, last)
+            result.extend(cached)
+            if len(cached) < last - first + 1:
+                runs, entries = await self._engine.read_entries(ledger_id, first + len(cached), last)
+                for run in runs:
+                    cache.put(run, from_disk=True)
+                result.extend(entries)
+        return result
+
+    async def read_positions(self, positions: list[tuple[int, int]]) -> list[Entry]:
+        """The entries at the given positions (replays), in the order given; missing ones are skipped."""
+        found: dict[tuple[int, int], Entry] = {}
+        missing: list[tuple[int, int]] = []
+        cache = self._cache
+        # Replays are mostly runs of consecutive entries: one cache lookup per run.
+        wanted = sorted(positions)
+        count = len(wanted)
+        index = 0
+        while index < count:
+            ledger_id, first = wanted[index]
+            end = index
+            while end + 1 < count and wanted[end + 1][0] == ledger_id and wanted[end + 1][1] == wanted[end][1] + 1:
+                end += 1
+            cached = cache.get_run(ledger_id, first, wanted[end][1])
+            for entry in cached:
+                found[entry.position] = entry
+            info = self._index.get(ledger_id)
+            if info is not None:
+                missing += [p for p in wanted[index + len(cached) : end + 1] if 0 <= p[1] < info.entries]
+            index = end + 1
+        index = 0
+        while index < len(missing):
+            # One read per run of nearby positions in a ledger, bounded like any read.
+            ledger_id, first = missing[index]
+            end = index
+            while (
+                end + 1 < len(missing)
+                and missing[end + 1][0] == ledger_id
+                and missing[end + 1][1] - first < READ_ENTRIES_MAX
+            ):
+                end += 1
+            last = missing[end][1]
+            runs, entries = await self._engine.read_entries(ledger_id, first, last)
+            for run in runs:
+                cache.put(run, from_disk=True)
+            wanted_here = set(missing[index : end + 1])
+            for entry in entries:
+                if entry.position in wanted_here:
+                    found[entry.position] = entry
+            index = end + 1
+        return [found[p] for p in positions if p in found]
+
+    async def find_first_published_at_or_after(self, publish_time_ms: int, last_confirmed: Position) -> Position:
+        """The first entry whose publish time is at or after `publish_time_ms`; past the end if none."""
+        for info in self._index.infos:
+            if not info.entries:
+                continue
+            entry_id = await self._engine.first_published_at_or_after(info.ledger_id, publish_time_ms)
+            if entry_id is not None:
+                return Position(info.ledger_id, entry_id)
+        return self._index.next_valid_position(last_confirmed)
