@@ -91,3 +91,13 @@ def test_admin_reads_no_private_attributes_of_other_objects():
             ):
                 wrong.append(f"{path.relative_to(SOURCE)}:{node.lineno} reads .{node.attr}")
     assert wrong == []
+
+
+def test_admin_reaches_no_ledger_or_cursor():
+    """Ledgers and cursors are storage's: admin asks the broker's topics, subscriptions and figures."""
+    wrong = []
+    for path in sorted((SOURCE / "admin").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr in ("ledger", "cursor"):
+                wrong.append(f"{path.relative_to(SOURCE)}:{node.lineno} reads .{node.attr}")
+    assert wrong == []

@@ -498,7 +498,7 @@ async def reset_cursor_to_time(
     service = _service(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
     for subscription in await _subscriptions(service, name, subName):
-        position = await subscription.topic.ledger.find_first_published_at_or_after(timestamp)
+        position = await subscription.topic.first_published_at_or_after(timestamp)
         await subscription.reset_cursor(position)
     return Response(status_code=204)
 
@@ -570,17 +570,14 @@ async def examine_message(
         "partition",
     )
     loaded = await _topic(service, name)
-    position = max(messagePosition, 1)
-    if initialPosition == "latest":
-        position = loaded.ledger.number_of_entries - position + 1
-    return await _message_response(loaded, loaded.nth_entry_position(position))
+    position = loaded.nth_entry_position(max(messagePosition, 1), from_latest=initialPosition == "latest")
+    return await _message_response(loaded, position)
 
 
 async def _message_response(topic: PersistentTopic, position: Position | None) -> Response:
-    stored = [] if position is None else await topic.ledger.read_positions([position])
-    if not stored:
+    entry = None if position is None else await topic.stored_entry(position)
+    if entry is None:
         raise not_found("Message not found")
-    entry = stored[0]
     parsed = messages.parse_entry(entry.data)
     metadata = parsed.metadata
     headers: list[tuple[str, str]] = [("X-Pulsar-Message-ID", f"{entry.position[0]}:{entry.position[1]}")]

@@ -23,7 +23,7 @@ from magnetar.protocol.messages import ChecksumError, parse_entry
 from magnetar.replication.acked_ranges import AckedRangesContent, acked_ranges_to_send, ranges_to_acknowledge
 from magnetar.replication.controller import ReplicatedSubscriptionsController
 from magnetar.replication.replicator import REPLICATOR_PREFIX, Replicator, cursor_name
-from magnetar.storage import ManagedLedger
+from magnetar.storage import Entry, ManagedLedger
 
 if TYPE_CHECKING:
     from magnetar.broker.producer import ServerProducer
@@ -608,9 +608,20 @@ class PersistentTopic:
         if expired_up_to > subscription.cursor.mark_delete_position:
             subscription.skip_to(expired_up_to)
 
-    def nth_entry_position(self, n: int) -> Position | None:
-        """The n-th stored entry (from 1), for examinemessage."""
+    def nth_entry_position(self, n: int, from_latest: bool = False) -> Position | None:
+        """The n-th stored entry (from 1), counted from the first or back from the last (examinemessage)."""
+        if from_latest:
+            n = self.ledger.number_of_entries - n + 1
         return entry_after(self.ledger, EARLIEST, n) if n >= 1 else None
+
+    async def stored_entry(self, position: tuple[int, int]) -> Entry | None:
+        """The entry stored at `position` (peek, examine), None if there is none."""
+        stored = await self.ledger.read_positions([position])
+        return stored[0] if stored else None
+
+    async def first_published_at_or_after(self, publish_time_ms: int) -> Position:
+        """The first entry published at or after `publish_time_ms`; past the end if none (reset by time)."""
+        return await self.ledger.find_first_published_at_or_after(publish_time_ms)
 
     def position_at_or_after(self, position: tuple[int, int]) -> Position:
         """Where a cursor given `position` goes, as Pulsar's resetCursor normalises it: the earliest
