@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 
+import httpx
 import mmh3
 import pulsar
 import pytest
@@ -38,6 +39,21 @@ def drain(consumer: pulsar.Consumer, quiet_ms: int = QUIET_MS) -> list[pulsar.Me
 
 def texts(messages: list[pulsar.Message]) -> list[str]:
     return [m.data().decode() for m in messages]
+
+
+def wait_backlog(broker, topic: str, subscription: str, backlog: int, timeout_s: float = 10) -> None:
+    """Wait until the broker reports `backlog` unacknowledged messages on the subscription: the client
+    groups acknowledgements (100 ms, not settable from Python), so an ack() has not reached the broker
+    when it returns."""
+    url = f"{broker.http_url}/admin/v2/{topic.replace('://', '/')}/stats"
+    deadline = time.monotonic() + timeout_s
+    seen = None
+    while time.monotonic() < deadline:
+        seen = httpx.get(url).json()["subscriptions"][subscription]["msgBacklog"]
+        if seen == backlog:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"backlog of {subscription} still {seen}, not {backlog}, after {timeout_s} s")
 
 
 def sticky_slot(key: str) -> int:
@@ -523,7 +539,7 @@ def test_broker_restart_producer_and_consumer_reconnect(broker, client, topic) -
     before = receive_n(consumer, 5)
     for m in before[:3]:
         consumer.acknowledge(m)
-    time.sleep(0.3)  # let the client's grouped acks (100 ms) reach the broker before it stops
+    wait_backlog(broker, topic, "sub", 2)
     broker.restart()
     for i in range(5, 10):
         producer.send(f"m{i}".encode(), partition_key=f"k{i % 2}")
@@ -570,7 +586,7 @@ def test_exclusive_second_consumer_is_refused(client, topic) -> None:
     assert first.receive(timeout_millis=RECEIVE_TIMEOUT_MS).data() == b"x"
 
 
-def test_failover_switches_to_the_other_consumer_when_the_active_one_closes(client, topic) -> None:
+def test_failover_switches_to_the_other_consumer_when_the_active_one_closes(broker, client, topic) -> None:
     first = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Failover, consumer_name="a")
     second = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b")
     producer = client.create_producer(topic)
@@ -583,7 +599,7 @@ def test_failover_switches_to_the_other_consumer_when_the_active_one_closes(clie
     consumers = {"a": first, "b": second}
     for m in got[active][:3]:
         consumers[active].acknowledge(m)
-    time.sleep(0.3)  # grouped acks reach the broker before the close
+    wait_backlog(broker, topic, "sub", 2)
     consumers[active].close()
     for i in range(5, 8):
         producer.send(f"m{i}".encode())
