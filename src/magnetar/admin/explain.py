@@ -54,14 +54,16 @@ REASONS = {
 
 
 def _message_id(position: tuple[int, int]) -> str:
-    return f"{position[0]}:{position[1]}"
+    ledger_id, entry_id = position
+    return f"{ledger_id}:{entry_id}"
 
 
 def _pending(message: PendingMessage, wanted_key_hash: int | None = None) -> dict[str, Any]:
+    ledger_id, entry_id = message.position
     rendered: dict[str, Any] = {
         "messageId": _message_id(message.position),
-        "ledgerId": message.position[0],
-        "entryId": message.position[1],
+        "ledgerId": ledger_id,
+        "entryId": entry_id,
         "consumerName": message.consumer_name,
         "consumerId": message.consumer_id,
         "batchSize": message.batch_size,
@@ -215,7 +217,7 @@ async def explain_key(
         slot = consistent_hashing_slot if settings.use_consistent_hashing else range_slot
         rendered = _no_dispatcher(found, slot(wanted))
     else:
-        sticky_hash = dispatcher.sticky_hash_of_key(raw)[1]
+        _key_hash, sticky_hash = dispatcher.sticky_hash_of_key(raw)
         rendered = _explanation(found, dispatcher, dispatcher.explain_hash(sticky_hash, wanted), wanted)
     return {"key": key, "keyHash": wanted, **rendered}
 
