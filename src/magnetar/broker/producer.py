@@ -128,8 +128,15 @@ class ServerProducer:
         self.bytes_in_counter += size
         topic.msg_in_counter += messages
         topic.bytes_in_counter += size
+        if self.remote_cluster is not None and topic.replicators:
+            future.add_done_callback(self._replicated_stored)
         future.add_done_callback(self._on_done)
         return future
+
+    def _replicated_stored(self, future: asyncio.Future) -> None:
+        if not future.cancelled() and future.exception() is None:
+            positions = future.result()
+            self.topic.replicated_entries_stored(positions[0], positions[-1])
 
     def _markers_stored(self, origin: str, marker_entries: list[tuple[int, bytes]], future: asyncio.Future) -> None:
         """Another cluster's markers (PIP-33), stored: each goes to the topic's controller now, at the position

@@ -480,6 +480,12 @@ class PersistentTopic:
         )
         await self.check_replicated_subscriptions()
 
+    def replicated_entries_stored(self, first: Position, last: Position) -> None:
+        """Another cluster's replicator stored `first` to `last` here: this topic's replicators never
+        forward them, and pass them without reading them back when they can."""
+        for replicator in self.replicators.values():
+            replicator.pass_replicated(first, last)
+
     def replicated_marker_stored(self, origin: str, position: Position, data: bytes) -> None:
         """A marker cluster `origin` wrote, stored here by its replicator. Taken into account, as Pulsar does,
         only while this topic replicates back to `origin`: a cluster that does not could not answer."""

@@ -28,6 +28,7 @@ from magnetar.replication.remote_admin import RemoteAdminError, ensure_partition
 
 if TYPE_CHECKING:
     from magnetar.client.security import ClientSecurity
+    from magnetar.positions import Position
     from magnetar.storage import ManagedCursor, ManagedLedger
 
 __all__ = ["Replicator", "REPLICATOR_PREFIX", "cursor_name", "producer_name", "remote_cluster_of"]
@@ -277,6 +278,17 @@ class Replicator:
             in_flight.append((entry.position, messages, len(section)))
         if skipped is not None and not in_flight:
             self.cursor.mark_delete(skipped)
+
+    def pass_replicated(self, first: Position, last: Position) -> None:
+        """Entries `first` to `last` (one append of another cluster's replicator, all carrying
+        `replicated_from`) are stored: none is for this remote. When everything before them is done, the
+        cursor passes them now instead of reading each back only to skip it, so a topic that receives
+        replication pays nothing per entry for its own replicators. Otherwise the loop skips them as it
+        reads (`_forward_entries`)."""
+        cursor = self.cursor
+        if self._in_flight or cursor.closed or self.ledger.next_valid_position(cursor.mark_delete_position) != first:
+            return
+        cursor.mark_delete(last)
 
     def _on_receipts(self, message_ids: list[tuple[int, int]]) -> None:
         """The remote stored the oldest `len(message_ids)` entries in flight (or dropped them as
