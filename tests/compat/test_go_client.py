@@ -133,7 +133,10 @@ def test_seek_by_message_id_and_by_publish_time(go) -> None:
 def test_delayed_message_arrives_after_a_later_one_and_not_before_its_time(go) -> None:
     report = go("delayed-delivery")
     assert report["order"] == ["immediate", "delayed"]
-    assert report["arrived_after_ms"]["delayed"] >= report["delay_ms"]
+    # Not before its time, to the millisecond the protocol carries: the client sends its deliver-at time in
+    # whole milliseconds, cut down from its clock (up to 1 ms before now + delay), and the test reads the
+    # elapsed time cut down to whole milliseconds too: 1999 ms is on time (seen once in CI).
+    assert report["arrived_after_ms"]["delayed"] >= report["delay_ms"] - 1
 
 
 def test_partitioned_topic_created_grown_and_used_through_go(go) -> None:
