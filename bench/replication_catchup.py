@@ -26,7 +26,7 @@ time (in the JSON). A drain that stalls (no progress for `--stall` s) or takes l
 is kept, flagged INCOMPLETE, with the brokers' log lines about replication.
 Prints a table and writes bench/results/replication_catchup.json.
 
-    python bench/replication_catchup.py [--messages 1000000] [--cases batching,no-batching] [--quick] [--keep]
+    python bench/replication_catchup.py [--messages 1000000] [--cases batching,no-batching] [--broker-setting K=V] [--quick] [--keep]
 """
 
 from __future__ import annotations
@@ -193,6 +193,13 @@ def main() -> None:
         help="seconds the publishing, and the drain, may each take (default 60 + 1 s per 5,000 messages)",
     )
     parser.add_argument("--stall", type=float, default=30, help="give up on a drain without progress for this long")
+    parser.add_argument(
+        "--broker-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker.conf setting for both brokers (repeatable), e.g. replicationProducerQueueSize=10000",
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 20,000 messages")
     parser.add_argument("--quiet", action="store_true", help="no progress lines from the producer")
     parser.add_argument("--dir", default=None, help="where the temporary data directories go")
@@ -202,7 +209,8 @@ def main() -> None:
         args.messages = 20_000
     args.timeout = args.timeout or 60 + args.messages / 5_000
     load_before = machine()
-    with running_pair({"geo": ["r1", "r2"]}, args.dir, args.keep) as (brokers, directory):
+    settings = dict(item.split("=", 1) for item in args.broker_setting)
+    with running_pair({"geo": ["r1", "r2"]}, args.dir, args.keep, settings) as (brokers, directory):
         cases = [run_case(brokers, directory, case == "batching", args) for case in args.cases.split(",")]
     load_after = machine()
     result = {
@@ -212,6 +220,7 @@ def main() -> None:
         "size_bytes": SIZE_BYTES,
         "keys": args.keys,
         "producer_client": args.client,
+        "broker_settings": settings,
         "goal_msg_per_s": GOAL_MSG_PER_S,
         "machine_before": load_before,
         "machine_after": load_after,
@@ -225,6 +234,7 @@ def main() -> None:
     print(
         f"{args.messages:,} msg of {SIZE_BYTES} B, {args.keys} keys, published on r1 (client: {args.client}) "
         f"while r2 was stopped, then r2 started again"
+        + (f", broker settings {settings}" if settings else "")
         + (" [--quick: smoke run, numbers not meaningful]" if args.quick else "")
     )
     print(load_line(load_before, load_after))
