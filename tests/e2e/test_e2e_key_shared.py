@@ -54,8 +54,10 @@ NAMES = ["c1", "c2", "c3"]
 EXCLUSIVE_RANGES = {"c1": [(0, 20000)], "c2": [(20001, 40000)], "c3": [(40001, 65535)]}
 
 
-def start(broker_factory, client_factory, mode: str, **settings: object) -> pulsar.Client:
-    broker = broker_factory(keySharedOrderingMode=mode, **settings)
+def start(module_broker_factory, client_factory, mode: str, **settings: object) -> pulsar.Client:
+    """A client of this module's broker for `mode` and `settings` (one broker per distinct settings, shared
+    by the tests that ask for the same: each test has topics of its own)."""
+    broker = module_broker_factory(keySharedOrderingMode=mode, **settings)
     return client_factory(broker.url)
 
 
@@ -78,12 +80,12 @@ def test_ring_helper_reproduces_pulsar_golden_vector() -> None:
 
 @pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "keybased"])
 @pytest.mark.parametrize("mode", MODES)
-def test_distribution_and_survivor_after_crash(broker_factory, client_factory, topic, mode, batching) -> None:
+def test_distribution_and_survivor_after_crash(module_broker_factory, client_factory, topic, mode, batching) -> None:
     """testSendAndReceiveWithHashRangeAutoSplitStickyKeyConsumerSelector (× batch),
     testSendAndReceiveWithBatching (keybased: each key sent twice in a row), testAttachKeyToMessageMetadata
     (unbatched), then testConsumerCrashSendAndReceiveWithHashRangeAutoSplitStickyKeyConsumerSelector: two
     of three consumers close and the survivor gets the next 10 messages."""
-    client = start(broker_factory, client_factory, mode)
+    client = start(module_broker_factory, client_factory, mode)
     consumers = {n: key_shared(client, topic, n) for n in NAMES}
     producer = make_producer(client, topic, batching)
     rnd = random.Random(1)
@@ -104,11 +106,11 @@ def test_distribution_and_survivor_after_crash(broker_factory, client_factory, t
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_keyless_messages_spread_over_consumers(broker_factory, client_factory, topic, mode) -> None:
+def test_keyless_messages_spread_over_consumers(module_broker_factory, client_factory, topic, mode) -> None:
     """testNoKeySendAndReceiveWithHashRangeAutoSplitStickyKeyConsumerSelector: key-less messages route by
     producerName-sequenceId (#23219), so they spread over the consumers instead of all going to the
     owner of "NONE_KEY"."""
-    client = start(broker_factory, client_factory, mode)
+    client = start(module_broker_factory, client_factory, mode)
     consumers = {n: key_shared(client, topic, n) for n in NAMES}
     producer = make_producer(client, topic, producer_name="keyless-producer")
     total = 300
@@ -124,10 +126,10 @@ def test_keyless_messages_spread_over_consumers(broker_factory, client_factory, 
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_keyless_messages_with_sticky_ranges_exact_counts(broker_factory, client_factory, topic, mode) -> None:
+def test_keyless_messages_with_sticky_ranges_exact_counts(module_broker_factory, client_factory, topic, mode) -> None:
     """testNoKeySendAndReceiveWithHashRangeExclusiveStickyKeyConsumerSelector: with STICKY ranges the
     count each consumer gets is exactly what murmur3(producerName-sequenceId) % 65536 says."""
-    client = start(broker_factory, client_factory, mode)
+    client = start(module_broker_factory, client_factory, mode)
     consumers = {n: key_shared(client, topic, n, policy=sticky(*EXCLUSIVE_RANGES[n])) for n in NAMES}
     producer = make_producer(client, topic, producer_name="keyless-sticky")
     total = 100
@@ -143,10 +145,10 @@ def test_keyless_messages_with_sticky_ranges_exact_counts(broker_factory, client
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_ordering_key_routes_auto_split(broker_factory, client_factory, topic, mode) -> None:
+def test_ordering_key_routes_auto_split(module_broker_factory, client_factory, topic, mode) -> None:
     """testOrderingKeyWithHashRangeAutoSplitStickyKeyConsumerSelector: every message has the partition
     key "any key" and a random ordering key; routing follows the ordering key."""
-    client = start(broker_factory, client_factory, mode)
+    client = start(module_broker_factory, client_factory, mode)
     consumers = {n: key_shared(client, topic, n) for n in NAMES}
     producer = make_producer(client, topic)
     rnd = random.Random(2)
@@ -159,10 +161,10 @@ def test_ordering_key_routes_auto_split(broker_factory, client_factory, topic, m
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_ordering_key_routes_sticky_exact_counts(broker_factory, client_factory, topic, mode) -> None:
+def test_ordering_key_routes_sticky_exact_counts(module_broker_factory, client_factory, topic, mode) -> None:
     """testOrderingKeyWithHashRangeExclusiveStickyKeyConsumerSelector: exact counts per STICKY range
     from the ordering key's slot (the partition key "any key" would put everything on one consumer)."""
-    client = start(broker_factory, client_factory, mode)
+    client = start(module_broker_factory, client_factory, mode)
     consumers = {n: key_shared(client, topic, n, policy=sticky(*EXCLUSIVE_RANGES[n])) for n in NAMES}
     producer = make_producer(client, topic)
     keys = [f"ok-{k}" for k in range(20)]
@@ -180,7 +182,7 @@ def test_ordering_key_routes_sticky_exact_counts(broker_factory, client_factory,
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_per_key_ordering_with_redelivery(broker_factory, client_factory, topic, mode) -> None:
+def test_per_key_ordering_with_redelivery(module_broker_factory, client_factory, topic, mode) -> None:
     """receiveAndCheck on four topics at once, so the 10 s ack timeout (the C++ client's minimum;
     Pulsar's tests use 3 s) is waited for once, each unbatched and with KeyBased batching:
     - testSendAndReceiveWithHashRangeExclusiveStickyKeyConsumerSelector (× batch): STICKY ranges
@@ -190,7 +192,7 @@ def test_per_key_ordering_with_redelivery(broker_factory, client_factory, topic,
     Then: ack only even values; the ack timeout redelivers exactly the odd ones, in per-key order;
     nothing more. Batched consumers ack batch indexes, so a half-acked batch redelivers only its odd
     members."""
-    client = start(broker_factory, client_factory, mode)
+    client = start(module_broker_factory, client_factory, mode)
     ring = Ring(NAMES)
     consumers: dict[str, pulsar.Consumer] = {}
     expected: dict[str, int] = {}
@@ -217,11 +219,11 @@ def test_per_key_ordering_with_redelivery(broker_factory, client_factory, topic,
     receive_and_check(consumers, expected)
 
 
-def test_hash_range_conflict(broker_factory, client_factory, topic) -> None:
+def test_hash_range_conflict(module_broker_factory, client_factory, topic) -> None:
     """testHashRangeConflict: overlapping STICKY ranges are refused with ConsumerAssignError and change
     nothing; once the owner of [0-99]+[400-65535] leaves, [400-600] and [50-99] are accepted.
     (Range validation does not depend on the ordering mode: run once.)"""
-    client = start(broker_factory, client_factory, "pip379")
+    client = start(module_broker_factory, client_factory, "pip379")
     c1 = key_shared(client, topic, "c1", policy=sticky((0, 99), (400, 65535)))
     c2 = key_shared(client, topic, "c2", policy=sticky((100, 399)))
     for ranges in [[(0, 65535)], [(1, 1)], [(50, 100)], [(399, 500)]]:
@@ -284,11 +286,11 @@ def test_slow_consumer_does_not_stall_other_keys(broker_factory, client_factory,
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_ordering_when_adding_consumers(broker_factory, client_factory, topic, mode) -> None:
+def test_ordering_when_adding_consumers(module_broker_factory, client_factory, topic, mode) -> None:
     """testOrderingWhenAddingConsumers: c1 (queue 10) holds 10 unacked messages of keys that move to c2
     when c2 joins; 10 more of those keys reach nobody (pip379: the hashes drain; classic/pip282: past
     c2's join position); once c1 closes, c2 receives values 0..19 in order."""
-    client = start(broker_factory, client_factory, mode)
+    client = start(module_broker_factory, client_factory, mode)
     moving = keys_owned([(["c1"], "c1"), (["c1", "c2"], "c2")], 3)
     c1 = key_shared(client, topic, "c1", receiver_queue_size=10)
     producer = make_producer(client, topic)
@@ -305,11 +307,11 @@ def test_ordering_when_adding_consumers(broker_factory, client_factory, topic, m
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_remove_first_consumer(broker_factory, client_factory, topic, mode) -> None:
+def test_remove_first_consumer(module_broker_factory, client_factory, topic, mode) -> None:
     """testRemoveFirstConsumer, with a third consumer: c1 holds 10 unacked messages of keys that move
     to c2 and c3; they join; 10 more go nowhere; c1 closes and c2 and c3 get all 20, each key on one
     of them and in order."""
-    client = start(broker_factory, client_factory, mode)
+    client = start(module_broker_factory, client_factory, mode)
     to_c2 = keys_owned([(["c1"], "c1"), (["c1", "c2"], "c2"), (NAMES, "c2")], 2)
     to_c3 = keys_owned([(["c1"], "c1"), (NAMES, "c3")], 2)
     keys = to_c2 + to_c3
@@ -332,10 +334,10 @@ def test_remove_first_consumer(broker_factory, client_factory, topic, mode) -> N
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_allow_out_of_order_delivery_does_not_wait(broker_factory, client_factory, topic, mode) -> None:
+def test_allow_out_of_order_delivery_does_not_wait(module_broker_factory, client_factory, topic, mode) -> None:
     """allowOutOfOrderDelivery: the scenario of test_ordering_when_adding_consumers, but the keys that
     moved go to c2 at once although c1 still holds their earlier messages."""
-    client = start(broker_factory, client_factory, mode)
+    client = start(module_broker_factory, client_factory, mode)
     policy = pulsar.ConsumerKeySharedPolicy(allow_out_of_order_delivery=True)
     moving = keys_owned([(["c1"], "c1"), (["c1", "c2"], "c2")], 3)
     c1 = key_shared(client, topic, "c1", receiver_queue_size=10, policy=policy)
@@ -348,10 +350,10 @@ def test_allow_out_of_order_delivery_does_not_wait(broker_factory, client_factor
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_consumers_with_the_same_name(broker_factory, client_factory, topic, mode) -> None:
+def test_consumers_with_the_same_name(module_broker_factory, client_factory, topic, mode) -> None:
     """testCheckConsumersWithSameName (#10750): three consumers named alike; the first takes 5 messages
     without acking and closes; the other two drain all 100."""
-    client = start(broker_factory, client_factory, mode)
+    client = start(module_broker_factory, client_factory, mode)
     c1 = key_shared(client, topic, "same", receiver_queue_size=5)
     others = {"c2": key_shared(client, topic, "same"), "c3": key_shared(client, topic, "same")}
     producer = make_producer(client, topic)
@@ -408,12 +410,12 @@ def test_sticky_ranges_restart_consumers(broker_factory, client_factory, topic, 
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_read_ahead_limit_delivers_everything_in_order(broker_factory, client_factory, topic, mode) -> None:
+def test_read_ahead_limit_delivers_everything_in_order(module_broker_factory, client_factory, topic, mode) -> None:
     """testReadAheadLimit with keySharedLookAheadMsgInReplayThresholdPerSubscription=20, scaled from
     1000+1000 to 300+300 messages: c1 and c3 start paused with queues of 10, c2 (queue 500) gets 300
     messages of its keys; c1 and c3 resume; 300 random keys follow. Without stats over HTTP this asserts
     only that everything arrives and no key goes backwards."""
-    client = start(broker_factory, client_factory, mode, keySharedLookAheadMsgInReplayThresholdPerSubscription=20)
+    client = start(module_broker_factory, client_factory, mode, keySharedLookAheadMsgInReplayThresholdPerSubscription=20)
     collector = Collector()
     consumers = {}
     for name in NAMES:
@@ -434,12 +436,12 @@ def test_read_ahead_limit_delivers_everything_in_order(broker_factory, client_fa
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_read_ahead_limit_with_blocked_keys(broker_factory, client_factory, topic, mode) -> None:
+def test_read_ahead_limit_with_blocked_keys(module_broker_factory, client_factory, topic, mode) -> None:
     """The read-ahead limit while keys are really blocked (testReadAheadWithConfiguredLookAheadLimit's
     shape, limit 20): c1 holds 10 unacked messages of keys moving to c2; c2 joins; 300 more messages of
     random keys. Whatever the limit lets through meanwhile, once c1 closes everything arrives, in per-key
     order."""
-    client = start(broker_factory, client_factory, mode, keySharedLookAheadMsgInReplayThresholdPerSubscription=20)
+    client = start(module_broker_factory, client_factory, mode, keySharedLookAheadMsgInReplayThresholdPerSubscription=20)
     moving = keys_owned([(["c1"], "c1"), (["c1", "c2"], "c2")], 3)
     c1 = key_shared(client, topic, "c1", receiver_queue_size=10)
     producer = make_producer(client, topic)
@@ -517,10 +519,10 @@ def test_ordering_after_reconnects(broker_factory, client_factory, topic, mode) 
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_dispatch_continues_when_messages_are_delayed(broker_factory, client_factory, topic, mode) -> None:
+def test_dispatch_continues_when_messages_are_delayed(module_broker_factory, client_factory, topic, mode) -> None:
     """testContinueDispatchMessagesWhenMessageDelayed, delay scaled from 10 s to 2 s: 40 delayed and
     40 normal messages, c1 (queue 10), then c2 joins: together they receive all 80."""
-    client = start(broker_factory, client_factory, mode)
+    client = start(module_broker_factory, client_factory, mode)
     c1 = key_shared(client, topic, "c1", receiver_queue_size=10)
     producer = make_producer(client, topic)
     rnd = random.Random(6)
@@ -557,11 +559,11 @@ def test_ordering_with_listener_and_compression(broker_factory, client_factory, 
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_key_shared_policy_change_refused_while_connected(broker_factory, client_factory, topic, mode) -> None:
+def test_key_shared_policy_change_refused_while_connected(module_broker_factory, client_factory, topic, mode) -> None:
     """A different Key_Shared policy (mode, or allowOutOfOrderDelivery) is refused while consumers of
     the other policy are connected; after all left it is accepted and takes effect
     (testSelectorChangedAfterAllConsumerDisconnected, testAllowOutOfOrderDeliveryChangedAfterAllConsumerDisconnected)."""
-    client = start(broker_factory, client_factory, mode)
+    client = start(module_broker_factory, client_factory, mode)
     auto = key_shared(client, topic, "auto")
     with pytest.raises(PulsarException):
         key_shared(client, topic, "sticky", policy=sticky((0, 65535)))
@@ -590,18 +592,18 @@ def test_key_shared_policy_change_refused_while_connected(broker_factory, client
         key_shared(client, topic, "ordered")
 
 
-def test_key_shared_disabled_by_broker_setting(broker_factory, client_factory, topic) -> None:
+def test_key_shared_disabled_by_broker_setting(module_broker_factory, client_factory, topic) -> None:
     """testDisableKeySharedSubscription: without Key_Shared in subscriptionTypesEnabled, subscribing
     Key_Shared is refused with NotAllowed."""
-    client = start(broker_factory, client_factory, "pip379", subscriptionTypesEnabled="Exclusive,Shared,Failover")
+    client = start(module_broker_factory, client_factory, "pip379", subscriptionTypesEnabled="Exclusive,Shared,Failover")
     with pytest.raises(pulsar.exceptions.NotAllowedError):
         key_shared(client, topic, "c1")
 
 
-def test_cumulative_ack_refused(broker_factory, client_factory, topic) -> None:
+def test_cumulative_ack_refused(module_broker_factory, client_factory, topic) -> None:
     """testCannotUseAcknowledgeCumulative: refused by the client before anything reaches the broker;
     the message can still be acked individually."""
-    client = start(broker_factory, client_factory, "pip379")
+    client = start(module_broker_factory, client_factory, "pip379")
     consumer = key_shared(client, topic, "c1")
     producer = make_producer(client, topic)
     send_all(producer, [(0, "k")])
