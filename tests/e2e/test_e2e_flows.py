@@ -91,6 +91,13 @@ def create_partitioned(broker, name: str, partitions: int) -> None:
 # ------------------------------------------------------------------------------------------- §2.1
 
 
+@pytest.fixture
+def client(module_broker, client_factory) -> pulsar.Client:
+    """A client of the module's broker: the flows below each use topics of their own. The tests that
+    restart or stop a broker take one of their own (`broker`)."""
+    return client_factory(module_broker.url)
+
+
 def test_produce_subscribe_key_shared_receive_ack_close(client, topic) -> None:
     consumer = client.subscribe(topic, "sub1", consumer_type=pulsar.ConsumerType.KeyShared)
     producer = client.create_producer(topic)
@@ -531,7 +538,8 @@ def test_dead_letter_queue_after_max_redeliveries(client, topic) -> None:
     assert drain(again) == []
 
 
-def test_broker_restart_producer_and_consumer_reconnect(broker, client, topic) -> None:
+def test_broker_restart_producer_and_consumer_reconnect(broker, client_factory, topic) -> None:
+    client = client_factory(broker.url)
     consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.KeyShared)
     producer = client.create_producer(topic)
     for i in range(5):
@@ -556,7 +564,8 @@ def test_broker_restart_producer_and_consumer_reconnect(broker, client, topic) -
         consumer.acknowledge(m)
 
 
-def test_sigterm_exits_zero(broker, client, topic) -> None:
+def test_sigterm_exits_zero(broker, client_factory, topic) -> None:
+    client = client_factory(broker.url)
     producer = client.create_producer(topic)
     producer.send(b"x")
     assert broker.stop() == 0
@@ -586,7 +595,8 @@ def test_exclusive_second_consumer_is_refused(client, topic) -> None:
     assert first.receive(timeout_millis=RECEIVE_TIMEOUT_MS).data() == b"x"
 
 
-def test_failover_switches_to_the_other_consumer_when_the_active_one_closes(broker, client, topic) -> None:
+def test_failover_switches_to_the_other_consumer_when_the_active_one_closes(broker, client_factory, topic) -> None:
+    client = client_factory(broker.url)
     first = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Failover, consumer_name="a")
     second = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b")
     producer = client.create_producer(topic)

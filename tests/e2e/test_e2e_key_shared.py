@@ -415,7 +415,9 @@ def test_read_ahead_limit_delivers_everything_in_order(module_broker_factory, cl
     1000+1000 to 300+300 messages: c1 and c3 start paused with queues of 10, c2 (queue 500) gets 300
     messages of its keys; c1 and c3 resume; 300 random keys follow. Without stats over HTTP this asserts
     only that everything arrives and no key goes backwards."""
-    client = start(module_broker_factory, client_factory, mode, keySharedLookAheadMsgInReplayThresholdPerSubscription=20)
+    client = start(
+        module_broker_factory, client_factory, mode, keySharedLookAheadMsgInReplayThresholdPerSubscription=20
+    )
     collector = Collector()
     consumers = {}
     for name in NAMES:
@@ -441,7 +443,9 @@ def test_read_ahead_limit_with_blocked_keys(module_broker_factory, client_factor
     shape, limit 20): c1 holds 10 unacked messages of keys moving to c2; c2 joins; 300 more messages of
     random keys. Whatever the limit lets through meanwhile, once c1 closes everything arrives, in per-key
     order."""
-    client = start(module_broker_factory, client_factory, mode, keySharedLookAheadMsgInReplayThresholdPerSubscription=20)
+    client = start(
+        module_broker_factory, client_factory, mode, keySharedLookAheadMsgInReplayThresholdPerSubscription=20
+    )
     moving = keys_owned([(["c1"], "c1"), (["c1", "c2"], "c2")], 3)
     c1 = key_shared(client, topic, "c1", receiver_queue_size=10)
     producer = make_producer(client, topic)
@@ -595,7 +599,9 @@ def test_key_shared_policy_change_refused_while_connected(module_broker_factory,
 def test_key_shared_disabled_by_broker_setting(module_broker_factory, client_factory, topic) -> None:
     """testDisableKeySharedSubscription: without Key_Shared in subscriptionTypesEnabled, subscribing
     Key_Shared is refused with NotAllowed."""
-    client = start(module_broker_factory, client_factory, "pip379", subscriptionTypesEnabled="Exclusive,Shared,Failover")
+    client = start(
+        module_broker_factory, client_factory, "pip379", subscriptionTypesEnabled="Exclusive,Shared,Failover"
+    )
     with pytest.raises(pulsar.exceptions.NotAllowedError):
         key_shared(client, topic, "c1")
 
