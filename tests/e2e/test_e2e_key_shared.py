@@ -23,13 +23,16 @@ import functools
 import random
 import threading
 import time
+import urllib.parse
 from datetime import timedelta
 
+import httpx
 import pulsar
 import pytest
 from key_shared_helpers import (
     MODES,
     NUMBER_OF_KEYS,
+    SUB,
     WAIT_S,
     Collector,
     Ring,
@@ -622,7 +625,26 @@ def test_cumulative_ack_refused(module_broker_factory, client_factory, topic) ->
 # ------------------------------------------------------------------------------------- message TTL
 
 
-def _ttl_unblocks(client: pulsar.Client, topic: str) -> None:
+def wait_held(http_url: str, topic: str, keys: list[str], count: int, timeout_s: float = 20) -> None:
+    """Wait until the broker has read `count` messages of `keys` and holds them in the subscription's replay
+    queue, not dispatched (the explain-key API): an absence seen only for a while would pass when delivery
+    is merely slow."""
+    base = f"{http_url}/admin/v2/{topic.replace('://', '/')}/subscription/{SUB}/keys"
+    deadline = time.monotonic() + timeout_s
+    held: set[str] = set()
+    while time.monotonic() < deadline:
+        held = set()
+        for key in keys:
+            answer = httpx.get(f"{base}/{urllib.parse.quote(key, safe='')}", timeout=10).json()
+            assert not answer["flowing"], f"key {key} flows while c1 holds its messages: {answer}"
+            held |= {queued["messageId"] for queued in answer["replayQueue"] if queued["sameKey"]}
+        if len(held) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the broker holds {len(held)} of the {count} messages in its replay queue")
+
+
+def _ttl_unblocks(client: pulsar.Client, http_url: str, topic: str) -> None:
     moving = keys_owned([(["c1"], "c1"), (["c1", "c2"], "c2")], 3)
     staying = keys_owned([(["c1", "c2"], "c1")], 3)
     c1 = key_shared(client, topic, "c1", receiver_queue_size=10)
@@ -632,7 +654,7 @@ def _ttl_unblocks(client: pulsar.Client, topic: str) -> None:
     collector = Collector()
     key_shared(client, topic, "c2", listener=collector.listener("c2"))
     send_all(producer, ((i, moving[i % 3]) for i in range(10, 20)))
-    time.sleep(1)
+    wait_held(http_url, topic, moving, 10)
     assert collector.count == 0, f"c2 got a message of a key c1 still holds: {collector.by_consumer['c2']}"
     # The first expiry check runs one check interval (6 s here) after the broker started. Probe with one
     # message of a moving key every 2 s until c2 receives one: probes older than 3 s at the check expire too.
@@ -676,16 +698,16 @@ def test_message_ttl_unblocks_held_keys(broker_factory, client_factory, topic) -
     unacked messages of keys that move to c2 when c2 joins; c2 gets nothing of them; once TTL (3 s)
     expires what c1 holds, those keys flow to c2 again although c1 never acks."""
     errors: dict[str, BaseException] = {}
-    clients = {
-        mode: start(
-            broker_factory, client_factory, mode, ttlDurationDefaultInSeconds=3, messageExpiryCheckIntervalInMinutes=0.1
+    brokers = {
+        mode: broker_factory(
+            keySharedOrderingMode=mode, ttlDurationDefaultInSeconds=3, messageExpiryCheckIntervalInMinutes=0.1
         )
         for mode in MODES
     }
 
     def run(mode: str) -> None:
         try:
-            _ttl_unblocks(clients[mode], topic)
+            _ttl_unblocks(client_factory(brokers[mode].url), brokers[mode].http_url, topic)
         except BaseException as error:  # noqa: BLE001 - pytest.fail raises a BaseException; reported below, per mode
             errors[mode] = error
 
