@@ -47,6 +47,8 @@ from replication_common import (
     SIZE_BYTES,
     TENANT,
     ClusterBroker,
+    add_broker_setting_argument,
+    broker_settings,
     create_topic,
     log_excerpts,
     produce_command,
@@ -193,13 +195,7 @@ def main() -> None:
         help="seconds the publishing, and the drain, may each take (default 60 + 1 s per 5,000 messages)",
     )
     parser.add_argument("--stall", type=float, default=30, help="give up on a drain without progress for this long")
-    parser.add_argument(
-        "--broker-setting",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a broker.conf setting for both brokers (repeatable), e.g. replicationProducerQueueSize=10000",
-    )
+    add_broker_setting_argument(parser)
     parser.add_argument("--quick", action="store_true", help="smoke run: 20,000 messages")
     parser.add_argument("--quiet", action="store_true", help="no progress lines from the producer")
     parser.add_argument("--dir", default=None, help="where the temporary data directories go")
@@ -209,7 +205,7 @@ def main() -> None:
         args.messages = 20_000
     args.timeout = args.timeout or 60 + args.messages / 5_000
     load_before = machine()
-    settings = dict(item.split("=", 1) for item in args.broker_setting)
+    settings = broker_settings(args)
     with running_pair({"geo": ["r1", "r2"]}, args.dir, args.keep, settings) as (brokers, directory):
         cases = [run_case(brokers, directory, case == "batching", args) for case in args.cases.split(",")]
     load_after = machine()

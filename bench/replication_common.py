@@ -292,6 +292,21 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def add_broker_setting_argument(parser: Any) -> None:
+    """`--broker-setting KEY=VALUE` (repeatable): broker.conf settings for both brokers; read with `broker_settings`."""
+    parser.add_argument(
+        "--broker-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker.conf setting for both brokers (repeatable), e.g. replicationProducerQueueSize=10000",
+    )
+
+
+def broker_settings(args: Any) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in args.broker_setting)
+
+
 def add_client_arguments(parser: Any, batch_receive_default: int) -> None:
     """The clients' flags, as e2e_throughput/e2e_latency have them."""
     parser.add_argument("--keys", type=int, default=100, help="distinct keys, round robin")

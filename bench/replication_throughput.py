@@ -52,7 +52,9 @@ from replication_common import (
     SIZE_BYTES,
     TENANT,
     ClusterBroker,
+    add_broker_setting_argument,
     add_client_arguments,
+    broker_settings,
     create_topic,
     finish_consume,
     log_excerpts,
@@ -216,13 +218,7 @@ def main() -> None:
         help="seconds a run may take before it is killed (default 60 + 1 s per 2,000 messages)",
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: 5,000 messages")
-    parser.add_argument(
-        "--broker-setting",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a broker.conf setting for both brokers (repeatable), e.g. replicationProducerQueueSize=10000",
-    )
+    add_broker_setting_argument(parser)
     parser.add_argument(
         "--measures",
         default="received,stored",
@@ -235,7 +231,7 @@ def main() -> None:
     args.timeout = args.timeout or 60 + args.messages / 2_000
     load_before = machine()
     measures = args.measures.split(",")
-    settings = dict(item.split("=", 1) for item in args.broker_setting)
+    settings = broker_settings(args)
     with running_pair(NAMESPACES, args.dir, args.keep, settings) as (brokers, directory):
         runs = [
             run(brokers, directory, case == "batching", replicated, args.messages, args)
