@@ -177,10 +177,12 @@ def run_stored(
                     f"{args.timeout:.0f} s\n{log_excerpts(brokers)}"
                 )
             now = time.monotonic()
+            middle = (previous + now) / 2
             if first is None and counter(source) > 0:
-                first = (previous + now) / 2
+                first = middle
             if first is not None and counter(target) >= messages:
-                last = (previous + now) / 2
+                # A run that began and ended within one poll interval is timed as the whole interval.
+                first, last = (previous, now) if first == middle else (first, middle)
             previous = now
             time.sleep(POLL_S)
         cpu = {name: cpu_seconds(broker.pid) - cpu_start[name] for name, broker in brokers.items()}
