@@ -41,7 +41,7 @@ class EntryReader:
             if len(cached) < last - first + 1:
                 runs, entries = await self._engine.read_entries(ledger_id, first + len(cached), last)
                 for run in runs:
-                    cache.put(run, from_disk=True)
+                    cache.put_read(run, first + len(cached), last)
                 result.extend(entries)
         return result
 
@@ -80,7 +80,7 @@ class EntryReader:
             last = missing[end][1]
             runs, entries = await self._engine.read_entries(ledger_id, first, last)
             for run in runs:
-                cache.put(run, from_disk=True)
+                cache.put_read(run, first, last)
             wanted_here = set(missing[index : end + 1])
             for entry in entries:
                 if entry.position in wanted_here:

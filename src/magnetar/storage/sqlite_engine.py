@@ -788,8 +788,9 @@ class SqliteEngine:
     # The named reads: each runs on a reader thread.
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> tuple[list[Run], list[Entry]]:
-        """Entries `first..last` (inclusive) of one ledger, as runs (for the entry cache) and as
-        Entry objects (for the reader); every one of them must exist."""
+        """Entries `first..last` (inclusive) of one ledger, as Entry objects (for the reader), every one
+        of which must exist, and the segments they came from as runs, whole (for the entry cache: they
+        may begin before `first` and end after `last`)."""
         result: tuple[list[Run], list[Entry]] = await self._run_read(self._read_entries, ledger_id, first, last)
         return result
 
@@ -875,10 +876,8 @@ class SqliteEngine:
                 take = min(len(run.datas) - skip, last - expected + 1)
                 if take <= 0:
                     continue
-                if skip or take < len(run.datas):
-                    run = Run._make((ledger_id, expected, *[column[skip : skip + take] for column in run[2:]]))
                 runs.append(run)
-                entries.extend(entries_of_run(run))
+                entries.extend(entries_of_run(run, skip, take))
                 expected += take
             if expected != last + 1:
                 raise StorageCorruptionError(

@@ -474,6 +474,72 @@ def test_a_cached_read_inside_a_run_returns_what_was_asked(first: int, last: int
     assert [e.position for e in entries] == [Position(7, i) for i in range(first, min(last, count - 1) + 1)]
 
 
+def _segment(ledger_id: int, first: int, count: int, size: int = 10) -> Run:
+    datas = tuple(b"%06d" % (first + i) + b"." * (size - 6) for i in range(count))
+    return Run(ledger_id, first, datas, (1,) * count, (1,) * count, (0,) * count, ("p",) * count, (0,) * count)
+
+
+def test_a_segment_read_for_part_of_it_is_cached_from_there_to_its_end() -> None:
+    """A small read of a large segment leaves the rest of the segment cached: the next read going on
+    from there finds it instead of decoding the segment again."""
+    cache = EntryCache(64 * 1024 * 1024)
+    cache.put_read(_segment(3, 0, 2000), 250, 499)
+    cache.check_invariants()
+    assert cache.get((3, 249)) is None
+    assert [e.position for e in cache.get_run(3, 250, 1999)] == [Position(3, i) for i in range(250, 2000)]
+
+
+def test_a_segment_read_stops_before_the_next_cached_run_and_leaves_it_as_it_is() -> None:
+    cache = EntryCache(64 * 1024 * 1024)
+    appended = _segment(3, 1500, 100, size=12)
+    cache.put(appended)
+    cache.put_read(_segment(3, 1000, 1000), 1000, 1099)
+    cache.check_invariants()
+    assert [e.position for e in cache.get_run(3, 1000, 1499)] == [Position(3, i) for i in range(1000, 1500)]
+    # The run appended before is the one held (its entries are 12 bytes, the segment's 10).
+    assert {len(e.data) for e in cache.get_run(3, 1500, 1599)} == {12}
+    assert cache.get((3, 1600)) is None
+
+
+def test_a_segment_larger_than_the_share_for_reads_is_cached_as_far_as_was_read() -> None:
+    """A segment whose rest would not fit the quarter of the cache kept for entries read from disk is
+    cut to what was asked, as before segments were cached whole."""
+    cost = 1000 + ENTRY_OVERHEAD_BYTES
+    cache = EntryCache(cost * 400)  # 100 entries for reads
+    cache.put_read(_segment(3, 0, 2000, size=1000), 0, 49)
+    cache.check_invariants()
+    assert len(cache.get_run(3, 0, 1999)) == 50
+
+
+def test_a_backlog_read_in_small_reads_decodes_each_segment_once(run_storage):
+    """Reads of a quarter of a replicator's queue through a cold backlog: the first read of a segment
+    decodes it, the reads after it take the rest from the cache."""
+    config = StorageConfig(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=-1)
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        datas = [b"%06d" % i for i in range(2000)]
+        await ledger.append_many(*_columns(datas))
+        factory.cache.__init__(factory.cache.capacity_bytes)
+        engine_reads = []
+        read = factory.engine.read_entries
+
+        async def counted(ledger_id, first, last):
+            engine_reads.append((first, last))
+            return await read(ledger_id, first, last)
+
+        factory.engine.read_entries = counted
+        got = []
+        start = EARLIEST
+        while entries := await ledger.read_entries(start, 250):
+            got += [e.data for e in entries]
+            start = ledger.next_valid_position(entries[-1].position)
+        assert got == datas
+        assert engine_reads == [(0, 249)]
+
+    run_storage(scenario, config)
+
+
 def test_the_entry_after_a_full_ledgers_durable_end_is_its_next_pending_entry(run_storage):
     """A ledger rolled over while its last entries are still being committed: the entry after its
     last durable one is the next entry of that ledger, not the next ledger's first. A tailing
