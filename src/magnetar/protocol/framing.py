@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from google.protobuf.message import DecodeError, Message
 
@@ -28,6 +28,7 @@ __all__ = [
     "Frame",
     "FrameDecoder",
     "ProtocolError",
+    "SendReceipt",
     "command_field_name",
     "encode_frame",
 ]
@@ -83,9 +84,23 @@ class Frame(NamedTuple):
         return getattr(self.command, _FIELD_NAME_BY_TYPE[self.command.type])
 
 
+class SendReceipt(NamedTuple):
+    """A SEND_RECEIPT read without protobuf (`FrameDecoder.receive_frames_and_receipts`): the ids as the
+    wire carries them (uint64; `commands.signed_id` turns a ledger or entry id into Pulsar's int64)."""
+
+    producer_id: int
+    sequence_id: int
+    ledger_id: int
+    entry_id: int
+
+
 # Frame(command, payload) without the Python-level __new__ NamedTuple generates: one per frame. Measured
 # with bench/e2e_throughput.py (the event loop's CPU µs per message, commit c201da2); kept for that.
 _new_frame = partial(tuple.__new__, Frame)
+_new_receipt = partial(tuple.__new__, SendReceipt)
+# A SEND_RECEIPT's command starts with these bytes: `type` (field 1) = SEND_RECEIPT, then the tag of
+# `send_receipt` (field 7, length-delimited). Pulsar's brokers and magnetar's write fields in number order.
+_RECEIPT_START = bytes((0x08, _SEND_RECEIPT, 0x3A))
 
 
 def command_field_name(command_type: int) -> str:
@@ -121,6 +136,19 @@ class FrameDecoder:
 
     def receive_data(self, data: bytes) -> list[Frame]:
         """Every frame completed by `data`, in order. Raises ProtocolError on the first malformed frame."""
+        frames: list[Frame] = self._receive(data, False)
+        return frames
+
+    def receive_frames_and_receipts(self, data: bytes) -> list[Frame | SendReceipt]:
+        """As `receive_data`, but a SEND_RECEIPT of the usual shape comes as a `SendReceipt`, read byte by
+        byte instead of parsed into a BaseCommand, in a little more than half the time: a producer that
+        keeps thousands of SENDs in flight (a replicator's) reads as many receipts a second. Any other
+        receipt (a field this reading does not know, a malformed one) comes as a Frame, as from
+        `receive_data`, and is checked the same way."""
+        frames: list[Frame | SendReceipt] = self._receive(data, True)
+        return frames
+
+    def _receive(self, data: bytes, receipts_by_hand: bool) -> list[Any]:
         if self._failure is not None:
             raise ProtocolError(f"connection already failed: {self._failure}")
         buffer = self._buffer
@@ -143,7 +171,7 @@ class FrameDecoder:
             # Common case: nothing pending, so frames are cut straight out of `data`.
             stream = data
         try:
-            frames, consumed = self._split(stream)
+            frames, consumed = self._split(stream, receipts_by_hand)
         except ProtocolError as error:
             self._failure = error
             self._buffer = bytearray()
@@ -151,8 +179,8 @@ class FrameDecoder:
         self._buffer = bytearray(stream[consumed:]) if consumed < len(stream) else bytearray()
         return frames
 
-    def _split(self, stream: bytes | bytearray) -> tuple[list[Frame], int]:
-        frames: list[Frame] = []
+    def _split(self, stream: bytes | bytearray, receipts_by_hand: bool) -> tuple[list[Any], int]:
+        frames: list[Any] = []
         offset = 0
         end = len(stream)
         max_frame_size = self.max_frame_size
@@ -167,6 +195,12 @@ class FrameDecoder:
                 if frame_end > end:
                     break
                 command_end = offset + _HEADER_BYTES + command_size
+                if receipts_by_hand and command_end == frame_end and stream.startswith(_RECEIPT_START, offset + 8):
+                    receipt = _receipt_by_hand(stream, offset + _HEADER_BYTES + len(_RECEIPT_START), frame_end)
+                    if receipt is not None:
+                        frames.append(receipt)
+                        offset = frame_end
+                        continue
                 command = BaseCommand()
                 try:
                     command.ParseFromString(view[offset + _HEADER_BYTES : command_end])
@@ -208,6 +242,75 @@ class FrameDecoder:
                 # Only the size has arrived: an oversized frame is refused before its bytes are buffered.
                 _check_sizes(_SIZE.unpack_from(stream, offset)[0], None, max_frame_size)
         return frames, offset
+
+
+def _receipt_by_hand(stream: bytes | bytearray, start: int, end: int) -> SendReceipt | None:
+    """The CommandSendReceipt whose length prefix is at `start` and which ends the frame at `end`: producer
+    id, sequence id, a message id of ledger id and entry id alone, and optionally the highest sequence id,
+    in that order. None for anything else, which the caller parses with protobuf instead."""
+    try:
+        if stream[start] != end - start - 1 or stream[start + 1] != 0x08:
+            return None  # a body of 128 bytes or more has a longer length prefix: not a usual receipt
+        at = start + 2
+        byte = stream[at]
+        at += 1
+        producer_id = byte & 0x7F
+        shift = 7
+        while byte & 0x80:
+            byte = stream[at]
+            at += 1
+            producer_id |= (byte & 0x7F) << shift
+            shift += 7
+        if stream[at] != 0x10:
+            return None
+        byte = stream[at + 1]
+        at += 2
+        sequence_id = byte & 0x7F
+        shift = 7
+        while byte & 0x80:
+            byte = stream[at]
+            at += 1
+            sequence_id |= (byte & 0x7F) << shift
+            shift += 7
+        # message_id (field 3): ledgerId (1), then entryId (2), and nothing else.
+        if stream[at] != 0x1A or stream[at + 2] != 0x08:
+            return None
+        message_id_end = at + 2 + stream[at + 1]
+        byte = stream[at + 3]
+        at += 4
+        ledger_id = byte & 0x7F
+        shift = 7
+        while byte & 0x80:
+            byte = stream[at]
+            at += 1
+            ledger_id |= (byte & 0x7F) << shift
+            shift += 7
+        if stream[at] != 0x10:
+            return None
+        byte = stream[at + 1]
+        at += 2
+        entry_id = byte & 0x7F
+        shift = 7
+        while byte & 0x80:
+            byte = stream[at]
+            at += 1
+            entry_id |= (byte & 0x7F) << shift
+            shift += 7
+        if at != message_id_end:
+            return None
+        if at < end:
+            # highest_sequence_id (field 4): skipped, as the protobuf path's callers do.
+            if stream[at] != 0x20:
+                return None
+            at += 1
+            while stream[at] & 0x80:
+                at += 1
+            at += 1
+    except IndexError:
+        return None
+    if at != end or sequence_id >> 64 or producer_id >> 64 or ledger_id >> 64 or entry_id >> 64:
+        return None
+    return _new_receipt((producer_id, sequence_id, ledger_id, entry_id))
 
 
 def _check_sizes(total_size: int, command_size: int | None, max_frame_size: int) -> None:

@@ -17,6 +17,7 @@ from magnetar.protocol.framing import (
     Frame,
     FrameDecoder,
     ProtocolError,
+    SendReceipt,
     command_field_name,
     encode_frame,
 )
@@ -225,3 +226,91 @@ def test_random_commands_in_valid_frames_parse_or_raise_protocol_error(
     [decoded] = frames
     assert decoded.command.IsInitialized()
     assert decoded.command.HasField(command_field_name(decoded.type))
+
+
+# --- SEND_RECEIPTs read by hand (receive_frames_and_receipts), against protobuf's reading of the same bytes
+
+_IDS = st.one_of(st.integers(min_value=0, max_value=300), st.integers(min_value=0, max_value=(1 << 64) - 1))
+
+
+def _receipt_frame(producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, **more: object) -> bytes:
+    """A SEND_RECEIPT as protobuf writes it; `more` sets other fields of the receipt or of its message id."""
+    message_id = {"ledgerId": ledger_id, "entryId": entry_id, **more.pop("message_id", {})}  # type: ignore[dict-item]
+    receipt = {"producer_id": producer_id, "sequence_id": sequence_id, "message_id": message_id, **more}
+    return encode_frame(BaseCommand(type=BaseCommand.SEND_RECEIPT, send_receipt=receipt))
+
+
+def _as_protobuf_reads(data: bytes) -> list[tuple[int, int, int, int]]:
+    receipts = []
+    for frame in FrameDecoder().receive_data(data):
+        receipt = frame.command.send_receipt
+        message_id = receipt.message_id
+        receipts.append((receipt.producer_id, receipt.sequence_id, message_id.ledgerId, message_id.entryId))
+    return receipts
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_IDS, _IDS, _IDS, _IDS, st.one_of(st.none(), _IDS)), min_size=1, max_size=20))
+def test_receipts_read_by_hand_equal_protobufs_reading(receipts: list) -> None:
+    data = b"".join(
+        _receipt_frame(p, s, ledger, entry, **({} if highest is None else {"highest_sequence_id": highest}))
+        for p, s, ledger, entry, highest in receipts
+    )
+    read = FrameDecoder().receive_frames_and_receipts(data)
+    assert all(isinstance(item, SendReceipt) for item in read)
+    assert [tuple(item) for item in read] == _as_protobuf_reads(data)
+
+
+def test_receipts_of_the_brokers_hand_encoder_are_read_by_hand() -> None:
+    sends = [(sequence_id, sequence_id + 5) for sequence_id in (0, 1, 127, 128, 16_384, (1 << 64) - 1)]
+    data = commands.send_receipts(
+        3, sends, [(12, 0), (12, 1), (12, 200), (12, 1 << 40), (12, 5), (-1 & ((1 << 64) - 1), -1 & ((1 << 64) - 1))]
+    )
+    read = FrameDecoder().receive_frames_and_receipts(data)
+    assert [type(item) for item in read] == [SendReceipt] * len(sends)
+    assert [tuple(item) for item in read] == _as_protobuf_reads(data)
+
+
+@pytest.mark.parametrize(
+    "more",
+    [
+        {"message_id": {"partition": 2}},
+        {"message_id": {"batch_index": 0}},
+        {"message_id": {"batch_size": 3, "partition": -1}},
+    ],
+    ids=["partition", "batch_index", "batch_size"],
+)
+def test_a_receipt_of_another_shape_comes_as_a_frame(more: dict) -> None:
+    """What the hand reading does not know goes through protobuf, with every check receive_data makes."""
+    data = _receipt_frame(0, 9, 4, 5, **more)
+    [frame] = FrameDecoder().receive_frames_and_receipts(data)
+    assert isinstance(frame, Frame) and frame.command.send_receipt.sequence_id == 9
+    assert frame.command.send_receipt.message_id.entryId == 5
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        bytes.fromhex("08073a06080010011a00"),  # message id without its required fields
+        bytes.fromhex("08073a0608001a020801"),  # no sequence id
+        bytes.fromhex("08073a08080010011a0408011080"),  # a varint cut by the end of its field
+    ],
+    ids=["empty-message-id", "no-sequence-id", "cut-varint"],
+)
+def test_a_malformed_receipt_raises_as_receive_data_does(body: bytes) -> None:
+    frame = _header(4 + len(body), len(body)) + body
+    with pytest.raises(ProtocolError):
+        FrameDecoder().receive_data(frame)
+    with pytest.raises(ProtocolError):
+        FrameDecoder().receive_frames_and_receipts(frame)
+
+
+def test_receipts_between_other_frames_keep_their_order_split_anywhere() -> None:
+    data = _receipt_frame(0, 1, 7, 1) + PING + _receipt_frame(0, 2, 7, 2, message_id={"partition": 1}) + FLOW
+    data += _receipt_frame(0, 3, 7, 3)
+    whole = FrameDecoder().receive_frames_and_receipts(data)
+    assert [type(item).__name__ for item in whole] == ["SendReceipt", "Frame", "Frame", "Frame", "SendReceipt"]
+    for cut in range(1, len(data)):
+        decoder = FrameDecoder()
+        split = decoder.receive_frames_and_receipts(data[:cut]) + decoder.receive_frames_and_receipts(data[cut:])
+        assert split == whole, cut
