@@ -42,6 +42,16 @@ BACKOFF_INITIAL_S = 0.1
 BACKOFF_MAX_S = 60.0
 IDLE_CHECK_S = 1.0  # an idle replicator looks at its remote connection this often
 PARTITION_SUFFIX = "-partition-"
+# A replicator reads a quarter of its queue at a time (Pulsar reads up to dispatcherMaxReadBatchSize, 100):
+# small enough that reads and the remote's work overlap, large enough that a read's fixed cost (a turn of
+# the event loop, a reader thread for what is not cached) is spread over many entries.
+READS_PER_QUEUE = 4
+
+
+def _discard(read: asyncio.Future[Any]) -> None:
+    """A read given up when its connection dropped: a failure of it is not news (the loop starts over)."""
+    if not read.cancelled():
+        read.exception()
 
 
 def cursor_name(remote_cluster: str) -> str:
@@ -214,30 +224,49 @@ class Replicator:
             raise RemoteUnavailable(str(error)) from error
 
     async def _forward(self, producer: RemoteProducer) -> None:
+        """Read and send until the connection drops. As Pulsar's replicator does, one read is pending at a
+        time, for at most the queue's room less what is read and not sent yet; the next read starts as
+        soon as one completes, so a read from disk runs while the remote stores what went before it
+        instead of after (the queue bounds what is held: sent and unanswered, plus read and not sent)."""
         cursor = self.cursor
         # A backlog found at connect time is logged once it is all confirmed.
         catching_up = self.backlog() > 0
         started = time.monotonic()
-        while True:
-            if not producer.connected:
-                raise RemoteUnavailable("the remote producer's connection dropped")
-            if not cursor.has_more_entries():
-                if catching_up and producer.pending == 0 and self.backlog() == 0:
-                    catching_up = False
-                    log.info(
-                        "[%s] Replicator to %s caught up in %.1f s",
-                        self.topic_name,
-                        self.remote_cluster,
-                        time.monotonic() - started,
-                    )
-                await self._wait_for_entries()
-                continue
-            await producer.wait_for_room()
-            # As much as the queue has room for: the event loop is shared with the topic's producers, whose
-            # every socket read stores hundreds of entries in one turn, and a replicator that forwarded
-            # fewer per turn (Pulsar's 100) would fall behind them however idle the machine.
-            room = max(1, self.queue_size - producer.pending)
-            self._forward_entries(producer, cursor.undeleted_entries(await cursor.read_entries(room)))
+        read_max = max(1, self.queue_size // READS_PER_QUEUE)
+        reading: asyncio.Task[list[Any]] | None = None
+        try:
+            while True:
+                if not producer.connected:
+                    raise RemoteUnavailable("the remote producer's connection dropped")
+                if reading is None:
+                    if not cursor.has_more_entries():
+                        if catching_up and producer.pending == 0 and self.backlog() == 0:
+                            catching_up = False
+                            log.info(
+                                "[%s] Replicator to %s caught up in %.1f s",
+                                self.topic_name,
+                                self.remote_cluster,
+                                time.monotonic() - started,
+                            )
+                        await self._wait_for_entries()
+                        continue
+                    room = self.queue_size - producer.pending
+                    if room <= 0:
+                        await producer.wait_for_room()
+                        continue
+                    reading = asyncio.ensure_future(cursor.read_entries(min(room, read_max)))
+                entries = cursor.undeleted_entries(await reading)
+                reading = None
+                room = self.queue_size - producer.pending - len(entries)
+                if room > 0 and cursor.has_more_entries():
+                    reading = asyncio.ensure_future(cursor.read_entries(min(room, read_max)))
+                await producer.wait_for_room()
+                self._forward_entries(producer, entries)
+        finally:
+            if reading is not None:
+                # Its entries are read again after the reconnect (the cursor rewinds to the last confirmed).
+                reading.cancel()
+                reading.add_done_callback(_discard)
 
     async def _wait_for_entries(self) -> None:
         """New entries, or a second passing (the loop then sees whether the remote went away)."""

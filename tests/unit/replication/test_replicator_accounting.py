@@ -8,10 +8,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from magnetar.positions import Position
 from magnetar.protocol import markers
 from magnetar.protocol.messages import encode_entry, parse_entry
 from magnetar.protocol.pulsar_api_pb2 import MessageMetadata
+from magnetar.replication.producer import RemoteUnavailable
 from magnetar.replication.replicator import Replicator, cursor_name
 from magnetar.storage import ManagedLedgerFactory, StorageConfig
 
@@ -164,3 +167,103 @@ def test_entries_stored_by_another_replicator_wait_behind_unconfirmed_sends(tmp_
     waiting = _pass_scenario(tmp_path, local_before=2, answered=False)
     assert waiting["after"] == waiting["before"] < waiting["stored"][0]
     assert waiting["sent"] == 2
+
+
+class WindowProducer:
+    """Stands in for the RemoteProducer inside the replicator's loop: a queue of `max_pending` sends that
+    the test answers, and a connection the test can drop."""
+
+    def __init__(self, max_pending: int) -> None:
+        self.max_pending = max_pending
+        self.connected = True
+        self.unanswered: list[int] = []
+        self.sent: list[int] = []
+
+    @property
+    def pending(self) -> int:
+        return len(self.unanswered)
+
+    async def wait_for_room(self) -> None:
+        while self.connected and len(self.unanswered) >= self.max_pending:
+            await asyncio.sleep(0)
+        if not self.connected:
+            raise RemoteUnavailable("dropped by the test")
+
+    def send(self, section: bytes, sequence_id: int, highest: int | None, messages: int, marker: bool = False) -> None:
+        assert self.connected and len(self.unanswered) < self.max_pending
+        self.unanswered.append(sequence_id)
+        self.sent.append(sequence_id)
+
+    def answer(self, replicator: Replicator, count: int) -> None:
+        answered, self.unanswered = self.unanswered[:count], self.unanswered[count:]
+        if answered:
+            replicator._on_receipts([(9, i) for i in range(len(answered))])
+
+
+def test_the_next_read_overlaps_the_sends_within_the_queues_bound(tmp_path: Path) -> None:
+    """A quarter of the queue per read, reads while the remote has sends to answer (not after its
+    receipts), and what is held (read and unconfirmed) never more than the queue; then a connection
+    dropped while a read is pending: after the rewind, everything unconfirmed goes again, in order, once."""
+    queue_size = 100
+    count = 1000
+
+    async def scenario() -> None:
+        factory = await ManagedLedgerFactory.open(str(tmp_path / "data"), CONFIG)
+        try:
+            ledger = await factory.open_ledger("persistent://t/ns/topic")
+            cursor = await ledger.open_cursor(cursor_name("r2"), "latest")
+            await ledger.append_many(
+                [_data(i) for i in range(count)],
+                [0] * count,
+                [1] * count,
+                [1] * count,
+                ["p"] * count,
+                list(range(count)),
+            )
+            replicator = Replicator("persistent://t/ns/topic", "r1", "r2", ledger, cursor, lambda _c: None, queue_size)
+            producer = WindowProducer(queue_size)
+            reads: list[tuple[int, int]] = []  # (entries asked, sends unanswered) at each read
+            read = cursor.read_entries
+
+            async def recorded(asked: int) -> list[Any]:
+                reads.append((asked, producer.pending))
+                return await read(asked)
+
+            cursor.read_entries = recorded  # type: ignore[method-assign]
+
+            def held() -> int:
+                return ledger.count_entries(cursor.mark_delete_position, ledger.previous_position(cursor.read_position))
+
+            task = asyncio.create_task(replicator._forward(producer))  # type: ignore[arg-type]
+            while len(producer.sent) < 600:
+                await asyncio.sleep(0)
+                assert held() <= queue_size
+                producer.answer(replicator, 7)
+            # Dropped with sends unanswered, and a read pending.
+            producer.connected = False
+            await asyncio.sleep(0)
+            with pytest.raises(RemoteUnavailable):
+                await task
+            assert all(asked <= queue_size // 4 for asked, _ in reads)
+            assert sum(unanswered > 0 for _, unanswered in reads) > len(reads) // 2
+            confirmed = ledger.count_entries(
+                ledger.previous_position(ledger.first_position()), cursor.mark_delete_position
+            )
+            first_attempt = producer.sent
+
+            cursor.rewind()
+            replicator._in_flight.clear()
+            producer = WindowProducer(queue_size)
+            task = asyncio.create_task(replicator._forward(producer))  # type: ignore[arg-type]
+            while cursor.mark_delete_position < ledger.last_confirmed_entry:
+                await asyncio.sleep(0)
+                assert held() <= queue_size
+                producer.answer(replicator, 13)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert first_attempt[:confirmed] + producer.sent == list(range(count))
+        finally:
+            await factory.close()
+
+    asyncio.run(scenario())
