@@ -58,6 +58,13 @@ def earliest_reader(client, topic: str, compacted: bool):
     return client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=compacted)
 
 
+@pytest.fixture
+def broker(module_broker):
+    """The module's broker (and `client`'s): each test compacts topics of its own. The tests that restart a
+    broker or change a namespace policy start one of their own."""
+    return module_broker
+
+
 def test_compaction_keeps_the_latest_value_per_key_and_tombstones_delete(broker, client, topic) -> None:
     producer = client.create_producer(topic, batching_enabled=False)
     ids = {}
@@ -126,7 +133,8 @@ def test_a_second_compaction_builds_on_the_first(broker, client, topic) -> None:
     assert [(key, value) for key, value, _ in view] == [("k1", b"c"), ("k3", b"d")]
 
 
-def test_the_compacted_view_survives_a_restart(broker, client_factory, topic) -> None:
+def test_the_compacted_view_survives_a_restart(broker_factory, client_factory, topic) -> None:
+    broker = broker_factory()
     client = client_factory(broker.url)
     producer = client.create_producer(topic, batching_enabled=False)
     producer.send(b"a", partition_key="k1")
@@ -214,7 +222,8 @@ def test_a_topic_past_its_threshold_is_compacted(broker_factory, client_factory,
     assert [(key, value) for key, value, _ in view] == [("k1", b"b" * 100)]
 
 
-def test_namespace_threshold_policy(broker) -> None:
+def test_namespace_threshold_policy(broker_factory) -> None:
+    broker = broker_factory()
     url = f"{broker.http_url}/admin/v2/namespaces/public/default/compactionThreshold"
     assert httpx.get(url, timeout=10).status_code == 204
     assert httpx.put(url, json=-1, timeout=10).status_code == 412
