@@ -17,9 +17,9 @@ producers and keep their sequence ids, which therefore repeat and go backwards; 
 sequence-based matching would drop or misattribute receipts there. A broker answers a producer's SENDs in
 the order they arrived, so the n-th receipt answers the n-th unanswered SEND, and one whose sequence id is
 not the head's means the two sides lost track of each other: the connection closes. Nothing is made per
-send but its frame and a small tuple, and per receipt, read byte by byte instead of through protobuf
-(`FrameDecoder.receive_frames_and_receipts`), its fields and (ledger id, entry id): a replicator forwards
-tens of thousands of entries a second.
+send but its frame and a small tuple; a receipt is read byte by byte rather than through protobuf
+(`FrameDecoder.receive_frames_and_receipts`), and nothing of it is kept but its (ledger id, entry id): a
+replicator forwards tens of thousands of entries a second.
 """
 
 from __future__ import annotations
