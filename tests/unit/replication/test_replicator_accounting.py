@@ -223,11 +223,19 @@ def test_the_next_read_overlaps_the_sends_within_the_queues_bound(tmp_path: Path
             replicator = Replicator("persistent://t/ns/topic", "r1", "r2", ledger, cursor, lambda _c: None, queue_size)
             producer = WindowProducer(queue_size)
             reads: list[tuple[int, int]] = []  # (entries asked, sends unanswered) at each read
+            in_progress = 0
             read = cursor.read_entries
 
             async def recorded(asked: int) -> list[Any]:
+                nonlocal in_progress
                 reads.append((asked, producer.pending))
-                return await read(asked)
+                in_progress += 1
+                try:
+                    # A turn of the loop, as a read from disk takes (a reader thread) and one from the cache does not.
+                    await asyncio.sleep(0)
+                    return await read(asked)
+                finally:
+                    in_progress -= 1
 
             cursor.read_entries = recorded  # type: ignore[method-assign]
 
@@ -235,15 +243,17 @@ def test_the_next_read_overlaps_the_sends_within_the_queues_bound(tmp_path: Path
                 return ledger.count_entries(cursor.mark_delete_position, ledger.previous_position(cursor.read_position))
 
             task = asyncio.create_task(replicator._forward(producer))  # type: ignore[arg-type]
-            while len(producer.sent) < 600:
+            while len(producer.sent) < 600 or not in_progress:
                 await asyncio.sleep(0)
                 assert held() <= queue_size
                 producer.answer(replicator, 7)
-            # Dropped with sends unanswered, and a read pending.
+            # Dropped with sends unanswered and a read under way: the read is given up.
+            assert producer.unanswered
             producer.connected = False
-            await asyncio.sleep(0)
             with pytest.raises(RemoteUnavailable):
                 await task
+            await asyncio.sleep(0)
+            assert in_progress == 0
             assert all(asked <= queue_size // 4 for asked, _ in reads)
             assert sum(unanswered > 0 for _, unanswered in reads) > len(reads) // 2
             confirmed = ledger.count_entries(
