@@ -247,7 +247,10 @@ class FrameDecoder:
 def _receipt_by_hand(stream: bytes | bytearray, start: int, end: int) -> SendReceipt | None:
     """The CommandSendReceipt whose length prefix is at `start` and which ends the frame at `end`: producer
     id, sequence id, a message id of ledger id and entry id alone, and optionally the highest sequence id,
-    in that order. None for anything else, which the caller parses with protobuf instead."""
+    in that order. None for anything else, which the caller parses with protobuf instead.
+
+    Its four varints are read by loops written out in place: a helper function called four times made a
+    receipt cost 2.1 µs instead of 1.8 (protobuf: 2.7), half of what reading it by hand saves."""
     try:
         if stream[start] != end - start - 1 or stream[start + 1] != 0x08:
             return None  # a body of 128 bytes or more has a longer length prefix: not a usual receipt
