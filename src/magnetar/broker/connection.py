@@ -30,7 +30,7 @@ from magnetar.core.events import KeySharedMeta
 from magnetar.positions import EARLIEST, LATEST, Position
 from magnetar.protocol import commands, messages
 from magnetar.protocol.connection import ServerProtocol
-from magnetar.protocol.framing import ProtocolError, command_field_name
+from magnetar.protocol.framing import ProtocolError, SendFrame, command_field_name
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand, CommandSubscribe
 
 __all__ = ["ServerConnection", "SERVER_VERSION"]
@@ -53,7 +53,6 @@ _READ_SIZE = 256 * 1024
 
 
 _INT64_SIGN = 1 << 63
-_SEND = BaseCommand.SEND
 _ACK = BaseCommand.ACK
 _ACK_YIELD_IDS = 64
 # Position(ledger, entry) without the Python-level __new__ NamedTuple generates: one per acked id.
@@ -166,10 +165,11 @@ class ServerConnection:
                 if self.auth.pending:
                     frames = await self.auth.handshake(frames)
                 try:
-                    for command, payload in frames:
-                        if command.type == _SEND:
-                            self._on_send(command.send, payload)
+                    for frame in frames:
+                        if isinstance(frame, SendFrame):
+                            self._on_send(frame)
                         else:
+                            command = frame.command
                             # Anything else may depend on the SENDs before it (CLOSE_PRODUCER): append them first.
                             self._publish_pending()
                             self._dispatch(command)
@@ -499,12 +499,12 @@ class ServerConnection:
             )
         )
 
-    def _on_send(self, send: Any, payload: bytes) -> None:
+    def _on_send(self, send: SendFrame) -> None:
         producer = self.producers.get(send.producer_id)
         if producer is None:
             raise ProtocolError(f"SEND for unknown producer id {send.producer_id}")
         try:
-            entry, key_hash, count, publish_time, deliver_at_time, marker, name = messages.index_send(payload)
+            entry, key_hash, count, publish_time, deliver_at_time, marker, name = messages.index_send(send.payload)
         except messages.ChecksumError as error:
             log.info("[%s] SEND of producer %s failed: ChecksumError: %s", self.remote_address, producer.name, error)
             self.write(commands.send_error(send.producer_id, send.sequence_id, "ChecksumError", str(error)))

@@ -17,6 +17,7 @@ from magnetar.protocol.framing import (
     Frame,
     FrameDecoder,
     ProtocolError,
+    SendFrame,
 )
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand
 
@@ -93,8 +94,9 @@ class ServerProtocol:
         """The version both sides speak: min(client's, PROTOCOL_VERSION_MAX), as Pulsar's broker answers."""
         return min(self.client_protocol_version, PROTOCOL_VERSION_MAX)
 
-    def receive_data(self, data: bytes) -> list[Frame]:
-        """The frames `data` completes, in order; a partial frame waits for the next call.
+    def receive_data(self, data: bytes) -> list[Frame | SendFrame]:
+        """The frames `data` completes, in order, SENDs as `SendFrame`s; a partial frame waits for the next
+        call.
 
         Raises ProtocolError for an oversized, truncated-size or unparsable frame, a first frame other than
         CONNECT, a second CONNECT, or a command only a broker sends.
@@ -102,16 +104,21 @@ class ServerProtocol:
         if self.state is ConnectionState.FAILED:
             raise ProtocolError("connection already failed")
         try:
-            frames = self._decoder.receive_data(data)
+            frames = self._decoder.receive_frames_and_sends(data)
             if self.state is ConnectionState.CONNECTED:
                 # The steady state, once per frame: only CONNECT and broker-only commands are refused.
-                for command, _payload in frames:
-                    command_type = command.type
-                    if command_type == _CONNECT or command_type in _BROKER_ONLY_TYPES:
-                        self._check(command)
+                for frame in frames:
+                    if not isinstance(frame, SendFrame):
+                        command_type = frame.command.type
+                        if command_type == _CONNECT or command_type in _BROKER_ONLY_TYPES:
+                            self._check(frame.command)
             else:
-                for command, _payload in frames:
-                    self._check(command)
+                for frame in frames:
+                    if isinstance(frame, SendFrame):
+                        if self.state is ConnectionState.AWAITING_CONNECT:
+                            raise ProtocolError("expected CONNECT as the first command, got SEND")
+                    else:
+                        self._check(frame.command)
         except ProtocolError:
             self.state = ConnectionState.FAILED
             raise

@@ -17,7 +17,9 @@ from magnetar.protocol.framing import (
     Frame,
     FrameDecoder,
     ProtocolError,
+    SendFrame,
     SendReceipt,
+    _send_by_hand,
     command_field_name,
     encode_frame,
 )
@@ -224,6 +226,11 @@ def test_random_commands_in_valid_frames_parse_or_raise_protocol_error(
     except ProtocolError:
         return
     [decoded] = frames
+    if isinstance(decoded, SendFrame):
+        # Read by hand or not, a SEND says what protobuf reads in the same bytes.
+        send = BaseCommand.FromString(command).send
+        assert tuple(decoded) == (send.producer_id, send.sequence_id, send.highest_sequence_id, payload)
+        return
     assert decoded.command.IsInitialized()
     assert decoded.command.HasField(command_field_name(decoded.type))
 
@@ -314,3 +321,123 @@ def test_receipts_between_other_frames_keep_their_order_split_anywhere() -> None
         decoder = FrameDecoder()
         split = decoder.receive_frames_and_receipts(data[:cut]) + decoder.receive_frames_and_receipts(data[cut:])
         assert split == whole, cut
+
+
+# --- SENDs read by hand (receive_frames_and_sends, the broker's reading), against protobuf's reading
+
+_SEND_FIELDS = st.fixed_dictionaries(
+    {"producer_id": _IDS, "sequence_id": _IDS},
+    optional={
+        "num_messages": st.integers(min_value=-(1 << 31), max_value=(1 << 31) - 1),
+        "highest_sequence_id": _IDS,
+        "is_chunk": st.booleans(),
+        "marker": st.booleans(),
+    },
+)
+
+
+def _send_with(fields: dict, payload: bytes = b"\x0e\x01section") -> bytes:
+    """A SEND as protobuf writes it, with these CommandSend fields, carrying `payload`."""
+    return encode_frame(BaseCommand(type=BaseCommand.SEND, send=fields), payload)
+
+
+def _sends_as_protobuf_reads(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    return [
+        (
+            frame.command.send.producer_id,
+            frame.command.send.sequence_id,
+            frame.command.send.highest_sequence_id,
+            frame.payload,
+        )
+        for frame in FrameDecoder().receive_data(data)
+    ]
+
+
+def _by_hand(frame: bytes) -> SendFrame | None:
+    """What the hand reading makes of the one SEND in `frame` (None: it leaves it to protobuf)."""
+    _total, command_size = struct.unpack_from(">II", frame)
+    return _send_by_hand(frame, 11, 8 + command_size, len(frame))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_SEND_FIELDS, st.binary(min_size=1, max_size=30)), min_size=1, max_size=20))
+def test_sends_read_by_hand_equal_protobufs_reading(sends: list) -> None:
+    frames = [_send_with(fields, payload) for fields, payload in sends]
+    assert all(_by_hand(frame) is not None for frame in frames)
+    data = b"".join(frames)
+    read = FrameDecoder().receive_frames_and_sends(data)
+    assert all(isinstance(item, SendFrame) for item in read)
+    assert [tuple(item) for item in read] == _sends_as_protobuf_reads(data)
+
+
+def test_sends_of_the_replicators_hand_encoder_are_read_by_hand() -> None:
+    frames = [
+        commands.send(1, 0, None, 1, b"\x0e\x01a"),
+        commands.send(1, 1 << 40, (1 << 40) + 9, 10, b"\x0e\x01b"),
+        commands.send(7, (1 << 64) - 1, None, 1, b"\x0e\x01c", marker=True),
+    ]
+    assert all(_by_hand(frame) is not None for frame in frames)
+    data = b"".join(frames)
+    assert [tuple(item) for item in FrameDecoder().receive_frames_and_sends(data)] == _sends_as_protobuf_reads(data)
+
+
+@pytest.mark.parametrize(
+    "more",
+    [{"txnid_least_bits": 5, "txnid_most_bits": 1}, {"message_id": {"ledgerId": 3, "entryId": 4}}],
+    ids=["transaction", "message-id"],
+)
+def test_a_send_of_another_shape_goes_through_protobuf(more: dict) -> None:
+    """Fields the hand reading does not know: protobuf reads the SEND, which still comes as a SendFrame."""
+    frame = _send_with({"producer_id": 2, "sequence_id": 9, "highest_sequence_id": 11, **more})
+    assert _by_hand(frame) is None
+    [read] = FrameDecoder().receive_frames_and_sends(frame)
+    assert read == SendFrame(2, 9, 11, b"\x0e\x01section")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        bytes.fromhex("0806320208 01"),  # no sequence id
+        bytes.fromhex("080632020801 10"),  # a field after the CommandSend's end
+        bytes.fromhex("08063204080110 80"),  # a varint cut by the end of its field
+        bytes.fromhex("0806320f0801 10" + "80" * 11 + "00"),  # a varint longer than ten bytes
+    ],
+    ids=["no-sequence-id", "after-the-end", "cut-varint", "long-varint"],
+)
+def test_a_malformed_send_raises_as_receive_data_does(body: bytes) -> None:
+    frame = _header(4 + len(body) + 3, len(body)) + body + b"\x0e\x01x"
+    with pytest.raises(ProtocolError):
+        FrameDecoder().receive_data(frame)
+    with pytest.raises(ProtocolError):
+        FrameDecoder().receive_frames_and_sends(frame)
+
+
+def test_a_send_without_payload_raises_as_receive_data_does() -> None:
+    frame = encode_frame(BaseCommand(type=BaseCommand.SEND, send={"producer_id": 0, "sequence_id": 1}))
+    for read in (FrameDecoder().receive_data, FrameDecoder().receive_frames_and_sends):
+        with pytest.raises(ProtocolError, match="SEND frame carries no payload section"):
+            read(frame)
+
+
+def test_sends_between_other_frames_keep_their_order_split_anywhere() -> None:
+    data = _send_frame(1) + PING + _send_with({"producer_id": 0, "sequence_id": 2, "txnid_least_bits": 1}) + FLOW
+    data += _send_frame(3)
+    whole = FrameDecoder().receive_frames_and_sends(data)
+    assert [type(item).__name__ for item in whole] == ["SendFrame", "Frame", "SendFrame", "Frame", "SendFrame"]
+    assert [item.sequence_id for item in whole if isinstance(item, SendFrame)] == [1, 2, 3]
+    for cut in range(1, len(data)):
+        decoder = FrameDecoder()
+        split = decoder.receive_frames_and_sends(data[:cut]) + decoder.receive_frames_and_sends(data[cut:])
+        assert split == whole, cut
+
+
+def test_connection_gives_sends_as_send_frames_and_refuses_one_before_connect() -> None:
+    protocol = ServerProtocol()
+    connect, send, flow = protocol.receive_data(CLIENT_CONNECT + _send_frame(4) + FLOW)
+    assert connect.type == BaseCommand.CONNECT and flow.type == BaseCommand.FLOW
+    assert isinstance(send, SendFrame) and send.sequence_id == 4
+    assert protocol.receive_data(_send_frame(5)) == [SendFrame(0, 5, 0, _send_frame(5)[-len(send.payload) :])]
+    early = ServerProtocol()
+    with pytest.raises(ProtocolError, match="expected CONNECT as the first command, got SEND"):
+        early.receive_data(_send_frame(1))
+    assert early.state is ConnectionState.FAILED
