@@ -301,8 +301,10 @@ def test_a_receipt_of_another_shape_comes_as_a_frame(more: dict) -> None:
         bytes.fromhex("08073a06080010011a00"),  # message id without its required fields
         bytes.fromhex("08073a0608001a020801"),  # no sequence id
         bytes.fromhex("08073a08080010011a0408011080"),  # a varint cut by the end of its field
+        bytes.fromhex("08073a1408001080808080808080808080001a0408011002"),  # an eleven-byte sequence id
+        bytes.fromhex("08073a160800100a1a040801100220808080808080808080800a"),  # an eleven-byte highest id
     ],
-    ids=["empty-message-id", "no-sequence-id", "cut-varint"],
+    ids=["empty-message-id", "no-sequence-id", "cut-varint", "long-sequence-id", "long-highest-id"],
 )
 def test_a_malformed_receipt_raises_as_receive_data_does(body: bytes) -> None:
     frame = _header(4 + len(body), len(body)) + body
@@ -408,6 +410,29 @@ def test_a_malformed_send_raises_as_receive_data_does(body: bytes) -> None:
     frame = _header(4 + len(body) + 3, len(body)) + body + b"\x0e\x01x"
     with pytest.raises(ProtocolError):
         FrameDecoder().receive_data(frame)
+    with pytest.raises(ProtocolError):
+        FrameDecoder().receive_frames_and_sends(frame)
+
+
+class _CountedBytes(bytes):
+    """Bytes that count how many of them are read one at a time."""
+
+    reads = 0
+
+    def __getitem__(self, index: int) -> int:  # the reader indexes single bytes only
+        type(self).reads += 1
+        return super().__getitem__(index)
+
+
+def test_a_varint_left_open_does_not_run_on_into_the_payload() -> None:
+    """The last field of the CommandSend leaves its varint open, and the payload is 100 KB of 0xFF: read on,
+    that would build an integer of 700,000 bits a byte at a time. The hand reading stops at ten bytes."""
+    body = bytes.fromhex("08063204080110ff")
+    frame = _header(4 + len(body) + 100_000, len(body)) + body + b"\xff" * 100_000
+    counted = _CountedBytes(frame)
+    _total, command_size = struct.unpack_from(">II", frame)
+    assert _send_by_hand(counted, 11, 8 + command_size, len(frame)) is None
+    assert _CountedBytes.reads <= 16
     with pytest.raises(ProtocolError):
         FrameDecoder().receive_frames_and_sends(frame)
 
