@@ -303,8 +303,16 @@ def test_a_receipt_of_another_shape_comes_as_a_frame(more: dict) -> None:
         bytes.fromhex("08073a08080010011a0408011080"),  # a varint cut by the end of its field
         bytes.fromhex("08073a1408001080808080808080808080001a0408011002"),  # an eleven-byte sequence id
         bytes.fromhex("08073a160800100a1a040801100220808080808080808080800a"),  # an eleven-byte highest id
+        bytes.fromhex("08073a1308001080808080808080808080" + "1a0408011002"),  # its eleventh byte reads as a tag
     ],
-    ids=["empty-message-id", "no-sequence-id", "cut-varint", "long-sequence-id", "long-highest-id"],
+    ids=[
+        "empty-message-id",
+        "no-sequence-id",
+        "cut-varint",
+        "long-sequence-id",
+        "long-highest-id",
+        "long-sequence-id-then-a-tag",
+    ],
 )
 def test_a_malformed_receipt_raises_as_receive_data_does(body: bytes) -> None:
     frame = _header(4 + len(body), len(body)) + body
@@ -403,8 +411,9 @@ def test_a_send_of_another_shape_goes_through_protobuf(more: dict) -> None:
         bytes.fromhex("080632020801 10"),  # a field after the CommandSend's end
         bytes.fromhex("08063204080110 80"),  # a varint cut by the end of its field
         bytes.fromhex("0806320f0801 10" + "80" * 11 + "00"),  # a varint longer than ten bytes
+        bytes.fromhex("0806320f0801 10" + "80" * 10 + "1005"),  # its eleventh byte reads as a valid field
     ],
-    ids=["no-sequence-id", "after-the-end", "cut-varint", "long-varint"],
+    ids=["no-sequence-id", "after-the-end", "cut-varint", "long-varint", "long-varint-then-a-field"],
 )
 def test_a_malformed_send_raises_as_receive_data_does(body: bytes) -> None:
     frame = _header(4 + len(body) + 3, len(body)) + body + b"\x0e\x01x"
