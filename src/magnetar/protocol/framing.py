@@ -166,7 +166,7 @@ class FrameDecoder:
         keeps thousands of SENDs in flight (a replicator's) reads as many receipts a second. Any other
         receipt (a field this reading does not know, a malformed one) comes as a Frame, as from
         `receive_data`, and is checked the same way."""
-        frames: list[Frame | SendReceipt] = self._receive(data, _receipt_by_hand)
+        frames: list[Frame | SendReceipt] = self._receive(data, _RECEIPTS_BY_HAND)
         return frames
 
     def receive_frames_and_sends(self, data: bytes) -> list[Frame | SendFrame]:
@@ -174,10 +174,10 @@ class FrameDecoder:
         byte instead of parsed into a BaseCommand (1.3 µs a SEND instead of 2.1, the frame's split and
         the fields' reading together), any other through protobuf and checked as `receive_data` checks
         it. The broker reads every frame of its connections this way: most of them are SENDs."""
-        frames: list[Frame | SendFrame] = self._receive(data, _send_by_hand)
+        frames: list[Frame | SendFrame] = self._receive(data, _SENDS_BY_HAND)
         return frames
 
-    def _receive(self, data: bytes, by_hand: Callable[[Any, int, int, int], Any] | None) -> list[Any]:
+    def _receive(self, data: bytes, by_hand: _ByHand | None) -> list[Any]:
         if self._failure is not None:
             raise ProtocolError(f"connection already failed: {self._failure}")
         buffer = self._buffer
@@ -208,19 +208,14 @@ class FrameDecoder:
         self._buffer = bytearray(stream[consumed:]) if consumed < len(stream) else bytearray()
         return frames
 
-    def _split(
-        self, stream: bytes | bytearray, by_hand: Callable[[Any, int, int, int], Any] | None
-    ) -> tuple[list[Any], int]:
-        """The whole frames of `stream` and the bytes they take. `by_hand` reads one kind of command
-        without protobuf (`_receipt_by_hand`, `_send_by_hand`) and answers None for a shape it does not
-        know, which protobuf then parses and checks; with `_send_by_hand`, SENDs parsed that way come as
-        SendFrames too."""
+    def _split(self, stream: bytes | bytearray, by_hand: _ByHand | None) -> tuple[list[Any], int]:
+        """The whole frames of `stream` and the bytes they take, one kind of command read `by_hand`."""
         frames: list[Any] = []
         offset = 0
         end = len(stream)
         max_frame_size = self.max_frame_size
-        hand_start = None if by_hand is None else _SEND_START if by_hand is _send_by_hand else _RECEIPT_START
-        sends_as_frames = by_hand is _send_by_hand
+        # Locals: looked up once per read, not once per frame.
+        hand_start, hand_read, sends_as_frames = (None, None, False) if by_hand is None else by_hand
         with memoryview(stream) as view:
             while end - offset >= _HEADER_BYTES:
                 total_size, command_size = _HEADER.unpack_from(stream, offset)
@@ -233,7 +228,7 @@ class FrameDecoder:
                     break
                 command_end = offset + _HEADER_BYTES + command_size
                 if hand_start is not None and stream.startswith(hand_start, offset + _HEADER_BYTES):
-                    read = by_hand(stream, offset + _HEADER_BYTES + 3, command_end, frame_end)  # type: ignore[misc]
+                    read = hand_read(stream, offset + _HEADER_BYTES + 3, command_end, frame_end)  # type: ignore[misc]
                     if read is not None:
                         frames.append(read)
                         offset = frame_end
@@ -418,6 +413,21 @@ def _send_by_hand(stream: bytes | bytearray, start: int, end: int, frame_end: in
     if at != end or producer_id < 0 or sequence_id < 0 or (producer_id | sequence_id | highest_sequence_id) >> 64:
         return None
     return _new_send_frame((producer_id, sequence_id, highest_sequence_id, stream[end:frame_end]))
+
+
+class _ByHand(NamedTuple):
+    """How `FrameDecoder._split` reads one kind of command without protobuf: the bytes such a command
+    starts with (`type`, then the tag of its field), the reader, which answers None for a shape it does
+    not know (protobuf then parses and checks the frame), and whether SENDs that protobuf parses come as
+    SendFrames too, so that the caller gets every SEND in one shape."""
+
+    start: bytes
+    read: Callable[[Any, int, int, int], Any]
+    sends_as_frames: bool
+
+
+_RECEIPTS_BY_HAND = _ByHand(_RECEIPT_START, _receipt_by_hand, False)
+_SENDS_BY_HAND = _ByHand(_SEND_START, _send_by_hand, True)
 
 
 def _check_sizes(total_size: int, command_size: int | None, max_frame_size: int) -> None:
