@@ -16,10 +16,11 @@ import pulsar
 import pytest
 
 from magnetar.protocol import commands
+from magnetar.protocol.forwarding import forwarded_sends
 from magnetar.protocol.framing import FrameDecoder
-from magnetar.protocol.messages import encode_batch, encode_entry, replicated_section
+from magnetar.protocol.messages import encode_batch, encode_entry
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand, KeyValue, MessageMetadata, SingleMessageMetadata
-from magnetar.replication.producer import RemoteError, RemoteProducer, RemoteUnavailable
+from magnetar.replication.producer import PRODUCER_ID, RemoteError, RemoteProducer, RemoteUnavailable
 
 NAME = "pulsar.repl.a-->b"
 # Guards against a hang, never a timing assertion: each scenario finishes in well under a second.
@@ -27,7 +28,18 @@ HANG_GUARD_S = 30
 PUBLISH_TIME_MS = 1_700_000_000_000
 
 
-def _single(producer: str, sequence_id: int, key: str, data: bytes, **properties: str) -> tuple[bytes, int, None, int]:
+def _forwarded(stored: bytes) -> tuple[bytes, int]:
+    """The SEND frame and sequence id a replicator of cluster a forwards `stored` to cluster b with."""
+    send = forwarded_sends(PRODUCER_ID, [stored], "a", "b")[0]
+    assert send is not None
+    return send[0], send[1]
+
+
+def _send(producer: RemoteProducer, *entries: tuple[bytes, int]) -> None:
+    producer.send_frames([frame for frame, _ in entries], [sequence_id for _, sequence_id in entries])
+
+
+def _single(producer: str, sequence_id: int, key: str, data: bytes, **properties: str) -> tuple[bytes, int]:
     """A stored single-message entry as the replicator forwards it: (section, sequence id, highest, messages)."""
     metadata = MessageMetadata(
         producer_name=producer,
@@ -36,10 +48,10 @@ def _single(producer: str, sequence_id: int, key: str, data: bytes, **properties
         partition_key=key,
         properties=[KeyValue(key=k, value=v) for k, v in properties.items()],
     )
-    return replicated_section(encode_entry(metadata, data), "a"), sequence_id, None, 1
+    return _forwarded(encode_entry(metadata, data))
 
 
-def _batch(producer: str, first_sequence_id: int, key: str, bodies: list[bytes]) -> tuple[bytes, int, int, int]:
+def _batch(producer: str, first_sequence_id: int, key: str, bodies: list[bytes]) -> tuple[bytes, int]:
     payload = encode_batch(
         (
             SingleMessageMetadata(
@@ -58,7 +70,7 @@ def _batch(producer: str, first_sequence_id: int, key: str, bodies: list[bytes])
         partition_key=key,
         num_messages_in_batch=len(bodies),
     )
-    return replicated_section(encode_entry(metadata, payload), "a"), first_sequence_id, last, len(bodies)
+    return _forwarded(encode_entry(metadata, payload))
 
 
 def _recording(
@@ -87,7 +99,7 @@ async def _send_all(producer: RemoteProducer, received: list, entries: list[tupl
     start = len(received)
     for entry in entries:
         await producer.wait_for_room()
-        producer.send(*entry)
+        _send(producer, entry)
     await _answered(producer, received, start + len(entries))
     return received[start:]
 
@@ -209,7 +221,7 @@ def test_a_killed_remote_leaves_every_pending_send_unanswered(broker_factory, to
         os.kill(broker.process.pid, signal.SIGSTOP)
         for i in range(1, 51):
             await producer.wait_for_room()
-            producer.send(*_single("p", i, "k", b"lost?"))
+            _send(producer, _single("p", i, "k", b"lost?"))
         assert producer.pending == 50
         assert producer.oldest_pending_since_ms is not None
         await asyncio.to_thread(broker.kill)
@@ -218,7 +230,7 @@ def test_a_killed_remote_leaves_every_pending_send_unanswered(broker_factory, to
         with pytest.raises(RemoteUnavailable):
             await producer.wait_for_room()
         with pytest.raises(RemoteUnavailable):
-            producer.send(*_single("p", 51, "k", b"late"))
+            _send(producer, _single("p", 51, "k", b"late"))
         await producer.close()
 
     _run(scenario)
@@ -259,12 +271,12 @@ def test_send_error_closes_the_connection(broker_factory, topic: str) -> None:
         await _send_all(producer, received, [_single("p", 0, "k", b"fine")])
         damaged = bytearray(_single("p", 1, "k", b"damaged")[0])
         damaged[-1] ^= 0xFF
-        producer.send(bytes(damaged), 1, None, 1)
+        _send(producer, (bytes(damaged), 1))
         await _disconnected(producer)
         assert producer.failure is not None and "ChecksumError" in producer.failure
         assert len(received) == 1
         with pytest.raises(RemoteUnavailable):
-            producer.send(*_single("p", 2, "k", b"next"))
+            _send(producer, _single("p", 2, "k", b"next"))
 
     _run(scenario)
     assert len(disconnects) == 1
@@ -464,8 +476,8 @@ def test_a_receipt_for_another_sequence_id_closes_the_connection() -> None:
             )
             await producer.start()
             await producer.wait_for_room()
-            producer.send(*_single("p", 4, "k", b"x"))
-            producer.send(*_single("p", 2, "k", b"y"))
+            _send(producer, _single("p", 4, "k", b"x"))
+            _send(producer, _single("p", 2, "k", b"y"))
             await _disconnected(producer)
             assert producer.failure is not None and "protocol error" in producer.failure
             assert received == [] and producer.pending == 0
@@ -488,7 +500,7 @@ def test_receipts_before_a_frame_that_ends_the_connection_still_count() -> None:
             await producer.start()
             await producer.wait_for_room()
             for i in range(3):
-                producer.send(*_single("p", i, "k", b"x"))
+                _send(producer, _single("p", i, "k", b"x"))
             await _disconnected(producer)
             assert received == [(7, 0), (7, 1), (7, 2)]
             assert producer.failure is not None and "closed the producer" in producer.failure
@@ -507,7 +519,7 @@ def test_close_leaves_what_is_unanswered_unanswered() -> None:
             await producer.start()
             await producer.wait_for_room()
             for i in range(3):
-                producer.send(*_single("p", i, "k", b"x"))
+                _send(producer, _single("p", i, "k", b"x"))
             assert producer.pending == 3
             await producer.close()
             assert (producer.connected, producer.pending, producer.failure, received) == (False, 0, "closed", [])
@@ -522,9 +534,9 @@ def test_a_full_queue_refuses_another_send() -> None:
             producer = RemoteProducer(remote.url, "persistent://public/default/t", NAME, max_pending=2)
             await producer.start()
             for i in range(2):
-                producer.send(*_single("p", i, "k", b"x"))
+                _send(producer, _single("p", i, "k", b"x"))
             with pytest.raises(RuntimeError, match="wait_for_room"):
-                producer.send(*_single("p", 2, "k", b"x"))
+                _send(producer, _single("p", 2, "k", b"x"))
             waiting = asyncio.ensure_future(producer.wait_for_room())
             await asyncio.sleep(0)
             assert not waiting.done()
@@ -542,7 +554,7 @@ def test_a_replicator_may_forward_markers_and_a_client_may_not(broker_factory, t
     metadata = MessageMetadata(
         producer_name="pulsar.marker", sequence_id=0, publish_time=PUBLISH_TIME_MS, marker_type=10
     )
-    marker = (replicated_section(encode_entry(metadata, b""), "a"), 0, None, 1)
+    marker = _forwarded(encode_entry(metadata, b""))
 
     async def scenario() -> tuple[list[tuple[int, int]], bool]:
         replicator, received = _recording(broker.url, topic)
@@ -551,7 +563,7 @@ def test_a_replicator_may_forward_markers_and_a_client_may_not(broker_factory, t
         await replicator.close()
         client, client_received = _recording(broker.url, topic, "not-a-replicator")
         await client.start()
-        client.send(*marker)
+        _send(client, marker)
         await _disconnected(client)
         assert client_received == []
         return positions, client.connected

@@ -2,8 +2,8 @@
 
 Owns: the byte layout after a SEND/MESSAGE command, its CRC-32C, what the broker reads out of an entry's
 `MessageMetadata` to index it (sticky key and hash, message count, times, producer and sequence ids,
-marker type), the split of a batch payload into single messages, the Java-BitSet arithmetic of batch
-ack sets, and the section a replicator forwards to another cluster (`replicated_from` set).
+marker type), the split of a batch payload into single messages, and the Java-BitSet arithmetic of batch
+ack sets. The section a replicator forwards to another cluster is forwarding.py's.
 Must not touch: frames and their size limits (framing.py), storage, dispatch, sockets or clocks.
 The sticky key rules belong to `magnetar.core.sticky_key`; this module only feeds them the fields.
 
@@ -19,7 +19,6 @@ over 235 MB, far beyond any frame the decoder accepts.
 
 from __future__ import annotations
 
-import functools
 import struct
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple, TypeVar
@@ -43,7 +42,6 @@ __all__ = [
     "full_ack_set",
     "index_send",
     "parse_entry",
-    "replicated_section",
     "split_batch",
     "unacked_count",
 ]
@@ -229,57 +227,6 @@ def encode_entry(
         return section
     prefix: bytes = broker_entry_metadata.SerializeToString()
     return _MAGIC_BROKER_ENTRY_METADATA_BYTES + _U32.pack(len(prefix)) + prefix + section
-
-
-def replicated_section(section: bytes, local_cluster: str) -> bytes:
-    """A stored entry's payload section as a replicator sends it to another cluster: its metadata with
-    `replicated_from = local_cluster`, every other field and the payload (a whole batch) unchanged,
-    under a fresh CRC-32C, without any broker-entry-metadata prefix (the remote broker writes its own).
-
-    `replicated_from` is what stops the remote from replicating the entry again (replication reference
-    §1.5, loop prevention). The entry must not carry `replicated_from` already: the replicator never
-    forwards those. A checksummed section (every client's) keeps its metadata bytes as they are, with the
-    field appended: protobuf reads fields in any order, so nothing is parsed or written again, and the
-    stored checksum is verified first, so that damage on disk is never sent on under a fresh checksum.
-    Raises ChecksumError and ProtocolError as `parse_entry` does.
-    """
-    if len(section) < _CHECKSUMMED_HEAD_BYTES or section[:2] != _MAGIC_CRC32C_BYTES:
-        parsed = parse_entry(section)
-        parsed.metadata.replicated_from = local_cluster
-        return encode_entry(parsed.metadata, parsed.payload)
-    _, expected, metadata_size = _CHECKSUMMED_HEAD.unpack_from(section)
-    view = memoryview(section)
-    computed = crc32c.crc32c(view[_MAGIC_AND_CRC_BYTES:])
-    if computed != expected:
-        raise ChecksumError(expected, computed)
-    metadata_end = _CHECKSUMMED_HEAD_BYTES + metadata_size
-    if metadata_end > len(section):
-        raise ProtocolError(f"MessageMetadata of {metadata_size} bytes overruns the payload section")
-    field = _replicated_from_field(local_cluster)
-    checked = b"".join(
-        (_U32.pack(metadata_size + len(field)), view[_CHECKSUMMED_HEAD_BYTES:metadata_end], field, view[metadata_end:])
-    )
-    return _MAGIC_CRC32C_BYTES + _U32.pack(crc32c.crc32c(checked)) + checked
-
-
-@functools.cache
-def _replicated_from_field(cluster: str) -> bytes:
-    """MessageMetadata.replicated_from (field 5, length-delimited) = `cluster`, serialised."""
-    serialized: bytes = MessageMetadata(replicated_from=cluster).SerializePartialToString()
-    return serialized
-
-
-def stored_metadata(section: bytes) -> MessageMetadata:
-    """The metadata of a stored entry, for readers that need nothing else (a replicator choosing what to
-    forward): a checksummed section's metadata alone is parsed (its checksum and required fields were
-    checked when the SEND arrived), anything else goes through `parse_entry`."""
-    if len(section) < _CHECKSUMMED_HEAD_BYTES or section[:2] != _MAGIC_CRC32C_BYTES:
-        return parse_entry(section).metadata
-    metadata_end = _CHECKSUMMED_HEAD_BYTES + _CHECKSUMMED_HEAD.unpack_from(section)[2]
-    try:
-        return MessageMetadata.FromString(section[_CHECKSUMMED_HEAD_BYTES:metadata_end])
-    except DecodeError as error:
-        raise ProtocolError(f"unparsable MessageMetadata: {error}") from error
 
 
 def split_batch(payload: bytes, num_messages: int) -> list[SingleMessage]:

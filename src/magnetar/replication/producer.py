@@ -31,15 +31,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 from urllib.parse import urlsplit
 
 from magnetar.client.security import ClientSecurity
-from magnetar.protocol import commands
 from magnetar.protocol.commands import pong, signed_id
 from magnetar.protocol.framing import (
     DEFAULT_MAX_MESSAGE_SIZE,
     MESSAGE_SIZE_FRAME_PADDING,
+    Frame,
     FrameDecoder,
     ProtocolError,
     SendReceipt,
@@ -53,18 +53,19 @@ from magnetar.protocol.pulsar_api_pb2 import (
     ServerError,
 )
 
-__all__ = ["CLIENT_VERSION", "RemoteError", "RemoteProducer", "RemoteUnavailable"]
+__all__ = ["CLIENT_VERSION", "PRODUCER_ID", "RemoteError", "RemoteProducer", "RemoteUnavailable"]
 
 CLIENT_VERSION = "magnetar-replicator"
 PROTOCOL_VERSION = 20
 # Pulsar's default broker ports, for a service URL that names none.
 DEFAULT_PORT = 6650
 DEFAULT_TLS_PORT = 6651
-# One producer per connection, so its id is fixed.
-_PRODUCER_ID = 0
+# One producer per connection, so its id is fixed: the SENDs given to `send_frames` carry it.
+PRODUCER_ID = 0
 # CONNECT has no request id; its answer (CONNECTED, or ERROR with Java's -1) is filed under -1.
 _CONNECT_REQUEST_ID = -1
-_U64 = (1 << 64) - 1
+_TWO_TO_64 = 1 << 64
+_I64_MAX = (1 << 63) - 1
 _SEND_RECEIPT = BaseCommand.SEND_RECEIPT
 # The service URL's lookup answer, then the answer of the broker it redirects to: a remote that redirects
 # again is moving the topic, and the replicator's backoff is the better place to wait for that.
@@ -244,7 +245,7 @@ class RemoteProducer:
             return
         if self.connected:
             request_id = next(self._request_ids)
-            close = {"producer_id": _PRODUCER_ID, "request_id": request_id}
+            close = {"producer_id": PRODUCER_ID, "request_id": request_id}
             try:
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
                     await self._request(BaseCommand(type=BaseCommand.CLOSE_PRODUCER, close_producer=close), request_id)
@@ -271,33 +272,32 @@ class RemoteProducer:
             raise RemoteUnavailable(f"connection to {self.address} lost: {error}") from error
         self._check_connected()
 
-    def send(
-        self, section: bytes, sequence_id: int, highest_sequence_id: int | None, num_messages: int, marker: bool = False
-    ) -> None:
-        """SEND one entry: `section` is its payload section (`replicated_section`), `sequence_id` and
-        `highest_sequence_id` its original producer's, `num_messages` its batch size (1 for a single
-        message), `marker` whether it is a marker entry. Its receipt comes through `on_receipts`.
+    @property
+    def max_frame_bytes(self) -> int:
+        """The largest frame the remote accepts (its max message size, plus the room Pulsar's and magnetar's
+        decoders allow for the command): a larger one would close the connection."""
+        return self._max_message_size + MESSAGE_SIZE_FRAME_PADDING
 
-        Raises RemoteUnavailable when the connection is gone, RuntimeError when `max_pending` sends are
-        unanswered (await `wait_for_room()` first) and ValueError when the entry is larger than the
-        remote accepts (it would close the connection).
+    def send_frames(self, frames: list[bytes], sequence_ids: list[int]) -> None:
+        """SEND stored entries: `frames` are their SEND frames of producer `PRODUCER_ID` (built by
+        `protocol.forwarding.forwarded_sends`, each at most `max_frame_bytes`), `sequence_ids` the sequence id
+        each carries, as the wire does (uint64). Their receipts come through `on_receipts`, in this order.
+
+        Raises RemoteUnavailable when the connection is gone, RuntimeError when they would make more than
+        `max_pending` sends unanswered (await `wait_for_room()` first and send no more than its room).
         """
         if self.connected_since_ms is None:
             raise RemoteUnavailable(self._failure or "not started")
         pending = self._pending
-        if len(pending) >= self.max_pending:
-            raise RuntimeError(f"{self.max_pending} sends are unanswered: await wait_for_room() first")
-        frame = commands.send(_PRODUCER_ID, sequence_id, highest_sequence_id, num_messages, section, marker)
-        # The remote's frame limit (Pulsar's and magnetar's decoders alike).
-        if len(frame) > self._max_message_size + MESSAGE_SIZE_FRAME_PADDING:
-            raise ValueError(
-                f"an entry of {len(section)} bytes exceeds the remote's max message size of {self._max_message_size}"
+        if len(pending) + len(frames) > self.max_pending:
+            raise RuntimeError(
+                f"{len(frames)} more SENDs would leave over {self.max_pending} unanswered: await wait_for_room() first"
             )
         output = self._output
-        output.append(frame)
-        if len(output) == 1:
+        if frames and not output:
             asyncio.get_running_loop().call_soon(self._flush)
-        pending.append(_new_send((sequence_id & _U64, int(time.time() * 1000))))
+        output += frames
+        pending.extend(map(_new_send, zip(sequence_ids, itertools.repeat(int(time.time() * 1000)))))
 
     def _flush(self) -> None:
         """The SENDs of one turn of the event loop leave in one socket write."""
@@ -375,7 +375,7 @@ class RemoteProducer:
         request_id = next(self._request_ids)
         producer = {
             "topic": self.topic,
-            "producer_id": _PRODUCER_ID,
+            "producer_id": PRODUCER_ID,
             "request_id": request_id,
             "producer_name": self.producer_name,
             # The name is chosen, as Pulsar's replicator chooses it: the remote must not rename it.
@@ -413,21 +413,7 @@ class RemoteProducer:
                     raise RemoteUnavailable(f"{self.address} closed the connection")
                 receipts: list[tuple[int, int]] = []
                 try:
-                    for frame in self._decoder.receive_frames_and_receipts(data):
-                        if isinstance(frame, SendReceipt):
-                            receipts.append(self._on_receipt(*frame))
-                            continue
-                        command = frame.command
-                        if command.type == _SEND_RECEIPT:
-                            receipt = command.send_receipt
-                            message_id = receipt.message_id
-                            receipts.append(
-                                self._on_receipt(
-                                    receipt.producer_id, receipt.sequence_id, message_id.ledgerId, message_id.entryId
-                                )
-                            )
-                        else:
-                            self._on_frame(command)
+                    self._on_frames(self._decoder.receive_frames_and_receipts(data), receipts)
                 finally:
                     # Receipts before a frame that ends the connection still count.
                     if receipts:
@@ -440,6 +426,37 @@ class RemoteProducer:
             self._disconnect(f"protocol error with {self.address}: {error}")
         except OSError as error:
             self._disconnect(f"connection to {self.address} lost: {error}")
+
+    def _on_frames(self, frames: list[Frame | SendReceipt], receipts: list[tuple[int, int]]) -> None:
+        """The frames of one socket read, in order; each receipt answers the oldest unanswered SEND and
+        adds where the remote stored it to `receipts`. A receipt read by hand is checked here, inline: a
+        replicator reads as many a second as it forwards entries."""
+        pending = self._pending
+        answered = pending.popleft
+        stored = receipts.append
+        for frame in frames:
+            if frame.__class__ is SendReceipt:
+                producer_id, sequence_id, ledger_id, entry_id = frame
+                if not pending or producer_id != PRODUCER_ID or sequence_id != pending[0][0]:
+                    self._unexpected_receipt(producer_id, sequence_id)
+                answered()
+                # signed_id, inline: Pulsar's -1 (a duplicate dropped) comes as 2^64 - 1.
+                stored(
+                    (
+                        ledger_id - _TWO_TO_64 if ledger_id > _I64_MAX else ledger_id,
+                        entry_id - _TWO_TO_64 if entry_id > _I64_MAX else entry_id,
+                    )
+                )
+                continue
+            command = frame.command  # type: ignore[union-attr]
+            if command.type == _SEND_RECEIPT:
+                receipt = command.send_receipt
+                if not pending or receipt.producer_id != PRODUCER_ID or receipt.sequence_id != pending[0][0]:
+                    self._unexpected_receipt(receipt.producer_id, receipt.sequence_id)
+                answered()
+                stored((signed_id(receipt.message_id.ledgerId), signed_id(receipt.message_id.entryId)))
+            else:
+                self._on_frame(command)
 
     def _on_frame(self, command: BaseCommand) -> None:
         kind = command.type
@@ -478,19 +495,15 @@ class RemoteProducer:
         if future is not None and not future.done():
             future.set_result(command)
 
-    def _on_receipt(self, producer_id: int, sequence_id: int, ledger_id: int, entry_id: int) -> tuple[int, int]:
-        """A SEND_RECEIPT's fields as the wire carries them: the oldest SEND is answered, and this returns
-        where the remote stored it."""
+    def _unexpected_receipt(self, producer_id: int, sequence_id: int) -> NoReturn:
+        """A SEND_RECEIPT that does not answer the oldest unanswered SEND: the two sides lost track."""
         pending = self._pending
         if not pending:
             raise ProtocolError(f"SEND_RECEIPT for sequence id {sequence_id} with no SEND unanswered")
-        if producer_id != _PRODUCER_ID or sequence_id != pending[0][0]:
-            raise ProtocolError(
-                f"SEND_RECEIPT for producer {producer_id}, sequence id {sequence_id}; "
-                f"the oldest unanswered SEND has sequence id {pending[0][0]}"
-            )
-        pending.popleft()
-        return signed_id(ledger_id), signed_id(entry_id)
+        raise ProtocolError(
+            f"SEND_RECEIPT for producer {producer_id}, sequence id {sequence_id}; "
+            f"the oldest unanswered SEND has sequence id {pending[0][0]}"
+        )
 
     def _on_send_error(self, send_error: CommandSendError) -> None:
         """The remote refused a SEND: the connection closes, whatever the code, since the sends after it

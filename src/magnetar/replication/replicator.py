@@ -21,9 +21,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from magnetar.protocol.messages import replicated_section, stored_metadata
+from magnetar.protocol.forwarding import forwarded_sends
 from magnetar.replication.acked_ranges import ReplicatedPositions
-from magnetar.replication.producer import RemoteError, RemoteProducer, RemoteUnavailable
+from magnetar.replication.producer import PRODUCER_ID, RemoteError, RemoteProducer, RemoteUnavailable
 from magnetar.replication.remote_admin import RemoteAdminError, ensure_partitioned_topic
 
 if TYPE_CHECKING:
@@ -278,33 +278,35 @@ class Replicator:
     def _forward_entries(self, producer: RemoteProducer, entries: list[Any]) -> None:
         """Send what of `entries` is for this remote; the rest counts as done: not those that came from
         another cluster (its markers reached the topic's controller when they were stored), nor those whose
-        `replicate_to` leaves this remote out (a SNAPSHOT marker names only its own cluster)."""
-        remote = self.remote_cluster
+        `replicate_to` leaves this remote out (a SNAPSHOT marker names only its own cluster), nor one larger
+        than the remote accepts (it can never go there, and holding it would stop the rest)."""
+        sends = forwarded_sends(PRODUCER_ID, [entry.data for entry in entries], self.local_cluster, self.remote_cluster)
+        limit = producer.max_frame_bytes
         in_flight = self._in_flight
+        frames: list[bytes] = []
+        sequence_ids: list[int] = []
         skipped = None
-        for entry in entries:
-            data = entry.data
-            metadata = stored_metadata(data)
-            replicated_from = metadata.replicated_from
-            replicate_to = metadata.replicate_to
-            if replicated_from or (replicate_to and remote not in replicate_to):
+        for entry, send in zip(entries, sends):
+            if send is None or len(send[0]) > limit:
+                if send is not None:
+                    log.error(
+                        "[%s] Entry %s not replicated to %s: its SEND of %d bytes exceeds the remote's limit of %d",
+                        self.topic_name,
+                        entry.position,
+                        self.remote_cluster,
+                        len(send[0]),
+                        limit,
+                    )
                 skipped = entry.position
                 if in_flight:
                     in_flight.append((skipped, 0, -1))
                 continue
-            section = replicated_section(data, self.local_cluster)
-            highest = metadata.highest_sequence_id if metadata.HasField("highest_sequence_id") else None
-            messages = metadata.num_messages_in_batch
-            try:
-                producer.send(section, metadata.sequence_id, highest, messages, metadata.HasField("marker_type"))
-            except ValueError as error:
-                # Larger than the remote accepts: it can never go there, and holding it would stop the rest.
-                log.error("[%s] Entry %s not replicated to %s: %s", self.topic_name, entry.position, remote, error)
-                skipped = entry.position
-                if in_flight:
-                    in_flight.append((skipped, 0, -1))
-                continue
-            in_flight.append((entry.position, messages, len(section)))
+            frame, sequence_id, size = send
+            frames.append(frame)
+            sequence_ids.append(sequence_id)
+            in_flight.append((entry.position, entry.message_count, size))
+        if frames:
+            producer.send_frames(frames, sequence_ids)
         if skipped is not None and not in_flight:
             self.cursor.mark_delete(skipped)
 

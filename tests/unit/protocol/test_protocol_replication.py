@@ -1,4 +1,5 @@
-"""Payload sections as a replicator forwards them: `replicated_from` set, every other field and the payload kept."""
+"""The SENDs a replicator forwards stored entries with: `replicated_from` set, every other field and the payload
+kept, the SEND's fields taken from the metadata, and the entries that are not for the remote left out."""
 
 from __future__ import annotations
 
@@ -9,17 +10,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.protocol.framing import ProtocolError
-from magnetar.protocol.messages import (
-    ChecksumError,
-    encode_batch,
-    encode_entry,
-    parse_entry,
-    replicated_section,
-    split_batch,
-    stored_metadata,
+from magnetar.protocol import commands
+from magnetar.protocol.forwarding import forwarded_sends
+from magnetar.protocol.framing import FrameDecoder, ProtocolError
+from magnetar.protocol.messages import ChecksumError, ParsedEntry, encode_batch, encode_entry, parse_entry, split_batch
+from magnetar.protocol.pulsar_api_pb2 import (
+    BaseCommand,
+    BrokerEntryMetadata,
+    CommandSend,
+    KeyValue,
+    MessageMetadata,
+    SingleMessageMetadata,
 )
-from magnetar.protocol.pulsar_api_pb2 import BrokerEntryMetadata, KeyValue, MessageMetadata, SingleMessageMetadata
 
 _U64_MAX = 2**64 - 1
 
@@ -28,6 +30,23 @@ def _metadata(**fields: object) -> MessageMetadata:
     return MessageMetadata(
         **{"producer_name": "orders-7", "sequence_id": 41, "publish_time": 1_700_000_000_000, **fields}
     )
+
+
+def _forward(stored: bytes, local: str = "a", remote: str = "b", producer_id: int = 0) -> tuple[CommandSend, bytes]:
+    """The SEND that forwards `stored` from `local` to `remote`, as the remote's decoder reads it, and its
+    payload section."""
+    (send,) = forwarded_sends(producer_id, [stored], local, remote)
+    assert send is not None
+    frame, sequence_id, section_size = send
+    ((command, section),) = FrameDecoder().receive_data(frame)
+    assert command.type == BaseCommand.SEND
+    assert command.send.sequence_id == sequence_id
+    assert len(section) == section_size
+    return command.send, section
+
+
+def _forwarded_entry(stored: bytes, local: str = "a") -> ParsedEntry:
+    return parse_entry(_forward(stored, local)[1])  # verifies the CRC
 
 
 def test_replicated_from_is_set_and_the_rest_kept() -> None:
@@ -40,8 +59,7 @@ def test_replicated_from_is_set_and_the_rest_kept() -> None:
         highest_sequence_id=41,
         properties=[KeyValue(key="k", value="v"), KeyValue(key="trace", value="abc")],
     )
-    section = replicated_section(encode_entry(metadata, b"body"), "a")
-    parsed = parse_entry(section)
+    parsed = _forwarded_entry(encode_entry(metadata, b"body"))
     expected = MessageMetadata()
     expected.CopyFrom(metadata)
     expected.replicated_from = "a"
@@ -50,8 +68,23 @@ def test_replicated_from_is_set_and_the_rest_kept() -> None:
     assert parsed.sticky_key == b"order-9"
 
 
+def test_the_send_carries_the_original_ids_batch_size_and_marker_flag() -> None:
+    send, _ = _forward(encode_entry(_metadata(), b"x"), producer_id=3)
+    assert (send.producer_id, send.sequence_id, send.HasField("highest_sequence_id"), send.num_messages) == (
+        3,
+        41,
+        False,
+        1,
+    )
+    assert not send.marker
+    send, _ = _forward(encode_entry(_metadata(num_messages_in_batch=5, highest_sequence_id=45), b"x"))
+    assert (send.sequence_id, send.highest_sequence_id, send.num_messages) == (41, 45, 5)
+    send, _ = _forward(encode_entry(_metadata(marker_type=11), b""))
+    assert send.marker
+
+
 def test_crc_covers_the_new_metadata() -> None:
-    section = replicated_section(encode_entry(_metadata(), b"xyz"), "a")
+    _, section = _forward(encode_entry(_metadata(), b"xyz"))
     magic, crc = struct.unpack_from(">HI", section)
     assert magic == 0x0E01
     assert crc == crc32c.crc32c(section[6:])
@@ -60,7 +93,7 @@ def test_crc_covers_the_new_metadata() -> None:
 
 def test_broker_entry_metadata_prefix_is_dropped() -> None:
     stored = encode_entry(_metadata(), b"p", BrokerEntryMetadata(broker_timestamp=5, index=9))
-    section = replicated_section(stored, "a")
+    _, section = _forward(stored)
     assert section[:2] == b"\x0e\x01"
     parsed = parse_entry(section)
     assert parsed.broker_entry_metadata is None
@@ -71,7 +104,7 @@ def test_section_without_checksum_gets_one() -> None:
     metadata = _metadata()
     serialized = metadata.SerializeToString()
     unchecked = struct.pack(">I", len(serialized)) + serialized + b"old client"
-    section = replicated_section(unchecked, "a")
+    _, section = _forward(unchecked)
     assert section[:2] == b"\x0e\x01"
     assert parse_entry(section).payload == b"old client"
 
@@ -88,34 +121,48 @@ def test_batch_payload_is_untouched() -> None:
         ]
     )
     stored = encode_entry(_metadata(num_messages_in_batch=3, sequence_id=7, highest_sequence_id=9), payload)
-    parsed = parse_entry(replicated_section(stored, "a"))
+    parsed = _forwarded_entry(stored)
     assert parsed.payload == payload
     assert (parsed.num_messages, parsed.is_batch, parsed.highest_sequence_id) == (3, True, 9)
     assert [m.metadata.partition_key for m in split_batch(parsed.payload, 3)] == ["k1", "k2", ""]
 
 
-def test_an_already_replicated_entry_is_renamed() -> None:
-    # The replicator skips these (loop prevention); appended, the field's last occurrence is what parsers read.
-    stored = encode_entry(_metadata(replicated_from="c"), b"p")
-    assert parse_entry(replicated_section(stored, "a")).metadata.replicated_from == "a"
+@pytest.mark.parametrize("prefix", [None, BrokerEntryMetadata(broker_timestamp=5)])
+def test_entries_not_for_the_remote_are_left_out(prefix: BrokerEntryMetadata | None) -> None:
+    """Loop prevention (an entry that came from another cluster never goes again) and the client's
+    `replication_clusters`; the answers line up with the sections, through both ways of reading. As in
+    Pulsar, an empty `replicated_from` counts: its presence is what marks a replicated entry."""
+    stored = [
+        encode_entry(_metadata(sequence_id=0), b"p", prefix),
+        encode_entry(_metadata(sequence_id=1, replicated_from="c"), b"p", prefix),
+        encode_entry(_metadata(sequence_id=2, replicate_to=["c"]), b"p", prefix),
+        encode_entry(_metadata(sequence_id=3, replicate_to=["c", "b"]), b"p", prefix),
+        encode_entry(_metadata(sequence_id=4, replicated_from=""), b"p", prefix),
+    ]
+    sends = forwarded_sends(0, stored, "a", "b")
+    assert [send and send[1] for send in sends] == [0, None, None, 3, None]
 
 
-def test_damaged_sections_raise_as_parse_entry_does() -> None:
-    section = bytearray(encode_entry(_metadata(), b"payload"))
-    section[-1] ^= 0xFF
-    with pytest.raises(ChecksumError):
-        replicated_section(bytes(section), "a")
+def test_damaged_sections_raise() -> None:
     with pytest.raises(ProtocolError):
-        replicated_section(b"\x0e\x01\x00\x00", "a")
+        forwarded_sends(0, [b"\x0e\x01\x00\x00"], "a", "b")
     overrun = struct.pack(">I", 1000) + b"metadata"
-    with pytest.raises(ProtocolError):
-        replicated_section(b"\x0e\x01" + struct.pack(">I", crc32c.crc32c(overrun)) + overrun, "a")
+    with pytest.raises(ProtocolError, match="overruns"):
+        forwarded_sends(0, [b"\x0e\x01" + struct.pack(">I", crc32c.crc32c(overrun)) + overrun], "a", "b")
+    garbage = struct.pack(">I", 3) + b"\xff\xff\xff" + b"payload"
+    with pytest.raises(ProtocolError, match="unparsable"):
+        forwarded_sends(0, [b"\x0e\x01" + struct.pack(">I", crc32c.crc32c(garbage)) + garbage], "a", "b")
+    # Behind broker entry metadata, the section is parsed whole, its checksum verified.
+    prefixed = bytearray(encode_entry(_metadata(), b"payload", BrokerEntryMetadata(broker_timestamp=5)))
+    prefixed[-1] ^= 0xFF
+    with pytest.raises(ChecksumError):
+        forwarded_sends(0, [bytes(prefixed)], "a", "b")
 
 
 def test_a_checksummed_sections_metadata_bytes_are_kept_and_the_field_appended() -> None:
     metadata = _metadata(partition_key="k", properties=[KeyValue(key="z", value="1")])
     serialized = metadata.SerializeToString()
-    section = replicated_section(encode_entry(metadata, b"body"), "east")
+    _, section = _forward(encode_entry(metadata, b"body"), "east")
     (size,) = struct.unpack_from(">I", section, 6)
     assert section[10 : 10 + size] == serialized + b"\x2a\x04east"
     assert section[10 + size :] == b"body"
@@ -126,6 +173,7 @@ _keys = st.lists(st.tuples(_text, _text), max_size=4)
 
 
 @given(
+    producer_id=st.integers(0, _U64_MAX),
     producer_name=_text,
     sequence_id=st.integers(0, _U64_MAX),
     highest_sequence_id=st.none() | st.integers(0, _U64_MAX),
@@ -138,12 +186,13 @@ _keys = st.lists(st.tuples(_text, _text), max_size=4)
     schema_version=st.none() | st.binary(max_size=8),
     num_messages_in_batch=st.none() | st.integers(1, 1000),
     deliver_at_time=st.none() | st.integers(0, 2**63 - 1),
-    replicated_from=st.none() | _text,
+    marker_type=st.none() | st.integers(0, 30),
     local_cluster=st.text(min_size=1, max_size=12),
     payload=st.binary(max_size=64),
     prefixed=st.booleans(),
 )
-def test_round_trip_keeps_every_field(
+def test_the_send_is_commands_send_of_the_section_with_replicated_from(
+    producer_id: int,
     producer_name: str,
     sequence_id: int,
     highest_sequence_id: int | None,
@@ -156,11 +205,14 @@ def test_round_trip_keeps_every_field(
     schema_version: bytes | None,
     num_messages_in_batch: int | None,
     deliver_at_time: int | None,
-    replicated_from: str | None,
+    marker_type: int | None,
     local_cluster: str,
     payload: bytes,
     prefixed: bool,
 ) -> None:
+    """Any metadata: the frame is, byte for byte, `commands.send` of the section the remote must get (the
+    stored metadata's bytes with `replicated_from` appended, under a fresh checksum), or, behind broker
+    entry metadata, a SEND whose section parses to the same metadata and payload."""
     optional = {
         "highest_sequence_id": highest_sequence_id,
         "event_time": event_time,
@@ -169,8 +221,9 @@ def test_round_trip_keeps_every_field(
         "schema_version": schema_version,
         "num_messages_in_batch": num_messages_in_batch,
         "deliver_at_time": deliver_at_time,
-        "replicated_from": replicated_from,
+        "marker_type": marker_type,
     }
+    remote = "remote-cluster"
     metadata = MessageMetadata(
         producer_name=producer_name,
         sequence_id=sequence_id,
@@ -182,28 +235,29 @@ def test_round_trip_keeps_every_field(
     prefix = BrokerEntryMetadata(broker_timestamp=1, index=2) if prefixed else None
     stored = encode_entry(metadata, payload, prefix)
 
-    section = replicated_section(stored, local_cluster)
+    (send,) = forwarded_sends(producer_id, [stored], local_cluster, remote)
 
-    parsed = parse_entry(section)  # verifies the CRC
+    if replicate_to and remote not in replicate_to:
+        assert send is None
+        return
+    assert send is not None
+    frame, forwarded_sequence_id, section_size = send
+    assert forwarded_sequence_id == sequence_id
     expected = MessageMetadata()
     expected.CopyFrom(metadata)
     expected.replicated_from = local_cluster
+    serialized = metadata.SerializeToString()
+    field = MessageMetadata(replicated_from=local_cluster).SerializePartialToString()
+    checked = struct.pack(">I", len(serialized) + len(field)) + serialized + field + payload
+    section = b"\x0e\x01" + struct.pack(">I", crc32c.crc32c(checked)) + checked
+    if prefixed:
+        ((command, section),) = FrameDecoder().receive_data(frame)
+        assert (command.send.producer_id, command.send.sequence_id) == (producer_id, sequence_id)
+    assert section_size == len(section)
+    assert frame == commands.send(
+        producer_id, sequence_id, highest_sequence_id, num_messages_in_batch or 1, section, marker_type is not None
+    )
+    parsed = parse_entry(section)
     assert parsed.metadata == expected
     assert parsed.payload == payload
     assert parsed.broker_entry_metadata is None
-    original = parse_entry(stored)
-    assert (parsed.sticky_key, parsed.num_messages, parsed.highest_sequence_id) == (
-        original.sticky_key,
-        original.num_messages,
-        original.highest_sequence_id,
-    )
-
-
-@pytest.mark.parametrize("prefix", [False, True])
-def test_stored_metadata_reads_what_parse_entry_reads(prefix: bool) -> None:
-    """The replicator's light read of a stored entry agrees with the full parse, for a checksummed
-    section and for one behind broker entry metadata."""
-    metadata = _metadata(partition_key="k", replicate_to=["r2"], num_messages_in_batch=3, highest_sequence_id=9)
-    broker_metadata = BrokerEntryMetadata(broker_timestamp=5) if prefix else None
-    section = encode_entry(metadata, b"batch-payload", broker_metadata)
-    assert stored_metadata(section) == parse_entry(section).metadata

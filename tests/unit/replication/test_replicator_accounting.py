@@ -12,6 +12,7 @@ import pytest
 
 from magnetar.positions import Position
 from magnetar.protocol import markers
+from magnetar.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE, FrameDecoder
 from magnetar.protocol.messages import encode_entry, parse_entry
 from magnetar.protocol.pulsar_api_pb2 import MessageMetadata
 from magnetar.replication.producer import RemoteUnavailable
@@ -22,21 +23,28 @@ CONFIG = StorageConfig(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInM
 
 
 class RecordingProducer:
-    """Stands in for the RemoteProducer: records each SEND; receipts are handed over by the test."""
+    """Stands in for the RemoteProducer: records each SEND as the remote reads it (the metadata of its
+    payload section, its sequence id, its marker flag); receipts are handed over by the test."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+        self.max_frame_bytes = max_frame_bytes
         self.sent: list[tuple[MessageMetadata, int, bool]] = []
 
-    def send(self, section: bytes, sequence_id: int, highest: int | None, messages: int, marker: bool = False) -> None:
-        self.sent.append((parse_entry(section).metadata, sequence_id, marker))
+    def send_frames(self, frames: list[bytes], sequence_ids: list[int]) -> None:
+        for frame, sequence_id in zip(frames, sequence_ids, strict=True):
+            ((command, section),) = FrameDecoder().receive_data(frame)
+            assert command.send.sequence_id == sequence_id
+            self.sent.append((parse_entry(section).metadata, sequence_id, command.send.marker))
 
 
-def _data(sequence_id: int, **fields: Any) -> bytes:
+def _data(sequence_id: int, payload: bytes = b"payload", **fields: Any) -> bytes:
     metadata = MessageMetadata(producer_name="p", sequence_id=sequence_id, publish_time=1, partition_key="k", **fields)
-    return encode_entry(metadata, b"payload")
+    return encode_entry(metadata, payload)
 
 
-def _run(tmp_path: Path, entries: list[bytes], receipts: list[int]) -> dict[str, Any]:
+def _run(
+    tmp_path: Path, entries: list[bytes], receipts: list[int], max_frame_bytes: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> dict[str, Any]:
     """Append `entries`, let a replicator of cluster r1 to r2 read them all, then hand it receipts in
     groups of the given sizes; returns what was sent and the mark-delete position after each step."""
 
@@ -62,7 +70,7 @@ def _run(tmp_path: Path, entries: list[bytes], receipts: list[int]) -> dict[str,
                 lambda _cluster: None,
                 1000,
             )
-            producer = RecordingProducer()
+            producer = RecordingProducer(max_frame_bytes)
             replicator._forward_entries(producer, cursor.undeleted_entries(await cursor.read_entries(100)))  # type: ignore[arg-type]
             mark_deletes = [cursor.mark_delete_position]
             for count in receipts:
@@ -122,6 +130,21 @@ def test_receipts_in_one_group_move_the_cursor_once_to_the_last(tmp_path: Path) 
     p = result["positions"]
     assert result["mark_deletes"][1:] == [p[2], p[4]]
     assert result["msg_out"] == 5
+
+
+def test_an_entry_larger_than_the_remote_accepts_is_skipped_and_logged(tmp_path: Path, caplog) -> None:
+    """Its SEND would close the connection, and holding it would stop everything behind it: it is passed
+    like an entry not for this remote, with an error in the log."""
+    entries = [_data(0), _data(1, payload=bytes(600)), _data(2)]
+    result = _run(tmp_path, entries, receipts=[1, 1], max_frame_bytes=500)
+    p = result["positions"]
+    assert [m.sequence_id for m, _, _ in result["sent"]] == [0, 2]
+    assert result["mark_deletes"][1:] == [p[1], p[2]]
+    assert result["msg_out"] == 2
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        f"[persistent://t/ns/topic] Entry {p[1]} not replicated to r2: its SEND of 640 bytes exceeds the "
+        "remote's limit of 500"
+    ]
 
 
 def _pass_scenario(tmp_path: Path, local_before: int, answered: bool) -> dict[str, Any]:
@@ -189,10 +212,12 @@ class WindowProducer:
         if not self.connected:
             raise RemoteUnavailable("dropped by the test")
 
-    def send(self, section: bytes, sequence_id: int, highest: int | None, messages: int, marker: bool = False) -> None:
-        assert self.connected and len(self.unanswered) < self.max_pending
-        self.unanswered.append(sequence_id)
-        self.sent.append(sequence_id)
+    max_frame_bytes = DEFAULT_MAX_MESSAGE_SIZE
+
+    def send_frames(self, frames: list[bytes], sequence_ids: list[int]) -> None:
+        assert self.connected and len(self.unanswered) + len(frames) <= self.max_pending
+        self.unanswered += sequence_ids
+        self.sent += sequence_ids
 
     def answer(self, replicator: Replicator, count: int) -> None:
         answered, self.unanswered = self.unanswered[:count], self.unanswered[count:]
