@@ -28,6 +28,7 @@ from geo_helpers import (
     replication_stats,
     start_again,
     topic_path,
+    topic_stats,
     wait_until,
 )
 
@@ -167,6 +168,34 @@ def test_broker_killed_mid_stream_no_duplicate_and_no_loss(geo_factory, client_f
         in_r2 = collect(client_factory(geo["r2"].url), topic, "r2", len(stored))
         check_exactly_once(in_r2, stored, f"r2 after {victim} was killed mid-stream")
         check_order(in_r2, "r2")
+
+
+def test_a_producer_that_moves_to_the_remote_cluster_continues_its_sequence(geo_factory, client_factory) -> None:
+    """With deduplication on, r2 drops a replicated entry again by its original producer's name and sequence
+    id; so a producer of that name that moves to r2 (an application failing over) must learn there the last
+    sequence id r1 gave it, as Pulsar's broker tells it, or its new messages, numbered from 0 again, would be
+    dropped as duplicates and acknowledged: lost."""
+    dedup = {"brokerDeduplicationEnabled": "true"}
+    geo = geo_factory({"r1": dedup, "r2": dedup}, {"ns": ["r1", "r2"]})
+    topic = new_topic("ns", "mover")
+    details = replication_details(geo, topic)
+    name = f"mover-{uuid.uuid4().hex[:6]}"
+    on_r1 = client_factory(geo["r1"].url).create_producer(topic, producer_name=name)
+    for i in range(20):
+        on_r1.send(f"r1-{i}".encode())
+    on_r1.close()
+    wait_until(
+        lambda: (topic_stats(geo["r2"], topic) or {}).get("msgInCounter", 0) >= 20,
+        "r2 stored the 20 messages r1 replicated",
+        details,
+    )
+    on_r2 = client_factory(geo["r2"].url).create_producer(topic, producer_name=name)
+    assert on_r2.last_sequence_id() == 19
+    for i in range(5):
+        on_r2.send(f"r2-{i}".encode())
+    with explained(details):
+        in_r2 = collect(client_factory(geo["r2"].url), topic, "r2", 25)
+        check_exactly_once(in_r2, [f"r1-{i}" for i in range(20)] + [f"r2-{i}" for i in range(5)], "r2")
 
 
 def test_skip_all_on_replicator_clears_its_backlog_while_remote_down(geo_factory, client_factory) -> None:

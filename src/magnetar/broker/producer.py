@@ -178,8 +178,18 @@ class ServerProducer:
                 positions = positions[index : index + len(run)]
             if self.topic.deduplication_enabled:
                 persisted = self.topic.sequence_persisted
-                last = max(max(send[0], send[1]) for send in run)
-                persisted[self.name] = max(persisted.get(self.name, -1), last)
+                if self.remote_cluster is None:
+                    last = max(max(send[0], send[1]) for send in run)
+                    persisted[self.name] = max(persisted.get(self.name, -1), last)
+                else:
+                    # A replicator's entries count for their original producers, as in Pulsar's
+                    # recordMessagePersisted: a producer of that name that moves to this cluster is
+                    # told its last sequence id, not -1 (it would start from 0 again, and each new
+                    # message would be dropped as a duplicate of a replicated one).
+                    for send in run:
+                        last = max(send[0], send[1])
+                        if not send[7] and last > persisted.get(send[6], -1):
+                            persisted[send[6]] = last
             receipts.append(commands.send_receipts(self.producer_id, run, positions))
         if receipts:
             self.connection.write(b"".join(receipts))
