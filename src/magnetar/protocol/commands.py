@@ -306,8 +306,9 @@ def send(
     1, protobuf's default), `highest_sequence_id` its last message's sequence id if given, `marker` set
     for a marker entry (as Pulsar's clients set it whenever the metadata has a marker type).
 
-    One per entry a replicator forwards, so encoded by hand: the bytes protobuf would write (tests
-    compare the two).
+    Encoded by hand: the bytes protobuf would write (tests compare the two). A replicator's SENDs are
+    these bytes: `forwarding.forwarded_sends` builds the usual ones in one piece with their section (its
+    tests compare them with this), and calls this for a section it had to write again.
     """
     body = b"\x08" + varint(producer_id) + b"\x10" + varint(sequence_id & _U64)
     if num_messages != 1:

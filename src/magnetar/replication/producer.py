@@ -8,8 +8,8 @@ reference §1.4), SENDs of stored entries as they are (one entry, one SEND, a ba
 the replicator's producer never batches and never times out), their receipts, handed to the replicator a
 socket read at a time, PING/PONG, and forgetting every unanswered send when the connection goes.
 Must not touch: the local topic, its cursor or any storage file (the replicator reads the entries and moves
-its cursor on the positions handed back here), the payload sections (built by
-`protocol.messages.replicated_section`), reconnection and its backoff (the replicator's: it starts a new
+its cursor on the positions handed back here), the SEND frames (built by
+`protocol.forwarding.forwarded_sends`), reconnection and its backoff (the replicator's: it starts a new
 `RemoteProducer`), or the broker's objects: the remote is known only through the bytes exchanged.
 
 Receipts are matched by their place in the queue, not by sequence id. The entries come from many original
@@ -125,7 +125,7 @@ def _address(service_url: str) -> tuple[str, int, bool]:
 
 class RemoteProducer:
     """A client producer on one remote cluster, started once: `start()`, then `wait_for_room()` and
-    `send()` per entry, `close()`. After a lost connection it stays disconnected; the replicator makes a
+    `send_frames()` per read of entries, `close()`. After a lost connection it stays disconnected; the replicator makes a
     new one.
 
     Receipts go to `on_receipts`, called once per socket read that brought any, with the remote's
