@@ -40,7 +40,7 @@ def _send(producer: RemoteProducer, *entries: tuple[bytes, int]) -> None:
 
 
 def _single(producer: str, sequence_id: int, key: str, data: bytes, **properties: str) -> tuple[bytes, int]:
-    """A stored single-message entry as the replicator forwards it: (section, sequence id, highest, messages)."""
+    """A stored single-message entry as the replicator forwards it: (SEND frame, sequence id)."""
     metadata = MessageMetadata(
         producer_name=producer,
         sequence_id=sequence_id,
