@@ -17,7 +17,7 @@ import pytest
 
 from magnetar.protocol import commands
 from magnetar.protocol.forwarding import forwarded_sends
-from magnetar.protocol.framing import FrameDecoder
+from magnetar.protocol.framing import FrameDecoder, encode_frame
 from magnetar.protocol.messages import encode_batch, encode_entry
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand, KeyValue, MessageMetadata, SingleMessageMetadata
 from magnetar.replication.producer import PRODUCER_ID, RemoteError, RemoteProducer, RemoteUnavailable
@@ -484,6 +484,32 @@ def test_a_receipt_for_another_sequence_id_closes_the_connection() -> None:
 
     _run(scenario)
     assert len(disconnects) == 1
+
+
+def test_a_receipt_of_another_shape_is_read_through_protobuf_and_answers_the_same() -> None:
+    """A receipt whose message id carries a partition (a field the byte-by-byte reading does not know) is
+    parsed by protobuf, matched against the oldest SEND and handed over like any other; Pulsar's -1 (a
+    duplicate dropped) comes back signed."""
+
+    async def scenario() -> None:
+        def with_partition(send: object) -> bytes:
+            sequence_id = send.sequence_id  # type: ignore[attr-defined]
+            entry_id = (1 << 64) - 1 if sequence_id == 1 else sequence_id
+            receipt = {"producer_id": 0, "sequence_id": sequence_id}
+            receipt["message_id"] = {"ledgerId": 7, "entryId": entry_id, "partition": 0}
+            return encode_frame(BaseCommand(type=BaseCommand.SEND_RECEIPT, send_receipt=receipt))
+
+        async with FakeRemote(receipt=with_partition) as remote:
+            producer, received = _recording(remote.url, "persistent://public/default/t")
+            await producer.start()
+            await producer.wait_for_room()
+            for i in range(3):
+                _send(producer, _single("p", i, "k", b"x"))
+            await _answered(producer, received, 3)
+            assert received == [(7, 0), (7, -1), (7, 2)] and producer.pending == 0
+            await producer.close()
+
+    _run(scenario)
 
 
 def test_receipts_before_a_frame_that_ends_the_connection_still_count() -> None:

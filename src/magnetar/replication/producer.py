@@ -437,26 +437,24 @@ class RemoteProducer:
         for frame in frames:
             if frame.__class__ is SendReceipt:
                 producer_id, sequence_id, ledger_id, entry_id = frame
-                if not pending or producer_id != PRODUCER_ID or sequence_id != pending[0][0]:
-                    self._unexpected_receipt(producer_id, sequence_id)
-                answered()
-                # signed_id, inline: Pulsar's -1 (a duplicate dropped) comes as 2^64 - 1.
-                stored(
-                    (
-                        ledger_id - _TWO_TO_64 if ledger_id > _I64_MAX else ledger_id,
-                        entry_id - _TWO_TO_64 if entry_id > _I64_MAX else entry_id,
-                    )
-                )
-                continue
-            command = frame.command  # type: ignore[union-attr]
-            if command.type == _SEND_RECEIPT:
-                receipt = command.send_receipt
-                if not pending or receipt.producer_id != PRODUCER_ID or receipt.sequence_id != pending[0][0]:
-                    self._unexpected_receipt(receipt.producer_id, receipt.sequence_id)
-                answered()
-                stored((signed_id(receipt.message_id.ledgerId), signed_id(receipt.message_id.entryId)))
             else:
-                self._on_frame(command)
+                command = frame.command  # type: ignore[union-attr]
+                if command.type != _SEND_RECEIPT:
+                    self._on_frame(command)
+                    continue
+                receipt = command.send_receipt
+                producer_id, sequence_id = receipt.producer_id, receipt.sequence_id
+                ledger_id, entry_id = receipt.message_id.ledgerId, receipt.message_id.entryId
+            if not pending or producer_id != PRODUCER_ID or sequence_id != pending[0][0]:
+                self._unexpected_receipt(producer_id, sequence_id)
+            answered()
+            # signed_id, inline: Pulsar's -1 (a duplicate dropped) comes as 2^64 - 1.
+            stored(
+                (
+                    ledger_id - _TWO_TO_64 if ledger_id > _I64_MAX else ledger_id,
+                    entry_id - _TWO_TO_64 if entry_id > _I64_MAX else entry_id,
+                )
+            )
 
     def _on_frame(self, command: BaseCommand) -> None:
         kind = command.type
