@@ -94,11 +94,20 @@ async def _disconnected(producer: RemoteProducer) -> None:
         await asyncio.sleep(0.001)
 
 
+async def _wait_for_room(producer: RemoteProducer) -> None:
+    """As a replicator waits for receipts: until the queue has room (the socket drained too)."""
+    while not producer.room:
+        if not producer.connected:
+            raise RemoteUnavailable(producer.failure or "not started")
+        await asyncio.sleep(0.001)
+    await producer.drain()
+
+
 async def _send_all(producer: RemoteProducer, received: list, entries: list[tuple]) -> list[tuple[int, int]]:
     """Send `entries` and return their receipts."""
     start = len(received)
     for entry in entries:
-        await producer.wait_for_room()
+        await _wait_for_room(producer)
         _send(producer, entry)
     await _answered(producer, received, start + len(entries))
     return received[start:]
@@ -140,7 +149,7 @@ def test_entries_reach_the_remote_as_sent(broker_factory, client_factory, topic:
     ]
 
     async def scenario() -> list[tuple[int, int]]:
-        # A small queue, so that wait_for_room holds the sender back many times.
+        # A small queue, so that the sender waits for room many times.
         producer, received = _recording(broker.url, topic, max_pending=64)
         await producer.start()
         assert producer.connected and producer.connected_since_ms is not None
@@ -220,15 +229,16 @@ def test_a_killed_remote_leaves_every_pending_send_unanswered(broker_factory, to
         # Frozen, the broker answers nothing: what is sent next stays pending until the kill.
         os.kill(broker.process.pid, signal.SIGSTOP)
         for i in range(1, 51):
-            await producer.wait_for_room()
+            await _wait_for_room(producer)
             _send(producer, _single("p", i, "k", b"lost?"))
         assert producer.pending == 50
         assert producer.oldest_pending_since_ms is not None
         await asyncio.to_thread(broker.kill)
         await _disconnected(producer)
         assert len(received) == 1 and producer.pending == 0 and producer.failure
+        assert producer.room == 0
         with pytest.raises(RemoteUnavailable):
-            await producer.wait_for_room()
+            await producer.drain()
         with pytest.raises(RemoteUnavailable):
             _send(producer, _single("p", 51, "k", b"late"))
         await producer.close()
@@ -251,8 +261,9 @@ def test_close_producer_from_the_broker_disconnects(broker_factory, topic: str) 
         assert answer.status_code == 204
         await lost.wait()
         assert not producer.connected
+        assert producer.room == 0
         with pytest.raises(RemoteUnavailable):
-            await producer.wait_for_room()
+            await producer.drain()
         again, received_again = _recording(broker.url, topic)
         await again.start()
         assert (await _send_all(again, received_again, [_single("p", 1, "k", b"after")]))[0][1] >= 0
@@ -475,7 +486,6 @@ def test_a_receipt_for_another_sequence_id_closes_the_connection() -> None:
                 remote.url, "persistent://public/default/t", on_disconnect=disconnects.append
             )
             await producer.start()
-            await producer.wait_for_room()
             _send(producer, _single("p", 4, "k", b"x"))
             _send(producer, _single("p", 2, "k", b"y"))
             await _disconnected(producer)
@@ -502,7 +512,6 @@ def test_a_receipt_of_another_shape_is_read_through_protobuf_and_answers_the_sam
         async with FakeRemote(receipt=with_partition) as remote:
             producer, received = _recording(remote.url, "persistent://public/default/t")
             await producer.start()
-            await producer.wait_for_room()
             for i in range(3):
                 _send(producer, _single("p", i, "k", b"x"))
             await _answered(producer, received, 3)
@@ -524,7 +533,6 @@ def test_receipts_before_a_frame_that_ends_the_connection_still_count() -> None:
         async with FakeRemote(receipt=then_close) as remote:
             producer, received = _recording(remote.url, "persistent://public/default/t")
             await producer.start()
-            await producer.wait_for_room()
             for i in range(3):
                 _send(producer, _single("p", i, "k", b"x"))
             await _disconnected(producer)
@@ -543,7 +551,6 @@ def test_close_leaves_what_is_unanswered_unanswered() -> None:
                 remote.url, "persistent://public/default/t", on_disconnect=disconnects.append
             )
             await producer.start()
-            await producer.wait_for_room()
             for i in range(3):
                 _send(producer, _single("p", i, "k", b"x"))
             assert producer.pending == 3
@@ -561,14 +568,13 @@ def test_a_full_queue_refuses_another_send() -> None:
             await producer.start()
             for i in range(2):
                 _send(producer, _single("p", i, "k", b"x"))
-            with pytest.raises(RuntimeError, match="wait_for_room"):
+            assert producer.room == 0
+            with pytest.raises(RuntimeError, match="room"):
                 _send(producer, _single("p", 2, "k", b"x"))
-            waiting = asyncio.ensure_future(producer.wait_for_room())
-            await asyncio.sleep(0)
-            assert not waiting.done()
             await producer.close()
+            assert producer.room == 0
             with pytest.raises(RemoteUnavailable):
-                await waiting
+                _send(producer, _single("p", 2, "k", b"x"))
 
     _run(scenario)
 

@@ -75,6 +75,9 @@ _LOOKUPS_MAX = 2
 CLOSE_TIMEOUT_S = 1.0
 # Bytes per socket read: the remote only sends small commands (receipts of ~30 bytes).
 _READ_BYTES = 64 * 1024
+# Unsent bytes the socket may hold before `write_budget` says to wait (`drain()`): a queue of 1,000
+# entries of 100 B is ~170 kB of SENDs, so only large entries meet it.
+WRITE_BUFFER_MAX = 1024 * 1024
 
 # Which BaseCommand field of an answer carries the request id it answers.
 _ANSWER_FIELDS = {
@@ -124,9 +127,9 @@ def _address(service_url: str) -> tuple[str, int, bool]:
 
 
 class RemoteProducer:
-    """A client producer on one remote cluster, started once: `start()`, then `wait_for_room()` and
-    `send_frames()` per read of entries, `close()`. After a lost connection it stays disconnected; the replicator makes a
-    new one.
+    """A client producer on one remote cluster, started once: `start()`, then `send_frames()` while
+    `room` allows (and `drain()` when `write_budget` runs out), `close()`. After a lost connection it stays
+    disconnected; the replicator makes a new one.
 
     Receipts go to `on_receipts`, called once per socket read that brought any, with the remote's
     (ledger id, entry id) of each SEND answered, in send order: (-1, -1) when the remote dropped it as a
@@ -178,10 +181,6 @@ class RemoteProducer:
         self._request_ids = itertools.count()
         self._requests: dict[int, asyncio.Future[BaseCommand]] = {}
         self._pending: deque[_Send] = deque()
-        # SEND frames of this turn of the event loop, written together by `_flush`.
-        self._output: list[bytes] = []
-        # Set while a send may go (or when disconnected, to wake the waiter up to see it).
-        self._room = asyncio.Event()
         self._started = False
         self._failure: str | None = None
 
@@ -255,16 +254,24 @@ class RemoteProducer:
 
     # -------------------------------------------------------------------------------- sending
 
-    async def wait_for_room(self) -> None:
-        """Return once a send may go: fewer than `max_pending` sends unanswered, and the socket's write
-        buffer below its high-water mark (so unsent bytes stay bounded too). Raises RemoteUnavailable
-        when the connection is gone."""
-        while True:
-            self._check_connected()
-            if len(self._pending) < self.max_pending:
-                break
-            self._room.clear()
-            await self._room.wait()
+    @property
+    def room(self) -> int:
+        """How many more SENDs may go before `max_pending` are unanswered (0 when disconnected)."""
+        return self.max_pending - len(self._pending) if self.connected_since_ms is not None else 0
+
+    @property
+    def write_budget(self) -> int:
+        """Bytes that may still be written before the socket's unsent bytes reach `WRITE_BUFFER_MAX`: what is
+        written and unsent stays bounded even for large entries, while the queue bounds only their count."""
+        writer = self._writer
+        if writer is None or self.connected_since_ms is None:
+            return 0
+        return WRITE_BUFFER_MAX - writer.transport.get_write_buffer_size()
+
+    async def drain(self) -> None:
+        """Return once the socket has taken what was written down to its low-water mark. Raises
+        RemoteUnavailable when the connection is gone."""
+        self._check_connected()
         assert self._writer is not None
         try:
             await self._writer.drain()
@@ -283,27 +290,19 @@ class RemoteProducer:
         `protocol.forwarding.forwarded_sends`, each at most `max_frame_bytes`), `sequence_ids` the sequence id
         each carries, as the wire does (uint64). Their receipts come through `on_receipts`, in this order.
 
-        Raises RemoteUnavailable when the connection is gone, RuntimeError when they would make more than
-        `max_pending` sends unanswered (await `wait_for_room()` first and send no more than its room).
+        They are written at once, in one write. Raises RemoteUnavailable when the connection is gone,
+        RuntimeError when they would make more than `max_pending` sends unanswered (send no more than `room`).
         """
         if self.connected_since_ms is None:
             raise RemoteUnavailable(self._failure or "not started")
         pending = self._pending
         if len(pending) + len(frames) > self.max_pending:
             raise RuntimeError(
-                f"{len(frames)} more SENDs would leave over {self.max_pending} unanswered: await wait_for_room() first"
+                f"{len(frames)} more SENDs would leave over {self.max_pending} unanswered: send no more than room"
             )
-        output = self._output
-        if frames and not output:
-            asyncio.get_running_loop().call_soon(self._flush)
-        output += frames
+        assert self._writer is not None
+        self._writer.write(b"".join(frames))
         pending.extend(map(_new_send, zip(sequence_ids, itertools.repeat(int(time.time() * 1000)))))
-
-    def _flush(self) -> None:
-        """The SENDs of one turn of the event loop leave in one socket write."""
-        output, self._output = self._output, []
-        if output and self._writer is not None and self.connected:
-            self._writer.write(b"".join(output))
 
     # ------------------------------------------------------------------------------ handshake
 
@@ -384,7 +383,6 @@ class RemoteProducer:
         }
         await self._request(BaseCommand(type=BaseCommand.PRODUCER, producer=producer), request_id)
         self.connected_since_ms = int(time.time() * 1000)
-        self._room.set()
 
     async def _request(self, command: BaseCommand, request_id: int) -> BaseCommand:
         """Send a request and return its answer; ERROR raises RemoteError."""
@@ -416,10 +414,8 @@ class RemoteProducer:
                     self._on_frames(self._decoder.receive_frames_and_receipts(data), receipts)
                 finally:
                     # Receipts before a frame that ends the connection still count.
-                    if receipts:
-                        self._room.set()
-                        if self.on_receipts is not None:
-                            self.on_receipts(receipts)
+                    if receipts and self.on_receipts is not None:
+                        self.on_receipts(receipts)
         except RemoteUnavailable as error:
             self._disconnect(str(error))
         except ProtocolError as error:
@@ -528,12 +524,10 @@ class RemoteProducer:
         was_connected = self.connected
         self._failure = message
         self.connected_since_ms = None
-        self._output = []
         self._pending = deque()
         for future in self._requests.values():
             if not future.done():
                 future.set_exception(RemoteUnavailable(message))
-        self._room.set()
         self._drop_connection()
         if notify and was_connected and self.on_disconnect is not None:
             self.on_disconnect(RemoteUnavailable(message))

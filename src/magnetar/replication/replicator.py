@@ -46,12 +46,14 @@ PARTITION_SUFFIX = "-partition-"
 # small enough that reads and the remote's work overlap, large enough that a read's fixed cost (a turn of
 # the event loop, a reader thread for what is not cached) is spread over many entries.
 READS_PER_QUEUE = 4
-
-
-def _discard(read: asyncio.Future[Any]) -> None:
-    """A read given up when its connection dropped: a failure of it is not news (the loop starts over)."""
-    if not read.cancelled():
-        read.exception()
+# The SENDs read ahead and not sent yet are at most a queue's worth of entries, and stop growing past
+# this many bytes (a read may go over by its own size).
+READ_AHEAD_BYTES_MAX = 8 * 1024 * 1024
+# ...and sends at most a quarter of its queue per write, the rest of its room in the next turns of the event
+# loop. The remote commits together whatever SENDs arrive during its previous commit and answers them
+# together: a whole queue sent in one write came back as 1,000 receipts in one read, and the two clusters
+# then took turns (each idle while the other worked) instead of overlapping.
+WRITES_PER_QUEUE = 4
 
 
 def cursor_name(remote_cluster: str) -> str:
@@ -73,9 +75,10 @@ def remote_cluster_of(producer: str) -> str | None:
 
 class Replicator:
     """Invariants: at most one remote producer at a time; the cursor's mark-delete position only passes
-    entries the remote confirmed or that are not for it; `_in_flight` holds, in read order, what was read
+    entries the remote confirmed or that are not for it; `_in_flight` holds, in read order, what was sent
     since the last entry confirmed: each entry sent and not confirmed yet, and each entry not for this
-    remote that came after one of those."""
+    remote that came after one of those; `_read_ahead` holds, in read order, what was read after those and
+    not sent yet (at most `queue_size` entries), and `_read_ahead_bytes` the size of its SENDs."""
 
     def __init__(
         self,
@@ -113,6 +116,16 @@ class Replicator:
         # (position, messages, bytes) of each entry sent, in send order; bytes -1 for an entry skipped
         # behind them (it is done once they are).
         self._in_flight: deque[tuple[Any, int, int]] = deque()
+        # (position, messages, bytes of the section, SEND frame, sequence id) of each entry read and not sent
+        # yet; frame None for one that is not for this remote.
+        self._read_ahead: deque[tuple[Any, int, int, bytes | None, int]] = deque()
+        self._read_ahead_bytes = 0
+        # The producer `_forward` sends through, which receipts send on through too.
+        self._sender: RemoteProducer | None = None
+        # A call of `_send_buffered` waits for the next turn of the loop.
+        self._send_scheduled = False
+        # Set by receipts and by a lost connection: what `_forward` waits for when it can neither read nor send.
+        self._progress = asyncio.Event()
         self.state = "Disconnected"
         self._task: asyncio.Task[None] | None = None
         # Counters for Pulsar's replicator stats (the admin API turns them into rates).
@@ -188,7 +201,13 @@ class Replicator:
         try:
             security = self._resolve_security(self.remote_cluster) if self._resolve_security else None
             producer = RemoteProducer(
-                url, self.topic_name, name, self.queue_size, on_receipts=self._on_receipts, security=security
+                url,
+                self.topic_name,
+                name,
+                self.queue_size,
+                on_receipts=self._on_receipts,
+                on_disconnect=lambda _error: self._progress.set(),
+                security=security,
             )
             if self.partitions:
                 await self._ensure_remote_partitions(security)
@@ -224,49 +243,53 @@ class Replicator:
             raise RemoteUnavailable(str(error)) from error
 
     async def _forward(self, producer: RemoteProducer) -> None:
-        """Read and send until the connection drops. As Pulsar's replicator does, one read is pending at a
-        time, for at most the queue's room less what is read and not sent yet; the next read starts as
-        soon as one completes, so a read from disk runs while the remote stores what went before it
-        instead of after (the queue bounds what is held: sent and unanswered, plus read and not sent)."""
+        """Read and send until the connection drops. Reads run ahead of the sends by up to a queue's worth
+        of entries, and each socket read of receipts sends at once as many as it made room for
+        (`_on_receipts`): the remote gets the next entries as soon as it has room for them, without waiting
+        for a read or for this loop's turn. A read from disk runs meanwhile. Pulsar's replicator reads for
+        the room of its queue only; reading ahead is what keeps the whole queue on its way when reads and
+        receipts take turns on one event loop."""
         cursor = self.cursor
+        read_ahead = self._read_ahead
         # A backlog found at connect time is logged once it is all confirmed.
         catching_up = self.backlog() > 0
         started = time.monotonic()
         read_max = max(1, self.queue_size // READS_PER_QUEUE)
-        reading: asyncio.Task[list[Any]] | None = None
+        self._sender = producer
         try:
             while True:
                 if not producer.connected:
                     raise RemoteUnavailable("the remote producer's connection dropped")
-                if reading is None:
-                    if not cursor.has_more_entries():
-                        if catching_up and producer.pending == 0 and self.backlog() == 0:
-                            catching_up = False
-                            log.info(
-                                "[%s] Replicator to %s caught up in %.1f s",
-                                self.topic_name,
-                                self.remote_cluster,
-                                time.monotonic() - started,
-                            )
-                        await self._wait_for_entries()
+                room = self.queue_size - len(read_ahead)
+                if room > 0 and self._read_ahead_bytes < READ_AHEAD_BYTES_MAX and cursor.has_more_entries():
+                    entries = cursor.undeleted_entries(await cursor.read_entries(min(room, read_max)))
+                    self._buffer(entries, producer.max_frame_bytes)
+                    self._send_buffered(producer)
+                elif read_ahead:
+                    if self._send_buffered(producer):
                         continue
-                    room = self.queue_size - producer.pending
-                    if room <= 0:
-                        await producer.wait_for_room()
-                        continue
-                    reading = asyncio.ensure_future(cursor.read_entries(min(room, read_max)))
-                entries = cursor.undeleted_entries(await reading)
-                reading = None
-                room = self.queue_size - producer.pending - len(entries)
-                if room > 0 and cursor.has_more_entries():
-                    reading = asyncio.ensure_future(cursor.read_entries(min(room, read_max)))
-                await producer.wait_for_room()
-                self._forward_entries(producer, entries)
+                    # The queue is full (receipts make room) or the socket holds enough unsent bytes.
+                    if producer.write_budget <= 0:
+                        await producer.drain()
+                    else:
+                        self._progress.clear()
+                        await self._progress.wait()
+                else:
+                    if catching_up and producer.pending == 0 and self.backlog() == 0:
+                        catching_up = False
+                        log.info(
+                            "[%s] Replicator to %s caught up in %.1f s",
+                            self.topic_name,
+                            self.remote_cluster,
+                            time.monotonic() - started,
+                        )
+                    await self._wait_for_entries()
         finally:
-            if reading is not None:
-                # Its entries are read again after the reconnect (the cursor rewinds to the last confirmed).
-                reading.cancel()
-                reading.add_done_callback(_discard)
+            # What was read and not sent is read again after the reconnect (the cursor rewinds to the last
+            # confirmed).
+            self._sender = None
+            read_ahead.clear()
+            self._read_ahead_bytes = 0
 
     async def _wait_for_entries(self) -> None:
         """New entries, or a second passing (the loop then sees whether the remote went away)."""
@@ -275,56 +298,104 @@ class Replicator:
         except TimeoutError:
             pass
 
-    def _forward_entries(self, producer: RemoteProducer, entries: list[Any]) -> None:
-        """Send what of `entries` is for this remote; the rest counts as done: not those that came from
-        another cluster (its markers reached the topic's controller when they were stored), nor those whose
-        `replicate_to` leaves this remote out (a SNAPSHOT marker names only its own cluster), nor one larger
-        than the remote accepts (it can never go there, and holding it would stop the rest)."""
+    def _buffer(self, entries: list[Any], max_frame_bytes: int) -> None:
+        """Add a read's entries to the read-ahead, each with its SEND, or with none when it is not for this
+        remote: not one that came from another cluster (its markers reached the topic's controller when they
+        were stored), nor one whose `replicate_to` leaves this remote out (a SNAPSHOT marker names only its
+        own cluster), nor one larger than the remote accepts (it can never go there, and holding it would
+        stop the rest)."""
         sends = forwarded_sends(PRODUCER_ID, [entry.data for entry in entries], self.local_cluster, self.remote_cluster)
-        limit = producer.max_frame_bytes
+        append = self._read_ahead.append
+        added = 0
+        for entry, send in zip(entries, sends):
+            if send is None:
+                append((entry.position, 0, -1, None, 0))
+                continue
+            frame, sequence_id, size = send
+            if len(frame) > max_frame_bytes:
+                log.error(
+                    "[%s] Entry %s not replicated to %s: its SEND of %d bytes exceeds the remote's limit of %d",
+                    self.topic_name,
+                    entry.position,
+                    self.remote_cluster,
+                    len(frame),
+                    max_frame_bytes,
+                )
+                append((entry.position, 0, -1, None, 0))
+                continue
+            append((entry.position, entry.message_count, size, frame, sequence_id))
+            added += len(frame)
+        self._read_ahead_bytes += added
+
+    def _send_buffered(self, producer: RemoteProducer) -> int:
+        """Send from the read-ahead, in order, what the producer has room for (its queue, and its socket's
+        unsent bytes), at most a `WRITES_PER_QUEUE`th of the queue now and the rest in the next turns of
+        the loop, and pass the entries not for this remote on the way; returns how many went or were
+        passed now."""
+        read_ahead = self._read_ahead
+        if not read_ahead:
+            return 0
+        room, budget = producer.room, producer.write_budget
+        write_max = max(1, self.queue_size // WRITES_PER_QUEUE)
         in_flight = self._in_flight
         frames: list[bytes] = []
         sequence_ids: list[int] = []
         skipped = None
-        for entry, send in zip(entries, sends):
-            if send is None or len(send[0]) > limit:
-                if send is not None:
-                    log.error(
-                        "[%s] Entry %s not replicated to %s: its SEND of %d bytes exceeds the remote's limit of %d",
-                        self.topic_name,
-                        entry.position,
-                        self.remote_cluster,
-                        len(send[0]),
-                        limit,
-                    )
-                skipped = entry.position
+        taken = 0
+        while read_ahead:
+            position, messages, size, frame, sequence_id = read_ahead[0]
+            if frame is None:
+                read_ahead.popleft()
+                taken += 1
                 if in_flight:
-                    in_flight.append((skipped, 0, -1))
+                    in_flight.append((position, 0, -1))
+                else:
+                    skipped = position
                 continue
-            frame, sequence_id, size = send
+            if room <= 0 or budget <= 0 or len(frames) == write_max:
+                break
+            read_ahead.popleft()
+            taken += 1
+            room -= 1
+            budget -= len(frame)
             frames.append(frame)
             sequence_ids.append(sequence_id)
-            in_flight.append((entry.position, entry.message_count, size))
+            in_flight.append((position, messages, size))
         if frames:
+            self._read_ahead_bytes -= sum(map(len, frames))
             producer.send_frames(frames, sequence_ids)
+            if len(frames) == write_max and read_ahead and room > 0 and not self._send_scheduled:
+                self._send_scheduled = True
+                asyncio.get_running_loop().call_soon(self._send_next, producer)
         if skipped is not None and not in_flight:
             self.cursor.mark_delete(skipped)
+        return taken
+
+    def _send_next(self, producer: RemoteProducer) -> None:
+        self._send_scheduled = False
+        if producer is self._sender and producer.connected and not self.cursor.closed:
+            self._send_buffered(producer)
 
     def pass_replicated(self, first: Position, last: Position) -> None:
         """Entries `first` to `last` (one append of another cluster's replicator, all carrying
         `replicated_from`) are stored: none is for this remote. When everything before them is done, the
         cursor passes them now instead of reading each back only to skip it, so a topic that receives
         replication pays nothing per entry for its own replicators. Otherwise the loop skips them as it
-        reads (`_forward_entries`)."""
+        reads (`_send_buffered`)."""
         cursor = self.cursor
-        if self._in_flight or cursor.closed or self.ledger.next_valid_position(cursor.mark_delete_position) != first:
+        if (
+            self._in_flight
+            or self._read_ahead
+            or cursor.closed
+            or self.ledger.next_valid_position(cursor.mark_delete_position) != first
+        ):
             return
         cursor.mark_delete(last)
 
     def _on_receipts(self, message_ids: list[tuple[int, int]]) -> None:
         """The remote stored the oldest `len(message_ids)` entries in flight (or dropped them as
         duplicates): the cursor moves past them, and past the skipped entries right behind them, once
-        per socket read of receipts."""
+        per socket read of receipts; then the read-ahead fills the room they made."""
         in_flight = self._in_flight
         answered = len(message_ids)
         messages = size = 0
@@ -346,6 +417,10 @@ class Replicator:
             self.positions.record(sent, message_ids)  # type: ignore[union-attr]
         if done is not None and not self.cursor.closed:
             self.cursor.mark_delete(done)
+        sender = self._sender
+        if sender is not None and sender.connected and not self.cursor.closed:
+            self._send_buffered(sender)
+        self._progress.set()
 
     # ------------------------------------------------------------------------------- stats
 

@@ -12,6 +12,7 @@ import pytest
 
 from magnetar.positions import Position
 from magnetar.protocol import markers
+from magnetar.protocol.forwarding import forwarded_sends
 from magnetar.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE, FrameDecoder
 from magnetar.protocol.messages import encode_entry, parse_entry
 from magnetar.protocol.pulsar_api_pb2 import MessageMetadata
@@ -26,6 +27,10 @@ class RecordingProducer:
     """Stands in for the RemoteProducer: records each SEND as the remote reads it (the metadata of its
     payload section, its sequence id, its marker flag); receipts are handed over by the test."""
 
+    connected = True
+    room = 1000
+    write_budget = 1 << 20
+
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
         self.max_frame_bytes = max_frame_bytes
         self.sent: list[tuple[MessageMetadata, int, bool]] = []
@@ -35,6 +40,12 @@ class RecordingProducer:
             ((command, section),) = FrameDecoder().receive_data(frame)
             assert command.send.sequence_id == sequence_id
             self.sent.append((parse_entry(section).metadata, sequence_id, command.send.marker))
+
+
+def _forward(replicator: Replicator, producer: Any, entries: list[Any]) -> None:
+    """What the replicator's loop does with a read: into the read-ahead, then sent as room allows."""
+    replicator._buffer(entries, producer.max_frame_bytes)
+    replicator._send_buffered(producer)
 
 
 def _data(sequence_id: int, payload: bytes = b"payload", **fields: Any) -> bytes:
@@ -71,7 +82,7 @@ def _run(
                 1000,
             )
             producer = RecordingProducer(max_frame_bytes)
-            replicator._forward_entries(producer, cursor.undeleted_entries(await cursor.read_entries(100)))  # type: ignore[arg-type]
+            _forward(replicator, producer, cursor.undeleted_entries(await cursor.read_entries(100)))
             mark_deletes = [cursor.mark_delete_position]
             for count in receipts:
                 replicator._on_receipts([(9, i) for i in range(count)])
@@ -161,7 +172,7 @@ def _pass_scenario(tmp_path: Path, local_before: int, answered: bool) -> dict[st
             for sequence_id in range(local_before):
                 await ledger.append(_data(sequence_id), 0, 1, 1, "p", sequence_id)
             entries = cursor.undeleted_entries(await cursor.read_entries(100))
-            replicator._forward_entries(producer, entries)  # type: ignore[arg-type]
+            _forward(replicator, producer, entries)
             if answered and entries:
                 replicator._on_receipts([(9, i) for i in range(len(entries))])
             stored = [await ledger.append(_data(100 + i, replicated_from="r3"), 0, 1, 1, "q", i) for i in range(3)]
@@ -169,7 +180,7 @@ def _pass_scenario(tmp_path: Path, local_before: int, answered: bool) -> dict[st
             replicator.pass_replicated(stored[0], stored[-1])
             after = cursor.mark_delete_position
             # Whatever pass_replicated left, the loop's own read skips: both ways end in the same place.
-            replicator._forward_entries(producer, cursor.undeleted_entries(await cursor.read_entries(100)))  # type: ignore[arg-type]
+            _forward(replicator, producer, cursor.undeleted_entries(await cursor.read_entries(100)))
             return {"stored": stored, "before": before, "after": after, "sent": len(producer.sent)}
         finally:
             await factory.close()
@@ -194,57 +205,79 @@ def test_entries_stored_by_another_replicator_wait_behind_unconfirmed_sends(tmp_
 
 class WindowProducer:
     """Stands in for the RemoteProducer inside the replicator's loop: a queue of `max_pending` sends that
-    the test answers, and a connection the test can drop."""
+    the test answers, a socket that takes `write_budget` bytes before it must drain, and a connection the
+    test can drop."""
 
-    def __init__(self, max_pending: int) -> None:
+    max_frame_bytes = DEFAULT_MAX_MESSAGE_SIZE
+
+    def __init__(self, max_pending: int, unsent_max: int = 1 << 20) -> None:
         self.max_pending = max_pending
+        self.unsent_max = unsent_max
         self.connected = True
         self.unanswered: list[int] = []
         self.sent: list[int] = []
+        self.unsent = 0  # bytes written that the remote has not read yet
+        self.drains = 0
 
     @property
     def pending(self) -> int:
         return len(self.unanswered)
 
-    async def wait_for_room(self) -> None:
-        while self.connected and len(self.unanswered) >= self.max_pending:
+    @property
+    def room(self) -> int:
+        return self.max_pending - len(self.unanswered) if self.connected else 0
+
+    @property
+    def write_budget(self) -> int:
+        return self.unsent_max - self.unsent if self.connected else 0
+
+    async def drain(self) -> None:
+        self.drains += 1
+        while self.connected and self.unsent:
             await asyncio.sleep(0)
         if not self.connected:
             raise RemoteUnavailable("dropped by the test")
-
-    max_frame_bytes = DEFAULT_MAX_MESSAGE_SIZE
 
     def send_frames(self, frames: list[bytes], sequence_ids: list[int]) -> None:
         assert self.connected and len(self.unanswered) + len(frames) <= self.max_pending
         self.unanswered += sequence_ids
         self.sent += sequence_ids
+        self.unsent += sum(map(len, frames))
 
     def answer(self, replicator: Replicator, count: int) -> None:
+        """The remote reads everything written and stores the oldest `count` unanswered sends."""
+        self.unsent = 0
         answered, self.unanswered = self.unanswered[:count], self.unanswered[count:]
         if answered:
             replicator._on_receipts([(9, i) for i in range(len(answered))])
 
+    def drop(self, replicator: Replicator) -> None:
+        """The connection goes: as the RemoteProducer's on_disconnect does, the replicator hears of it."""
+        self.connected = False
+        replicator._progress.set()
 
-def test_the_next_read_overlaps_the_sends_within_the_queues_bound(tmp_path: Path) -> None:
+
+async def _topic_with(tmp_path: Path, count: int) -> tuple[Any, Any, Any]:
+    factory = await ManagedLedgerFactory.open(str(tmp_path / "data"), CONFIG)
+    ledger = await factory.open_ledger("persistent://t/ns/topic")
+    cursor = await ledger.open_cursor(cursor_name("r2"), "latest")
+    await ledger.append_many(
+        [_data(i) for i in range(count)], [0] * count, [1] * count, [1] * count, ["p"] * count, list(range(count))
+    )
+    return factory, ledger, cursor
+
+
+def test_reads_run_ahead_of_the_sends_within_twice_the_queue(tmp_path: Path) -> None:
     """A quarter of the queue per read, reads while the remote has sends to answer (not after its
-    receipts), and what is held (read and unconfirmed) never more than the queue; then a connection
-    dropped while a read is pending: after the rewind, everything unconfirmed goes again, in order, once."""
+    receipts), and what is held (read and unconfirmed) never more than the queue in flight plus the queue
+    read ahead; then a connection dropped while a read is under way: after the rewind, everything
+    unconfirmed goes again, in order, once."""
     queue_size = 100
     count = 1000
 
     async def scenario() -> None:
-        factory = await ManagedLedgerFactory.open(str(tmp_path / "data"), CONFIG)
+        factory, ledger, cursor = await _topic_with(tmp_path, count)
         try:
-            ledger = await factory.open_ledger("persistent://t/ns/topic")
-            cursor = await ledger.open_cursor(cursor_name("r2"), "latest")
-            await ledger.append_many(
-                [_data(i) for i in range(count)],
-                [0] * count,
-                [1] * count,
-                [1] * count,
-                ["p"] * count,
-                list(range(count)),
-            )
             replicator = Replicator("persistent://t/ns/topic", "r1", "r2", ledger, cursor, lambda _c: None, queue_size)
             producer = WindowProducer(queue_size)
             reads: list[tuple[int, int]] = []  # (entries asked, sends unanswered) at each read
@@ -270,15 +303,16 @@ def test_the_next_read_overlaps_the_sends_within_the_queues_bound(tmp_path: Path
             task = asyncio.create_task(replicator._forward(producer))  # type: ignore[arg-type]
             while len(producer.sent) < 600 or not in_progress:
                 await asyncio.sleep(0)
-                assert held() <= queue_size
+                assert held() <= 2 * queue_size
+                assert len(replicator._read_ahead) <= queue_size
                 producer.answer(replicator, 7)
-            # Dropped with sends unanswered and a read under way: the read is given up.
+            # Dropped with sends unanswered and a read under way.
             assert producer.unanswered
-            producer.connected = False
+            producer.drop(replicator)
             with pytest.raises(RemoteUnavailable):
                 await task
-            await asyncio.sleep(0)
             assert in_progress == 0
+            assert not replicator._read_ahead and replicator._read_ahead_bytes == 0
             assert all(asked <= queue_size // 4 for asked, _ in reads)
             assert sum(unanswered > 0 for _, unanswered in reads) > len(reads) // 2
             confirmed = ledger.count_entries(
@@ -292,12 +326,77 @@ def test_the_next_read_overlaps_the_sends_within_the_queues_bound(tmp_path: Path
             task = asyncio.create_task(replicator._forward(producer))  # type: ignore[arg-type]
             while cursor.mark_delete_position < ledger.last_confirmed_entry:
                 await asyncio.sleep(0)
-                assert held() <= queue_size
+                assert held() <= 2 * queue_size
                 producer.answer(replicator, 13)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
             assert first_attempt[:confirmed] + producer.sent == list(range(count))
+        finally:
+            await factory.close()
+
+    asyncio.run(scenario())
+
+
+def test_receipts_send_the_entries_read_ahead_at_once(tmp_path: Path) -> None:
+    """With the queue full and a queue's worth read ahead, each group of receipts sends as many entries as
+    it answered, within `_on_receipts` itself: the remote gets them without a turn of the replicator's loop;
+    up to a quarter of the queue per write, so that the remote's commits do not merge into one."""
+    queue_size = 40
+
+    async def scenario() -> None:
+        factory, ledger, cursor = await _topic_with(tmp_path, 200)
+        try:
+            replicator = Replicator("persistent://t/ns/topic", "r1", "r2", ledger, cursor, lambda _c: None, queue_size)
+            producer = WindowProducer(queue_size)
+            task = asyncio.create_task(replicator._forward(producer))  # type: ignore[arg-type]
+            while len(replicator._read_ahead) < queue_size:
+                await asyncio.sleep(0)
+            assert producer.sent == list(range(queue_size))
+            for answered in (3, 10, 1):
+                before = len(producer.sent)
+                producer.answer(replicator, answered)
+                assert producer.sent == list(range(before + answered))
+                assert producer.pending == queue_size
+            # More room than a quarter of the queue: a quarter now, the rest in the next turns of the loop.
+            before = len(producer.sent)
+            producer.answer(replicator, 25)
+            assert producer.sent == list(range(before + queue_size // 4))
+            while producer.pending < queue_size:
+                await asyncio.sleep(0)
+            assert producer.sent == list(range(before + 25))
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            await factory.close()
+
+    asyncio.run(scenario())
+
+
+def test_sends_wait_for_the_socket_when_its_unsent_bytes_reach_the_bound(tmp_path: Path) -> None:
+    """The queue bounds how many SENDs are unanswered, not their bytes: past `write_budget` the loop drains
+    the socket before it sends more, and receipts send only what the budget allows."""
+
+    async def scenario() -> None:
+        factory, ledger, cursor = await _topic_with(tmp_path, 50)
+        try:
+            replicator = Replicator("persistent://t/ns/topic", "r1", "r2", ledger, cursor, lambda _c: None, 100)
+            frame_bytes = len(forwarded_sends(0, [_data(0)], "r1", "r2")[0][0])  # type: ignore[index]
+            producer = WindowProducer(100, unsent_max=frame_bytes * 5)
+            task = asyncio.create_task(replicator._forward(producer))  # type: ignore[arg-type]
+            while not producer.drains:
+                await asyncio.sleep(0)
+            assert producer.sent == list(range(5))
+            producer.answer(replicator, 2)  # the remote read all five: the budget is whole again
+            assert producer.sent == list(range(10))
+            while cursor.mark_delete_position < ledger.last_confirmed_entry:
+                await asyncio.sleep(0)
+                producer.answer(replicator, 3)
+            assert producer.sent == list(range(50))
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
         finally:
             await factory.close()
 
