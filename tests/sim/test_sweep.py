@@ -15,10 +15,13 @@ from magnetar.sim.checkers import ORDERING_KINDS
 from magnetar.sim.runner import run_sweep
 
 SCHEDULES = int(os.environ.get("MAGNETAR_SIM_SCHEDULES", "10000"))
+# Worker processes of each sweep: all cores unless MAGNETAR_SIM_PROCESSES says (make test gives the
+# sweeps one core, beside the rest of the suite).
+PROCESSES = int(os.environ.get("MAGNETAR_SIM_PROCESSES", "0")) or None
 
 
 def test_pip379_never_violates() -> None:
-    result = run_sweep("pip379", "Key_Shared", SCHEDULES)
+    result = run_sweep("pip379", "Key_Shared", SCHEDULES, processes=PROCESSES)
     assert result.schedules == SCHEDULES
     assert not result.violating_schedules, result.describe()
 
@@ -27,7 +30,7 @@ def test_pip379_never_violates() -> None:
 def test_older_modes_only_break_ordering(mode: str) -> None:
     """classic and pip282 keep every safety and liveness property but the ordering ones, and the
     simulator finds their reorderings (PIP-282 issue-1/issue-2, #23307) among the seeds."""
-    result = run_sweep(mode, "Key_Shared", SCHEDULES)
+    result = run_sweep(mode, "Key_Shared", SCHEDULES, processes=PROCESSES)
     assert result.schedules == SCHEDULES
     assert not result.unexpected(), result.describe()
     assert set(result.violating_schedules) & ORDERING_KINDS, f"{mode}: the simulator found no reordering"
@@ -36,7 +39,7 @@ def test_older_modes_only_break_ordering(mode: str) -> None:
 @pytest.mark.parametrize("subscription_type", ["Shared", "Failover", "Exclusive"])
 def test_other_subscription_types(subscription_type: str) -> None:
     schedules = max(SCHEDULES // 5, 1)
-    result = run_sweep("pip379", subscription_type, schedules)
+    result = run_sweep("pip379", subscription_type, schedules, processes=PROCESSES)
     assert result.schedules == schedules
     assert not result.violating_schedules, result.describe()
 
