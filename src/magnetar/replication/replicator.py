@@ -247,8 +247,9 @@ class Replicator:
         of entries, and each socket read of receipts sends at once as many as it made room for
         (`_on_receipts`): the remote gets the next entries as soon as it has room for them, without waiting
         for a read or for this loop's turn. A read from disk runs meanwhile. Pulsar's replicator reads for
-        the room of its queue only; reading ahead is what keeps the whole queue on its way when reads and
-        receipts take turns on one event loop."""
+        the room of its queue only; reading ahead keeps the whole queue on its way when reads and receipts
+        take turns on one event loop, and writes of a quarter of the queue (`_send_buffered`) keep the
+        remote's commits overlapping with this cluster's work instead of taking turns with it."""
         cursor = self.cursor
         read_ahead = self._read_ahead
         # A backlog found at connect time is logged once it is all confirmed.
