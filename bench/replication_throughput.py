@@ -17,7 +17,12 @@ And without consumers ("stored", the replication alone): the producer publishes 
 run polls the brokers' topic stats (`msgInCounter`) every 20 ms; the rate is N over the time from the first
 message stored in r1 to the last one stored where the workload ends: in r2 (replicated, r2's counter
 counts what r1's replicator sent) or in r1 (local). Both are timed the same way, from the midpoints
-between polls (±20 ms each end: use enough messages for runs of several seconds).
+between polls (±20 ms each end: use enough messages for runs of several seconds). A third stored mode,
+both, is what the machine gives for the same two copies without a replicator: a second producer
+publishes the same N messages on r2 (namespace `bench/local-r2`) while the first publishes on r1, timed
+from the first message stored in either to the last stored in both. The replicator does in r1 what the
+second producer's client does in its own process, so the replicated rate near the both rate says the
+two copies, not the replicator, are what the two cores are short of.
 
 Clients as in e2e_throughput: the producer on magnetar's wire client (`--client`), the consumers on the
 official client with `batch_receive` of up to 100 (`--consumer-client`, `--batch-receive`). Reported per
@@ -31,7 +36,7 @@ kept, flagged INCOMPLETE, with the brokers' log lines about replication.
 Prints a table and writes bench/results/replication_throughput.json.
 
     python bench/replication_throughput.py [--messages 200000] [--cases batching,no-batching] [--quick]
-        [--measures received,stored] [--client pulsar] [--consumer-client magnetar] [--batch-receive 0] [--keep]
+        [--measures received,stored,both] [--client pulsar] [--consumer-client magnetar] [--batch-receive 0] [--keep]
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from replication_common import (
     ClusterBroker,
     add_broker_setting_argument,
     add_client_arguments,
+    admin,
     broker_settings,
     create_topic,
     finish_consume,
@@ -69,7 +75,7 @@ from replication_common import (
     write_result,
 )
 
-NAMESPACES = {"geo": ["r1", "r2"], "local": ["r1"]}
+NAMESPACES = {"geo": ["r1", "r2"], "local": ["r1"], "local-r2": ["r2"]}
 IDLE_TIMEOUT_S = 30  # the consumers give up after this long without a message
 POLL_S = 0.02  # stored runs: how often the brokers' counters are read
 
@@ -143,70 +149,91 @@ def run_stored(
     brokers: dict[str, ClusterBroker],
     directory: Path,
     batching: bool,
-    replicated: bool,
+    mode: str,
     messages: int,
     args: argparse.Namespace,
 ) -> dict[str, Any]:
-    """No consumers: N messages published on r1, timed from the first stored in r1 to the last stored in r2
-    (replicated) or r1 (local), by polling both brokers' msgInCounter."""
+    """No consumers: N messages published on r1 and timed, by polling the brokers' msgInCounter, from the
+    first stored in r1 to the last stored in r2 (`mode` replicated) or in r1 (local). Mode both: no
+    replication, a second producer publishes the same N messages on r2 at the same time, timed from the
+    first stored in either cluster to the last stored in both."""
     case = "batching" if batching else "no-batching"
-    mode = "replicated" if replicated else "local"
     run_id = f"{case}-{mode}-stored-{uuid.uuid4().hex[:8]}"
-    topic = f"persistent://{TENANT}/{'geo' if replicated else 'local'}/tp-{run_id}"
-    source, target = brokers["r1"], brokers["r2" if replicated else "r1"]
-    produce_json = directory / f"produce-{run_id}.json"
-    print(f"--- {case}, {mode}, stored: {messages:,} messages, produce on r1, stored in {target.cluster}", flush=True)
-    create_topic(brokers, topic, replicated)
+    replicated = mode == "replicated"
+    namespace = {"replicated": "geo", "local": "local", "both": "local"}[mode]
+    # (broker, topic) each producer publishes to; the run ends when the last of `targets` stored N.
+    sources = [(brokers["r1"], f"persistent://{TENANT}/{namespace}/tp-{run_id}")]
+    if mode == "both":
+        sources.append((brokers["r2"], f"persistent://{TENANT}/local-r2/tp-{run_id}"))
+    targets = [(brokers["r2"], sources[0][1])] if replicated else sources
+    print(
+        f"--- {case}, {mode}, stored: {messages:,} messages, produce on "
+        f"{' and '.join(broker.cluster for broker, _ in sources)}, stored in "
+        f"{' and '.join(broker.cluster for broker, _ in targets)}",
+        flush=True,
+    )
+    create_topic(brokers, sources[0][1], replicated)
+    if mode == "both":
+        admin(brokers["r2"], "PUT", "/admin/v2/persistent/" + sources[1][1].removeprefix("persistent://"))
 
-    def counter(broker: ClusterBroker) -> int:
+    def counter(broker: ClusterBroker, topic: str) -> int:
         return (topic_stats(broker, topic) or {}).get("msgInCounter") or 0
 
     first = last = None
     cpu_start = {name: cpu_seconds(broker.pid) for name, broker in brokers.items()}
-    produce = subprocess.Popen(
-        produce_command(source, topic, messages, batching, produce_json, args),
-        stdout=subprocess.DEVNULL if args.quiet else None,
-    )
+    produce_jsons = [directory / f"produce-{run_id}-{broker.cluster}.json" for broker, _ in sources]
+    produces = [
+        subprocess.Popen(
+            produce_command(broker, topic, messages, batching, produce_json, args),
+            stdout=subprocess.DEVNULL if args.quiet else None,
+        )
+        for (broker, topic), produce_json in zip(sources, produce_jsons)
+    ]
     try:
         deadline = time.monotonic() + args.timeout
         previous = time.monotonic()
         while last is None:
             if time.monotonic() > deadline:
+                stored = ", ".join(f"{counter(broker, topic):,} in {broker.cluster}" for broker, topic in targets)
                 raise RuntimeError(
-                    f"{target.cluster} stored {counter(target):,} of {messages:,} messages in "
-                    f"{args.timeout:.0f} s\n{log_excerpts(brokers)}"
+                    f"stored {stored} of {messages:,} messages in {args.timeout:.0f} s\n{log_excerpts(brokers)}"
                 )
             now = time.monotonic()
             middle = (previous + now) / 2
-            if first is None and counter(source) > 0:
+            if first is None and any(counter(broker, topic) > 0 for broker, topic in sources):
                 first = middle
-            if first is not None and counter(target) >= messages:
+            if first is not None and all(counter(broker, topic) >= messages for broker, topic in targets):
                 # A run that began and ended within one poll interval is timed as the whole interval.
                 first, last = (previous, now) if first == middle else (first, middle)
             previous = now
             time.sleep(POLL_S)
         cpu = {name: cpu_seconds(broker.pid) - cpu_start[name] for name, broker in brokers.items()}
-        wait_process(produce, "perf produce", args.timeout)
+        for produce in produces:
+            wait_process(produce, "perf produce", args.timeout)
     finally:
-        if produce.poll() is None:
-            produce.kill()
-            produce.wait()
-    produced = read_json(produce_json)
-    if produced is None:
-        raise RuntimeError(f"perf produce failed with {produce.returncode}\n{log_excerpts(brokers)}")
+        for produce in produces:
+            if produce.poll() is None:
+                produce.kill()
+                produce.wait()
+    produced = [read_json(path) for path in produce_jsons]
+    if any(one is None for one in produced):
+        codes = [produce.returncode for produce in produces]
+        raise RuntimeError(f"perf produce failed with {codes}\n{log_excerpts(brokers)}")
     result: dict[str, Any] = {
         "case": case,
         "mode": mode,
         "measure": "stored",
-        "topic": topic,
-        "produce": produced,
+        "topic": sources[0][1],
+        "produce": produced[0],
         "seconds": last - first,
         "stored_msg_per_s": messages / (last - first),
         "broker_cpu_us_per_msg": {name: seconds / messages * 1e6 for name, seconds in cpu.items()},
-        "target_msg_in_counter": counter(target),
+        "target_msg_in_counter": min(counter(broker, topic) for broker, topic in targets),
     }
+    if mode == "both":
+        result["produce_r2"] = produced[1]
     if replicated:
-        result["r1_replicator_failures"] = replicator_failures(brokers["r1"], topic)
+        result["r1_replicator_failures"] = replicator_failures(brokers["r1"], sources[0][1])
     return result
 
 
@@ -223,8 +250,9 @@ def main() -> None:
     add_broker_setting_argument(parser)
     parser.add_argument(
         "--measures",
-        default="received,stored",
-        help="received: consumers on the target cluster; stored: no consumers, messages stored there",
+        default="received,stored,both",
+        help="received: consumers on the target cluster; stored: no consumers, messages stored there; both "
+        "(with stored): the same messages also published by a second producer on r2, no replication",
     )
     add_client_arguments(parser, batch_receive_default=100)
     args = parser.parse_args()
@@ -242,10 +270,11 @@ def main() -> None:
             for replicated in (False, True)
         ]
         stored_runs = [
-            run_stored(brokers, directory, case == "batching", replicated, args.messages, args)
+            run_stored(brokers, directory, case == "batching", mode, args.messages, args)
             for case in args.cases.split(",")
             if "stored" in measures
-            for replicated in (False, True)
+            for mode in ("local", "replicated", "both")
+            if mode != "both" or "both" in measures
         ]
     load_after = machine()
 
@@ -262,6 +291,9 @@ def main() -> None:
             local = next(r for r in stored_runs if r["case"] == case and r["mode"] == "local")
             replicated = next(r for r in stored_runs if r["case"] == case and r["mode"] == "replicated")
             summary["replicated_stored_over_local_stored"] = replicated["stored_msg_per_s"] / local["stored_msg_per_s"]
+            both = next((r for r in stored_runs if r["case"] == case and r["mode"] == "both"), None)
+            if both is not None:
+                summary["both_stored_over_local_stored"] = both["stored_msg_per_s"] / local["stored_msg_per_s"]
         summaries.append(summary)
     result = {
         "bench": "replication_throughput",
@@ -317,6 +349,11 @@ def main() -> None:
             print(
                 f"{s['case']}: replicated to r2 at {ratio:.0%} of the local store rate "
                 f"({'meets' if ratio >= 0.9 else 'below'} the 90% goal)"
+            )
+        if "both_stored_over_local_stored" in s:
+            print(
+                f"{s['case']}: stored in both clusters by two producers, no replication, at "
+                f"{s['both_stored_over_local_stored']:.0%} of the local store rate"
             )
     for r in runs:
         if r["mode"] == "replicated":
