@@ -1,5 +1,6 @@
 """Geo-replication when a cluster goes away: the remote stopped and started again, a broker killed with
-SIGKILL in the middle of the stream, an operator clearing a replicator's backlog while the remote is down.
+SIGKILL in the middle of the stream, an operator clearing a replicator's backlog while the remote is down,
+retention keeping what the replicator has not sent.
 
 Each test starts its own two clusters (r1 replicating to r2 through namespace `geo/ns`), since it stops
 or kills one; `restart` keeps a broker's data directory and ports, so r1's registration of r2 stays valid.
@@ -243,3 +244,73 @@ def test_skip_all_on_replicator_clears_its_backlog_while_remote_down(geo_factory
         assert not came, f"r2 received {len(came)} messages whose replication was skipped: {came[:10]}"
         check_exactly_once(in_r2, [s.payload for s in before + after], "r2 after skip_all")
         check_order(in_r2, "r2")
+
+
+def test_retention_keeps_what_the_replicator_has_not_sent(geo_factory, client_factory) -> None:
+    """The replicator's cursor holds back retention as a subscription does (reference §1: it is a durable
+    cursor). r1 keeps no consumed ledgers (retention 0) in ledgers of 2 entries, and r2 is down before the
+    topic exists. On a topic of a namespace that does not replicate, 20 messages published and
+    acknowledged by its only subscription lose their ledgers; on a replicated topic, the same 20 stay (its
+    earliest message is still the first) and r2, started again, gets all of them; once the replicator
+    has sent them, r1 deletes those ledgers too."""
+    small_ledgers = {"managedLedgerMaxEntriesPerLedger": "2", "managedLedgerMinLedgerRolloverTimeMinutes": "0"}
+    geo = geo_factory({"r1": small_ledgers, "r2": {}}, {"ns": ["r1", "r2"], "solo": ["r1"]})
+    for namespace in ("ns", "solo"):
+        admin(
+            geo["r1"],
+            "POST",
+            f"/admin/v2/namespaces/geo/{namespace}/retention",
+            {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0},
+            expect=(204,),
+        )
+    geo["r2"].stop()
+    replicated, solo = new_topic("ns", "kept"), new_topic("solo", "dropped")
+    details = replication_details(geo, replicated)
+
+    def earliest(topic: str) -> str:
+        response = admin(
+            geo["r1"],
+            "GET",
+            f"{topic_path(topic)}/examinemessage?initialPosition=earliest&messagePosition=1",
+            expect=(200,),
+        )
+        return response.content.decode()
+
+    r1_client = client_factory(geo["r1"].url)
+    sent: dict[str, list[str]] = {}
+    for topic in (replicated, solo):
+        consumer = r1_client.subscribe(topic, "only", consumer_type=pulsar.ConsumerType.Shared)
+        producer = r1_client.create_producer(topic, producer_name=f"kept-{uuid.uuid4().hex[:6]}")
+        # One at a time: each send waits for its receipt, so the ledgers roll every two entries.
+        sent[topic] = [s.payload for i in range(20) for s in publish(producer, "kept", 1, start=i)]
+        for _ in range(20):
+            consumer.acknowledge(consumer.receive(timeout_millis=int(WAIT_S * 1000)))
+        # Rolls the ledger holding the last two acknowledged, so every consumed ledger is closed.
+        sent[topic] += [s.payload for s in publish(producer, "kept", 1, start=20)]
+        consumer.acknowledge(consumer.receive(timeout_millis=int(WAIT_S * 1000)))
+    first = sent[solo][0]
+    wait_until(lambda: earliest(solo) != first, f"{solo}: consumed ledgers deleted without retention", details)
+    assert earliest(replicated) == sent[replicated][0], (
+        f"{replicated}: the ledgers the replicator to r2 has not sent were deleted:\n{details()}"
+    )
+    assert replicator(geo, replicated).get("replicationBacklog") == 21, details()
+
+    start_again(geo["r2"])
+    wait_until(
+        lambda: (
+            replicator(geo, replicated).get("connected") is True
+            and replicator(geo, replicated).get("replicationBacklog") == 0
+        ),
+        "r2 is back and r1's replicator sent its backlog",
+        details,
+        timeout_s=RECONNECT_WAIT_S,
+    )
+    with explained(details):
+        in_r2 = collect(client_factory(geo["r2"].url), replicated, "r2", 21)
+        check_exactly_once(in_r2, sent[replicated], "r2 after it came back")
+        check_order(in_r2, "r2")
+    wait_until(
+        lambda: earliest(replicated) != sent[replicated][0],
+        f"{replicated}: r1 deleted the consumed ledgers once the replicator sent them",
+        details,
+    )

@@ -372,6 +372,37 @@ def test_partitioned_topic_created_everywhere_and_each_partition_replicates(mesh
             assert remotes == {"r2", "r3"}, f"r1's {partition} replicates to {remotes}, expected r2 and r3"
 
 
+def test_partition_count_updated_in_one_cluster_is_updated_in_the_others(mesh, clients) -> None:
+    """ReplicatorTest.testUpdateGlobalTopicPartition: a partitioned topic of 2 partitions created in r1 and
+    updated there to 4 has 4 partitions in r2 and r3 too, and a message published on a new partition in r1
+    reaches that partition in r2 and r3."""
+    topic = new_topic("ns", "grown")
+    details = replication_details(mesh, topic)
+    admin(mesh["r1"], "PUT", f"{topic_path(topic)}/partitions", 2, expect=(204,))
+    for cluster in ("r2", "r3"):
+        wait_until(
+            lambda cluster=cluster: partitions_of(mesh[cluster], topic) == 2,
+            f"{cluster} has {topic} with 2 partitions",
+            lambda cluster=cluster: f"GET partitions on {cluster}: {partitions_of(mesh[cluster], topic)}",
+        )
+    admin(mesh["r1"], "POST", f"{topic_path(topic)}/partitions", 4, expect=(204,))
+    for cluster in ("r2", "r3"):
+        wait_until(
+            lambda cluster=cluster: partitions_of(mesh[cluster], topic) == 4,
+            f"{cluster} has {topic} updated to 4 partitions",
+            lambda cluster=cluster: f"GET partitions on {cluster}: {partitions_of(mesh[cluster], topic)}",
+        )
+
+    newest = f"{topic}-partition-3"
+    producer = clients["r1"].create_producer(newest, producer_name=unique("grown"))
+    sent = publish(producer, "grown", 20)
+    with explained(details):
+        for cluster in ("r2", "r3"):
+            received = collect(clients[cluster], newest, cluster, len(sent))
+            check_exactly_once(received, [s.payload for s in sent], f"{newest} in {cluster}")
+            check_order(received, f"{newest} in {cluster}")
+
+
 # ----------------------------------------------------------------------------- stats, metrics
 
 
