@@ -17,7 +17,7 @@ again. Cases: KeyBased batching (1 ms batching delay) and none.
 Prints a table and writes bench/results/replication_lag.json.
 
     python bench/replication_lag.py [--rate 10000] [--seconds 30] [--cases batching,no-batching]
-        [--modes replicated,local] [--quick]
+        [--modes replicated,local] [--quick] [--external r1=pulsar://h:p,http://h:p --external r2=...]
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from replication_common import (
     CONSUMERS,
     SIZE_BYTES,
     add_client_arguments,
-    running_pair,
     write_result,
 )
+from replication_external import add_external_argument, clusters
 from replication_throughput import NAMESPACES, run
 
 GOAL_P99_MS = 20
@@ -54,6 +54,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: 3 s per run")
     add_client_arguments(parser, batch_receive_default=0)
+    add_external_argument(parser)
     args = parser.parse_args()
     if args.quick:
         args.seconds = 3
@@ -61,7 +62,7 @@ def main() -> None:
     messages = int(args.rate * args.seconds)
     modes = args.modes.split(",")
     load_before = machine()
-    with running_pair(NAMESPACES, args.dir, args.keep) as (brokers, directory):
+    with clusters(args, NAMESPACES, {}) as (brokers, directory):
         runs = [
             run(brokers, directory, case == "batching", mode == "replicated", messages, args, args.rate)
             for case in args.cases.split(",")

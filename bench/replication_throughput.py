@@ -37,6 +37,7 @@ Prints a table and writes bench/results/replication_throughput.json.
 
     python bench/replication_throughput.py [--messages 200000] [--cases batching,no-batching] [--quick]
         [--measures received,stored,both] [--client pulsar] [--consumer-client magnetar] [--batch-receive 0] [--keep]
+        [--external r1=pulsar://h:p,http://h:p --external r2=...]   (clusters already running: replication_external)
 """
 
 from __future__ import annotations
@@ -68,12 +69,12 @@ from replication_common import (
     progress_windows,
     read_json,
     replicator_failures,
-    running_pair,
     start_consume,
     topic_stats,
     wait_process,
     write_result,
 )
+from replication_external import add_external_argument, clusters
 
 NAMESPACES = {"geo": ["r1", "r2"], "local": ["r1"], "local-r2": ["r2"]}
 IDLE_TIMEOUT_S = 30  # the consumers give up after this long without a message
@@ -135,7 +136,8 @@ def run(
         r1_stats, r2_stats = topic_stats(brokers["r1"], topic) or {}, topic_stats(brokers["r2"], topic) or {}
         result["r1_replicator"] = (r1_stats.get("replication") or {}).get("r2")
         result["r2_msg_in_counter"] = r2_stats.get("msgInCounter")
-        result["r1_replicator_failures"] = replicator_failures(brokers["r1"], topic)
+        if isinstance(brokers["r1"], ClusterBroker):
+            result["r1_replicator_failures"] = replicator_failures(brokers["r1"], topic)
     if not result["complete"]:
         print(
             f"!!! {case}, {mode}: only {consumed['messages']:,} of {messages:,} messages received; "
@@ -232,7 +234,7 @@ def run_stored(
     }
     if mode == "both":
         result["produce_r2"] = produced[1]
-    if replicated:
+    if replicated and isinstance(brokers["r1"], ClusterBroker):
         result["r1_replicator_failures"] = replicator_failures(brokers["r1"], sources[0][1])
     return result
 
@@ -255,6 +257,7 @@ def main() -> None:
         "(with stored): the same messages also published by a second producer on r2, no replication",
     )
     add_client_arguments(parser, batch_receive_default=100)
+    add_external_argument(parser)
     args = parser.parse_args()
     if args.quick:
         args.messages = 5_000
@@ -262,7 +265,7 @@ def main() -> None:
     load_before = machine()
     measures = args.measures.split(",")
     settings = broker_settings(args)
-    with running_pair(NAMESPACES, args.dir, args.keep, settings) as (brokers, directory):
+    with clusters(args, NAMESPACES, settings) as (brokers, directory):
         runs = [
             run(brokers, directory, case == "batching", replicated, args.messages, args)
             for case in args.cases.split(",")
@@ -361,7 +364,7 @@ def main() -> None:
             print(
                 f"{r['case']}: r1 replicator to r2 msgOutCounter {rep.get('msgOutCounter')}, backlog "
                 f"{rep.get('replicationBacklog')} entries; r2 msgInCounter {r.get('r2_msg_in_counter')}; "
-                f"replicator failed and restarted {r.get('r1_replicator_failures')} times (r1's log)"
+                f"replicator failed and restarted {r.get('r1_replicator_failures', '-')} times (r1's log)"
             )
     print(f"wrote {write_result('replication_throughput', result)}")
 
