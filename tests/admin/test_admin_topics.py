@@ -148,9 +148,14 @@ def test_partitioned_topic_lifecycle(http: httpx.Client, name: str, pulsar_clien
     assert (again.status_code, reason(again)) == (409, "Partitioned topic already exists")
     assert http.post(path, json=5).status_code == 204
     assert http.get(path).json()["partitions"] == 5
+    # Pulsar 4.0.7's answers: fewer partitions are unprocessable (422); the number it has changes nothing.
     shrink = http.post(path, json=4)
-    assert shrink.status_code == 409
-    assert reason(shrink) == "Number of new partitions must be greater than existing number of partitions"
+    assert (shrink.status_code, reason(shrink)) == (
+        422,
+        "Desired partitions 4 can't be less than the current partitions 5.",
+    )
+    assert http.post(path, json=5).status_code == 204
+    assert http.get(path).json()["partitions"] == 5
     consumer = pulsar_client.subscribe(full(name), "sub")
     producer = pulsar_client.create_producer(full(name))
     for i in range(10):
@@ -174,11 +179,15 @@ def test_partitioned_topic_errors(http: httpx.Client, name: str, pulsar_client) 
     assert http.put(path, json="three").status_code == 400
     suffix = http.put(f"/persistent/{NS}/{name}-partition-1/partitions", json=2)
     assert (suffix.status_code, reason(suffix)) == (412, "Partitioned Topic Name should not contain '-partition-'")
-    assert http.post(path, json=4).status_code == 404
+    not_partitioned = (409, f"Topic {full(name)} is not the partitioned topic.")
+    missing = http.post(path, json=4)
+    assert (missing.status_code, reason(missing)) == not_partitioned
     assert http.delete(path).status_code == 404
     assert http.put(f"/persistent/{NS}/{name}").status_code == 204
     plain = http.put(path, json=2)
     assert (plain.status_code, reason(plain)) == (409, "This topic already exists")
+    grown = http.post(path, json=0)  # the topic is looked at before the number, as in Pulsar
+    assert (grown.status_code, reason(grown)) == not_partitioned
     other = f"{name}-p"
     assert http.put(f"/persistent/{NS}/{other}/partitions", json=2).status_code == 204
     assert http.put(f"/persistent/{NS}/{other}").status_code == 409
@@ -187,6 +196,35 @@ def test_partitioned_topic_errors(http: httpx.Client, name: str, pulsar_client) 
     assert (busy.status_code, reason(busy)) == (412, "Topic has active producers/subscriptions")
     producer.close()
     assert http.delete(f"/persistent/{NS}/{other}/partitions").status_code == 204
+
+
+def test_partitioned_topic_update_errors(http: httpx.Client, name: str) -> None:
+    """POST .../partitions answers as Pulsar 4.0.7's internalUpdatePartitionedTopicAsync does (its reasons
+    checked against a Pulsar 4.0.7 standalone): the topic first, then the number."""
+    path = f"/persistent/{NS}/{name}/partitions"
+    assert http.put(path, json=2).status_code == 204
+    for fewer in (1, 0, -1):
+        refused = http.post(path, json=fewer)
+        assert (refused.status_code, reason(refused)) == (
+            422,
+            f"Desired partitions {fewer} can't be less than the current partitions 2.",
+        )
+    too_many = http.post(path, json=1001)
+    assert (too_many.status_code, reason(too_many)) == (
+        422,
+        "Desired partitions 1001 can't be greater than the maximum partitions per topic 1000.",
+    )
+    suffix = http.post(f"/persistent/{NS}/{name}-partition-1/partitions", json=3)
+    assert (suffix.status_code, reason(suffix)) == (412, "Partitioned Topic Name should not contain '-partition-'")
+    # Pulsar does not look for the namespace: a topic of a namespace that does not exist is not partitioned.
+    elsewhere = http.post(f"/persistent/public/nowhere-{name}/{name}/partitions", json=3)
+    assert (elsewhere.status_code, reason(elsewhere)) == (
+        409,
+        f"Topic persistent://public/nowhere-{name}/{name} is not the partitioned topic.",
+    )
+    assert http.post(path, json="three").status_code == 400
+    assert http.get(path).json()["partitions"] == 2
+    assert http.delete(path).status_code == 204
 
 
 def test_force_delete_partitioned_topic_in_use(http: httpx.Client, name: str, pulsar_client) -> None:

@@ -283,20 +283,29 @@ async def create_partitioned_topic(
 @router.post(
     "/{tenant}/{namespace}/{topic}/partitions",
     status_code=204,
-    responses=_NO_CONTENT | error_responses(404, 406, 409, 412),
+    responses=_NO_CONTENT | error_responses(409, 412, 422),
 )
 async def update_partitioned_topic(
     request: Request, tenant: str, namespace: str, topic: str, partitions: Annotated[Int32, Body()]
 ) -> Response:
+    """PersistentTopicsBase.internalUpdatePartitionedTopicAsync (Pulsar 4.0.7), in its order: 409 when the
+    topic is not a partitioned one (whether or not its namespace exists), 422 for fewer partitions than it
+    has (0 and negative numbers included) or more than maxNumPartitionsPerPartitionedTopic. The number it
+    has already answers 204: nothing changes here, and the other clusters get it again."""
     service = _service(request)
     name = _name(request, tenant, namespace, topic)
-    _check_partitions(service, partitions)
-    check_namespace(service, tenant, namespace)
+    if name.partition_index >= 0:
+        raise precondition_failed("Partitioned Topic Name should not contain '-partition-'")
     current = service.partitions(name)
-    if current == 0:
-        raise not_found(f"Partitioned Topic {name} not found")
-    if partitions <= current:
-        raise conflict("Number of new partitions must be greater than existing number of partitions")
+    if current <= 0:
+        raise conflict(f"Topic {name} is not the partitioned topic.")
+    if partitions < current:
+        raise RestError(422, f"Desired partitions {partitions} can't be less than the current partitions {current}.")
+    most = int(service.config["maxNumPartitionsPerPartitionedTopic"])
+    if 0 < most < partitions:
+        raise RestError(
+            422, f"Desired partitions {partitions} can't be greater than the maximum partitions per topic {most}."
+        )
     await service.update_partitioned_topic(name, partitions)
     return Response(status_code=204)
 

@@ -457,8 +457,11 @@ class BrokerService:
         self._propagate_partitions(name, partitions)
 
     async def update_partitioned_topic(self, name: TopicName, partitions: int) -> None:
-        await self.metadata.update_partitioned_topic(str(name), partitions)
-        log.info("[%s] Updated partitioned topic to %d partitions", name, partitions)
+        """Raise the number of partitions. The number it has already changes nothing here but still goes
+        to the other clusters, as Pulsar's update does: one that has fewer gets them."""
+        if partitions != self.partitions(name):
+            await self.metadata.update_partitioned_topic(str(name), partitions)
+            log.info("[%s] Updated partitioned topic to %d partitions", name, partitions)
         self._propagate_partitions(name, partitions)
 
     def _propagate_partitions(self, name: TopicName, partitions: int) -> None:

@@ -35,14 +35,24 @@ async def ensure_partitioned_topic(
     created when it has none, updated when it has fewer. `security`: TLS trust and credentials."""
     path = f"{admin_url.rstrip('/')}/admin/v2/persistent/{topic.split('://', 1)[1]}/partitions"
     security = security or ClientSecurity()
-    status, body = await asyncio.to_thread(_request, "GET", path, None, security)
-    remote = json.loads(body).get("partitions", 0) if status == 200 else 0
+    remote = await _remote_partitions(path, security)
     if remote >= partitions:
         return
     status, body = await asyncio.to_thread(_request, "PUT" if remote == 0 else "POST", path, partitions, security)
-    if status not in (200, 204, 409):
+    # Any 2xx is a success: the remote may be Pulsar (200 or 204) or magnetar. 409, as before: the topic
+    # exists there already (PUT). 422 refuses fewer partitions than the remote has (POST, Pulsar 4.0.7 and
+    # magnetar): no failure when another cluster gave it as many meanwhile.
+    if not (200 <= status < 300 or status == 409) and not (
+        status == 422 and await _remote_partitions(path, security) >= partitions
+    ):
         raise RemoteAdminError(f"{admin_url} refused {partitions} partitions for {topic}: {status} {body[:200]!r}")
     log.info("[%s] Partitioned topic has %d partitions at %s", topic, partitions, admin_url)
+
+
+async def _remote_partitions(path: str, security: ClientSecurity) -> int:
+    """The number of partitions the remote has for the topic: 0 when it has none (or no such topic)."""
+    status, body = await asyncio.to_thread(_request, "GET", path, None, security)
+    return int(json.loads(body).get("partitions", 0)) if status == 200 else 0
 
 
 def _request(method: str, url: str, body: object, security: ClientSecurity) -> tuple[int, bytes]:
