@@ -72,6 +72,7 @@ def seed(fuzzed_broker: BrokerProcess) -> Iterator:
     http = httpx.Client(base_url=f"{fuzzed_broker.http_url}/admin/v2", timeout=30)
 
     def again() -> None:
+        http.put("/clusters/standalone", json={})  # DELETE /clusters/{cluster} may have removed it
         http.put("/tenants/public", json={"adminRoles": [], "allowedClusters": ["standalone"]})
         http.put("/namespaces/public/default")
         earliest = {"ledgerId": -1, "entryId": -1}

@@ -31,6 +31,17 @@ def test_clusters_list_and_get(admin) -> None:
     assert "Cluster does not exist" in fails(*admin("clusters", "get", "no-such-cluster"))
 
 
+def test_clusters_delete(admin) -> None:
+    cluster = f"gone-{uuid.uuid4().hex[:8]}"
+    ok(*admin("clusters", "create", cluster, "-u", "http://127.0.0.1:1", "-b", "pulsar://127.0.0.1:1"))
+    assert cluster in ok_json(*admin("clusters", "list"))
+    result = ok(*admin("clusters", "delete", cluster))
+    assert result.stdout == ""  # silent for scripts, as pulsar-admin is
+    assert cluster not in ok_json(*admin("clusters", "list"))
+    assert "Cluster does not exist" in fails(*admin("clusters", "get", cluster))
+    assert "Cluster does not exist" in fails(*admin("clusters", "delete", cluster))
+
+
 def test_tenant_create_get_update_delete(admin, tenant) -> None:
     assert ok(*admin("tenants", "create", tenant)).stdout == ""  # silent for scripts, as pulsar-admin
     # Without --allowed-clusters the tenant may use every cluster, as pulsar-admin decides.

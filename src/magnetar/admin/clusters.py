@@ -4,7 +4,8 @@ Owns: validating what an operator asks (names, bodies, existence, the tenant's c
 with Pulsar's JSON shapes, status codes and reasons. Must not touch: state, except through the broker
 service's methods (`BrokerService.create_tenant`, `set_namespace_policies`, ...); topics (topics.py).
 
-A policy that was never set reads as 204 No Content, as Pulsar's handlers answer a null value.
+A policy that was never set reads as 204 No Content, as Pulsar's handlers answer a null value. A change
+answers 204, except where Pulsar 4.0.7 answers 200 with an empty body: creating and updating a cluster.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ Int32 = Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1)]
 Int64 = Annotated[int, Field(strict=True, ge=-(2**63), le=2**63 - 1)]
 
 _NO_CONTENT: Responses = {204: {"description": "Done"}}
+# Pulsar's `Response.ok().build()`: 200, no body (routes that answer it use response_class=Response, so that
+# the document declares no content for it).
+_OK_EMPTY: Responses = {200: {"description": "Done (no body)"}}
 _UNSET: Responses = {204: {"description": "The policy is not set"}}
 
 
@@ -267,7 +271,11 @@ async def get_cluster(request: Request, cluster: str) -> ClusterData:
 
 
 @router.put(
-    "/clusters/{cluster}", tags=["clusters"], status_code=204, responses=_NO_CONTENT | error_responses(409, 412)
+    "/clusters/{cluster}",
+    tags=["clusters"],
+    status_code=200,
+    response_class=Response,
+    responses=_OK_EMPTY | error_responses(409, 412),
 )
 async def create_cluster(
     request: Request, cluster: str, data: Annotated[ClusterData | None, Body()] = None
@@ -279,11 +287,15 @@ async def create_cluster(
         await _service(request).create_cluster(cluster, data.model_dump(exclude_none=True))
     except AlreadyExistsError as error:
         raise conflict("Cluster already exists") from error
-    return Response(status_code=204)
+    return Response(status_code=200)
 
 
 @router.post(
-    "/clusters/{cluster}", tags=["clusters"], status_code=204, responses=_NO_CONTENT | error_responses(404, 412)
+    "/clusters/{cluster}",
+    tags=["clusters"],
+    status_code=200,
+    response_class=Response,
+    responses=_OK_EMPTY | error_responses(404, 412),
 )
 async def update_cluster(request: Request, cluster: str, data: ClusterData) -> Response:
     _check_name(cluster, "Cluster")
@@ -292,6 +304,21 @@ async def update_cluster(request: Request, cluster: str, data: ClusterData) -> R
         raise not_found("Cluster does not exist")
     _check_cluster_data(data)
     await service.update_cluster(cluster, data.model_dump(exclude_none=True))
+    return Response(status_code=200)
+
+
+@router.delete("/clusters/{cluster}", tags=["clusters"], status_code=204, responses=_NO_CONTENT | error_responses(404))
+async def delete_cluster(request: Request, cluster: str) -> Response:
+    """ClustersBase.deleteCluster (Pulsar 4.0.7). Pulsar refuses with 412 `Cluster not empty` only while
+    a namespace of the old `tenant/cluster/namespace` form or a namespace isolation policy is in the
+    cluster; magnetar has neither, so it always deletes. As in Pulsar, tenants that allow the cluster and
+    namespaces that replicate to it keep naming it (their replicators to it stop finding its URLs), the
+    name is not checked (an invalid one is just not found), and the broker's own cluster may go too:
+    `ensure_defaults` registers it again at the next start, as Pulsar standalone does."""
+    try:
+        await _service(request).delete_cluster(cluster)
+    except NotFoundError as error:
+        raise not_found("Cluster does not exist") from error
     return Response(status_code=204)
 
 

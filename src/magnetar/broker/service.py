@@ -386,6 +386,11 @@ class BrokerService:
             raise NotFoundError(f"{path}: not found")
         await self.metadata.put(path, data, expected_version=record[1])
 
+    async def delete_cluster(self, cluster: str) -> None:
+        """Forget a cluster's registration (NotFoundError when there is none). What names it stays, as in
+        Pulsar: a replicator to it finds no URLs the next time it connects."""
+        await self.metadata.delete_cluster(cluster)
+
     async def create_tenant(self, tenant: str, info: dict[str, Any]) -> None:
         await self.metadata.create_tenant(tenant, info)
 

@@ -167,6 +167,14 @@ def clusters_update(ctx: typer.Context, cluster: str, url: ServiceUrl = None, br
     s.out.done(f"updated cluster {cluster}")
 
 
+@clusters.command("delete")
+def clusters_delete(ctx: typer.Context, cluster: str) -> None:
+    """Delete a cluster's registration (namespaces and tenants that name it keep naming it, as in Pulsar)."""
+    s = _session(ctx)
+    s.client.delete(f"/admin/v2/clusters/{segment(cluster)}")
+    s.out.done(f"deleted cluster {cluster}")
+
+
 # ------------------------------------------------------------------------------------------ tenants
 
 AdminRoles = Annotated[str | None, typer.Option("--admin-roles", "-r", help="comma-separated admin roles")]

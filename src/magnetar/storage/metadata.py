@@ -99,6 +99,10 @@ class MetadataStore:
     def clusters(self) -> list[str]:
         return self.children("/admin/clusters")
 
+    async def delete_cluster(self, name: str) -> None:
+        """NotFoundError when the cluster is not registered."""
+        await self.delete(f"/admin/clusters/{name}")
+
     async def create_tenant(self, tenant: str, info: dict[str, Any]) -> None:
         await self._create(f"/admin/policies/{tenant}", info)
 
