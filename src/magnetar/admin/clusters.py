@@ -17,7 +17,15 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from magnetar.admin.errors import Responses, RestError, conflict, error_responses, not_found, precondition_failed
+from magnetar.admin.errors import (
+    Responses,
+    RestError,
+    bad_request,
+    conflict,
+    error_responses,
+    not_found,
+    precondition_failed,
+)
 from magnetar.broker.service import TOPIC_DOMAINS, BrokerService, NamespaceNotEmptyError
 from magnetar.storage.metadata import AlreadyExistsError, NotFoundError
 
@@ -227,14 +235,14 @@ def check_replication_clusters(service: BrokerService, tenant: str, clusters: li
 
 
 def _check_retention(retention: RetentionPolicies) -> None:
-    """validateRetentionPolicies, answered 412 like Pulsar's other policy checks."""
+    """AdminResource.validateRetentionPolicies: its checkArgument failures answer 400."""
     minutes, size = retention.retentionTimeInMinutes, retention.retentionSizeInMB
     if size < -1:
-        raise precondition_failed("Invalid retention policy: size limit must be >= -1")
+        raise bad_request("Invalid retention policy: size limit must be >= -1")
     if minutes < -1:
-        raise precondition_failed("Invalid retention policy: time limit must be >= -1")
+        raise bad_request("Invalid retention policy: time limit must be >= -1")
     if (minutes == 0) != (size == 0):
-        raise precondition_failed(
+        raise bad_request(
             "Invalid retention policy: Setting a single time or size limit to 0 is invalid when one of the "
             "limits has a non-zero value. Use the value of -1 instead of 0 to ignore a specific limit. "
             "To disable retention both limits must be set to 0."
@@ -532,16 +540,39 @@ async def get_retention(request: Request, tenant: str, namespace: str) -> Any:
     return Response(status_code=204) if retention is None else RetentionPolicies.model_validate(retention)
 
 
+async def _set_retention(
+    request: Request, tenant: str, namespace: str, retention: RetentionPolicies | None
+) -> Response:
+    """NamespacesBase.internalSetRetention, which removing the policy also goes through (with null): the
+    name (412), then the limits (400), then the namespace, whose tenant is not looked at (404 `Namespace
+    policies does not exist`)."""
+    _check_name(tenant, "Namespace")
+    _check_name(namespace, "Namespace")
+    if retention is not None:
+        _check_retention(retention)
+    service = _service(request)
+    full = f"{tenant}/{namespace}"
+    value = None if retention is None else retention.model_dump()
+    try:
+        if not service.namespace_exists(full):
+            raise NotFoundError(full)
+        await service.set_namespace_policies(full, {"retention_policies": value})
+    except NotFoundError as error:  # also when deleted meanwhile
+        raise not_found("Namespace policies does not exist") from error
+    return Response(status_code=204)
+
+
 @router.post(
     "/namespaces/{tenant}/{namespace}/retention",
     tags=["namespaces"],
     status_code=204,
     responses=_NO_CONTENT | error_responses(404, 412),
 )
-async def set_retention(request: Request, tenant: str, namespace: str, retention: RetentionPolicies) -> Response:
-    check_namespace(_service(request), tenant, namespace)
-    _check_retention(retention)
-    return await _set_policy(request, tenant, namespace, "retention_policies", retention.model_dump())
+async def set_retention(
+    request: Request, tenant: str, namespace: str, retention: Annotated[RetentionPolicies | None, Body()] = None
+) -> Response:
+    """No body (or `null`) removes the policy, as in Pulsar."""
+    return await _set_retention(request, tenant, namespace, retention)
 
 
 @router.delete(
@@ -551,7 +582,7 @@ async def set_retention(request: Request, tenant: str, namespace: str, retention
     responses=_NO_CONTENT | error_responses(404, 412),
 )
 async def remove_retention(request: Request, tenant: str, namespace: str) -> Response:
-    return await _set_policy(request, tenant, namespace, "retention_policies", None)
+    return await _set_retention(request, tenant, namespace, None)
 
 
 @router.get(
