@@ -113,7 +113,7 @@ def test_cluster_delete(http: httpx.Client, namespace: str) -> None:
     name = unique("cluster")
     assert http.put(f"/clusters/{name}", json={"serviceUrl": "http://gone.example:8080"}).status_code == 200
     assert http.post(f"/tenants/{tenant}", json={"allowedClusters": ["standalone", name]}).status_code == 204
-    assert http.post(f"/namespaces/{namespace}/replication", json=["standalone", name]).status_code == 204
+    assert http.post(f"/namespaces/{namespace}/replication", json=["standalone", name]).status_code == 200
     deleted = http.delete(f"/clusters/{name}")
     assert (deleted.status_code, deleted.content) == (204, b"")
     assert name not in http.get("/clusters").json()
@@ -349,17 +349,66 @@ def test_deduplication_endpoints(http: httpx.Client, namespace: str) -> None:
 def test_replication_cluster_endpoints(http: httpx.Client, namespace: str) -> None:
     path = f"/namespaces/{namespace}/replication"
     assert http.get(path).json() == ["standalone"]
+    tenant = namespace.split("/")[0]
     other = unique("cluster")
     assert http.put(f"/clusters/{other}", json={}).status_code == 200
     not_allowed = http.post(path, json=[other])
-    assert not_allowed.status_code == 403
-    assert "is not in the list of allowed clusters" in reason(not_allowed)
-    assert http.post(path, json=["mars"]).status_code == 403
-    assert http.post(path, json=[]).status_code == 412
-    tenant = namespace.split("/")[0]
+    assert (not_allowed.status_code, reason(not_allowed)) == (
+        403,
+        f"Cluster [{other}] is not in the list of allowed clusters list for tenant [{tenant}]",
+    )
+    mars = http.post(path, json=["mars"])
+    assert (mars.status_code, reason(mars)) == (403, "Invalid cluster id: mars")
+    for body in ([], None):
+        empty = http.post(path, json=body)
+        assert (empty.status_code, reason(empty)) == (412, "ClusterIds should not be null or empty")
+    assert http.post(path).status_code == 412
+    global_ = http.post(path, json=["mars", "global"])
+    assert (global_.status_code, reason(global_)) == (412, "Cannot specify global in the list of replication clusters")
     assert http.post(f"/tenants/{tenant}", json={"allowedClusters": ["standalone", other]}).status_code == 204
-    assert http.post(path, json=[other, "standalone"]).status_code == 204
+    # Pulsar 4.0.7 answers 200 with an empty body here, where the other namespace policies answer 204.
+    done = http.post(path, json=[other, "standalone", other])
+    assert (done.status_code, done.content) == (200, b"")
     assert http.get(path).json() == sorted([other, "standalone"])
+
+
+def test_replication_clusters_checked_in_pulsars_order(http: httpx.Client, namespace: str) -> None:
+    """The order of internalSetNamespaceReplicationClusters, and of the Java HashSet it checks the clusters
+    in; each answer here was Pulsar 4.0.7's to the same requests (clusters c7, c8, c9 and `r1` there)."""
+    tenant = namespace.split("/")[0]
+    path = f"/namespaces/{namespace}/replication"
+    # An unknown cluster is refused before the namespace is looked for; of two, the first in the set's
+    # order is named (`aaa` before `zzz` whichever comes first in the list).
+    for clusters in (["zzz", "aaa"], ["aaa", "zzz"]):
+        for where in (path, f"/namespaces/{tenant}/missing/replication"):
+            unknown = http.post(where, json=clusters)
+            assert (unknown.status_code, reason(unknown)) == (403, "Invalid cluster id: aaa")
+    for cluster in ("c7", "c8"):
+        assert http.put(f"/clusters/{cluster}", json={}).status_code in (200, 409)
+    peered = {"serviceUrl": "http://127.0.0.1:1", "peerClusterNames": ["zz", "c7", "standalone"]}
+    assert http.put("/clusters/c9", json=peered).status_code in (200, 409)
+    assert http.post("/clusters/c9", json=peered).status_code == 200
+    assert http.post(f"/tenants/{tenant}", json={"allowedClusters": ["standalone", "c9"]}).status_code == 204
+    # Cluster by cluster in the set's order (c7, c8, c9, then standalone): peer conflict, namespace, tenant.
+    for clusters in (["c8", "c7"], ["c9", "c7"], ["c9", "standalone", "c7"]):
+        refused = http.post(path, json=clusters)
+        assert (refused.status_code, reason(refused)) == (
+            403,
+            f"Cluster [c7] is not in the list of allowed clusters list for tenant [{tenant}]",
+        )
+    conflict = http.post(path, json=["standalone", "c9"])
+    assert (conflict.status_code, reason(conflict)) == (
+        409,
+        "c9's peer-clusters [standalone] can't be part of replication-clusters [c9, standalone]",
+    )
+    for where in (f"/namespaces/{tenant}/missing/replication", f"/namespaces/{unique('t')}/missing/replication"):
+        missing = http.post(where, json=["c9", "c8"])
+        assert (missing.status_code, reason(missing)) == (404, "Namespace does not exist")
+    assert http.post(path, json=["c9"]).status_code == 200
+    assert http.get(path).json() == ["c9"]
+    assert http.post(path, json=["standalone"]).status_code == 200
+    for cluster in ("c7", "c8", "c9"):
+        assert http.delete(f"/clusters/{cluster}").status_code == 204
 
 
 def test_subscription_types_endpoints(http: httpx.Client, namespace: str) -> None:

@@ -164,7 +164,7 @@ class Geo:
             "POST",
             f"/admin/v2/namespaces/{TENANT}/{namespace}/replication",
             clusters,
-            expect=(204,),
+            expect=(200, 204),
         )
 
     def log_tails(self, lines: int = 40) -> str:

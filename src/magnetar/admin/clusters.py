@@ -5,7 +5,8 @@ with Pulsar's JSON shapes, status codes and reasons. Must not touch: state, exce
 service's methods (`BrokerService.create_tenant`, `set_namespace_policies`, ...); topics (topics.py).
 
 A policy that was never set reads as 204 No Content, as Pulsar's handlers answer a null value. A change
-answers 204, except where Pulsar 4.0.7 answers 200 with an empty body: creating and updating a cluster.
+answers 204, except where Pulsar 4.0.7 answers 200 with an empty body: creating and updating a cluster,
+setting a namespace's replication clusters.
 """
 
 from __future__ import annotations
@@ -219,8 +220,14 @@ def _check_allowed_clusters(service: BrokerService, info: TenantInfo) -> None:
         raise precondition_failed("Clusters do not exist")
 
 
+def _not_allowed(cluster: str, tenant: str) -> RestError:
+    """PulsarWebResource.validateClusterForTenant's refusal."""
+    return RestError(403, f"Cluster [{cluster}] is not in the list of allowed clusters list for tenant [{tenant}]")
+
+
 def check_replication_clusters(service: BrokerService, tenant: str, clusters: list[str]) -> None:
-    """internalSetNamespaceReplicationClusters: known clusters that the tenant allows."""
+    """The replication clusters of a namespace being created or of a topic: known clusters that the
+    tenant allows."""
     if not clusters:
         raise precondition_failed("ClusterIds should not be null or empty")
     if "global" in clusters:
@@ -231,7 +238,62 @@ def check_replication_clusters(service: BrokerService, tenant: str, clusters: li
         if cluster not in known:
             raise RestError(403, f"Invalid cluster id: {cluster}")
         if cluster not in allowed:
-            raise RestError(403, f"Cluster {cluster} is not in the list of allowed clusters list for tenant [{tenant}]")
+            raise _not_allowed(cluster, tenant)
+
+
+def _java_hash_set_order(names: list[str]) -> list[str]:
+    """`names` in the order a `java.util.HashSet` built from them iterates (Guava's `Sets.newHashSet(list)`,
+    i.e. `new HashSet<>(list)`): by bucket, then in insertion order within a bucket. The bucket is
+    `String.hashCode()` spread as `HashMap.hash` does (`h ^ h >>> 16`), masked by the table's capacity:
+    the power of two at least `max(size / 0.75 + 1, 16)`, which the set never outgrows. Pulsar checks a
+    namespace's replication clusters in this order and prints the set in it, so the cluster a refusal
+    names and a reason's `[a, b]` are Pulsar's."""
+    capacity = 16
+    while capacity < max(int(len(names) / 0.75) + 1, 16):
+        capacity *= 2
+
+    def bucket(name: str) -> int:
+        code = 0
+        units = name.encode("utf-16-be")  # Java hashes UTF-16 code units
+        for i in range(0, len(units), 2):
+            code = (31 * code + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
+        return (code ^ (code >> 16)) & (capacity - 1)
+
+    return sorted(dict.fromkeys(names), key=bucket)  # a stable sort keeps insertion order within a bucket
+
+
+def _check_namespace_replication_clusters(
+    service: BrokerService, tenant: str, namespace: str, clusters: list[str] | None
+) -> list[str]:
+    """NamespacesBase.internalSetNamespaceReplicationClusters (Pulsar 4.0.7), in its order: 412 for no
+    clusters or for `global`; 403 `Invalid cluster id` for the first unknown cluster; then, cluster by
+    cluster, 409 when one of its peerClusterNames is in the list (validatePeerClusterConflict), 404 when
+    the namespace does not exist, 403 when the tenant does not allow it. The clusters are taken in
+    _java_hash_set_order, as Pulsar's HashSet holds them; the set's clusters are answered."""
+    if not clusters:
+        raise precondition_failed("ClusterIds should not be null or empty")
+    ordered = _java_hash_set_order(clusters)
+    if "global" in ordered:
+        raise precondition_failed("Cannot specify global in the list of replication clusters")
+    known = set(service.metadata.clusters())
+    for cluster in ordered:
+        if cluster not in known:
+            raise RestError(403, f"Invalid cluster id: {cluster}")
+    full = f"{tenant}/{namespace}"
+    for cluster in ordered:
+        record = service.metadata.get(f"/admin/clusters/{cluster}")
+        peers = (record[0] if record else {}).get("peerClusterNames") or []
+        in_list = [peer for peer in dict.fromkeys(peers) if peer in ordered]
+        if in_list:
+            raise conflict(
+                f"{cluster}'s peer-clusters [{', '.join(in_list)}] can't be part of replication-clusters "
+                f"[{', '.join(ordered)}]"
+            )
+        if not service.namespace_exists(full):
+            raise not_found("Namespace does not exist")
+        if cluster not in service.metadata.tenant_info(tenant).get("allowedClusters", []):
+            raise _not_allowed(cluster, tenant)
+    return ordered
 
 
 def _check_retention(retention: RetentionPolicies) -> None:
@@ -665,15 +727,23 @@ async def get_replication_clusters(request: Request, tenant: str, namespace: str
 @router.post(
     "/namespaces/{tenant}/{namespace}/replication",
     tags=["namespaces"],
-    status_code=204,
-    responses=_NO_CONTENT | error_responses(403, 404, 412),
+    status_code=200,
+    response_class=Response,
+    responses=_OK_EMPTY | error_responses(403, 404, 409, 412),
 )
 async def set_replication_clusters(
-    request: Request, tenant: str, namespace: str, clusters: Annotated[list[str], Body()]
+    request: Request, tenant: str, namespace: str, clusters: Annotated[list[str] | None, Body()] = None
 ) -> Response:
-    check_namespace(_service(request), tenant, namespace)
-    check_replication_clusters(_service(request), tenant, clusters)
-    return await _set_policy(request, tenant, namespace, "replication_clusters", sorted(set(clusters)))
+    """Pulsar answers 200 here (the other namespace policies answer 204); no body is no clusters (412)."""
+    _check_name(tenant, "Namespace")
+    _check_name(namespace, "Namespace")
+    service = _service(request)
+    chosen = _check_namespace_replication_clusters(service, tenant, namespace, clusters)
+    try:
+        await service.set_namespace_policies(f"{tenant}/{namespace}", {"replication_clusters": sorted(chosen)})
+    except NotFoundError as error:  # deleted meanwhile
+        raise not_found("Namespace does not exist") from error
+    return Response(status_code=200)
 
 
 @router.get(
