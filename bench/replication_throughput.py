@@ -362,7 +362,7 @@ def main() -> None:
         if r["mode"] == "replicated":
             rep = r.get("r1_replicator") or {}
             print(
-                f"{r['case']}: r1 replicator to r2 msgOutCounter {rep.get('msgOutCounter')}, backlog "
+                f"{r['case']}: r1 replicator to r2 msgOutCount {rep.get('msgOutCount')}, backlog "
                 f"{rep.get('replicationBacklog')} entries; r2 msgInCounter {r.get('r2_msg_in_counter')}; "
                 f"replicator failed and restarted {r.get('r1_replicator_failures', '-')} times (r1's log)"
             )

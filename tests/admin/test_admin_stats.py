@@ -19,6 +19,7 @@ import pytest
 
 from admin.admin_helpers import eventually, message_id
 from e2e.key_shared_helpers import key_shared, keys_owned, ring_slot
+from magnetar.admin.stats import iso_time
 
 NS = "public/default"
 
@@ -376,3 +377,27 @@ def test_failover_names_its_active_consumer_and_an_idle_subscription_has_no_type
     assert all(set(c) >= CONSUMER_FIELDS for c in failover["consumers"])
     idle = subscriptions["idle"]
     assert idle["type"] == "None" and idle["consumers"] == [] and "activeConsumerName" not in idle
+
+
+@pytest.mark.parametrize(
+    ("zone", "epoch_ms", "text"),
+    [
+        ("UTC", 1_795_746_484_915, "2026-11-27T02:28:04.915Z"),
+        ("UTC", 1_795_746_484_900, "2026-11-27T02:28:04.9Z"),
+        ("UTC", 1_795_746_484_070, "2026-11-27T02:28:04.07Z"),
+        ("UTC", 1_795_746_484_000, "2026-11-27T02:28:04Z"),
+        ("Asia/Kolkata", 1_795_746_484_915, "2026-11-27T07:58:04.915+05:30"),
+    ],
+)
+def test_times_are_formatted_as_pulsars_date_formatter_formats_them(monkeypatch, zone, epoch_ms, text) -> None:
+    """Java's ISO_OFFSET_DATE_TIME, which Pulsar's stats use: `Z` for UTC (Python would say +00:00), and
+    the fraction without its trailing zeros."""
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    iso_time.cache_clear()
+    try:
+        assert iso_time(epoch_ms) == text
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+        iso_time.cache_clear()

@@ -8,6 +8,7 @@ r1, r2, r3; `geo/pair` to r1, r2.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -38,17 +39,30 @@ from geo_helpers import (
 )
 
 CLUSTERS = ("r1", "r2", "r3")
-REPLICATOR_STATS_FIELDS = (
+# ReplicatorStats as a Pulsar 4.0.7 standalone answers it, in its order, when both connections are up.
+REPLICATOR_STATS_FIELDS = [
     "msgRateIn",
-    "msgRateOut",
+    "msgInCount",
     "msgThroughputIn",
+    "bytesInCount",
+    "msgRateOut",
+    "msgOutCount",
     "msgThroughputOut",
+    "bytesOutCount",
+    "msgRateExpired",
     "replicationBacklog",
     "connected",
     "replicationDelayInSeconds",
     "inboundConnection",
+    "inboundConnectedSince",
     "outboundConnection",
-)
+    "outboundConnectedSince",
+    "msgExpiredCount",
+]
+# Netty's channel text, as Pulsar's outboundConnection shows it.
+NETTY_CHANNEL = re.compile(r"\[id: 0x[0-9a-f]{8}, L:/127\.0\.0\.1:\d+ - R:[^/\s]+/127\.0\.0\.1:\d+\]")
+# Pulsar's DateFormatter in UTC: 2026-11-27T02:28:04.915Z
+ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,3})?Z")
 
 
 @pytest.fixture
@@ -371,6 +385,22 @@ def test_partitioned_topic_created_everywhere_and_each_partition_replicates(mesh
             remotes = set(replication_stats(mesh["r1"], partition))
             assert remotes == {"r2", "r3"}, f"r1's {partition} replicates to {remotes}, expected r2 and r3"
 
+    def partitioned_replication() -> dict:
+        path = f"{topic_path(topic)}/partitioned-stats?perPartition=true"
+        return admin(mesh["r1"], "GET", path, expect=(200,)).json()["replication"]
+
+    # PartitionedTopicStats adds the partitions' ReplicatorStats per cluster; each partition's connection
+    # stays its own, so the sum has none.
+    summed = {"msgOutCount": len(expected), "replicationBacklog": 0, "connected": True}
+    wait_until(
+        lambda: all({k: partitioned_replication().get(c, {}).get(k) for k in summed} == summed for c in ("r2", "r3")),
+        f"r1's partitioned-stats replication.r2 and .r3 sum to {summed}",
+        lambda: dump(partitioned_replication()),
+    )
+    for remote, entry in partitioned_replication().items():
+        connections = [k for k in entry if k.endswith(("Connection", "ConnectedSince"))]
+        assert not connections, f"r1's partitioned-stats replication.{remote} has {connections}: {dump(entry)}"
+
 
 def test_partition_count_updated_in_one_cluster_is_updated_in_the_others(mesh, clients) -> None:
     """ReplicatorTest.testUpdateGlobalTopicPartition: a partitioned topic of 2 partitions created in r1 and
@@ -464,27 +494,45 @@ def test_replication_stats_and_metrics(mesh, clients) -> None:
     def drained() -> bool:
         stats = replication_stats(r1, topic)
         return all(
-            stats.get(c, {}).get("replicationBacklog") == 0 and stats.get(c, {}).get("connected") is True
+            stats.get(c, {}).get("replicationBacklog") == 0
+            and stats.get(c, {}).get("connected") is True
+            and "inboundConnection" in stats.get(c, {})  # r2's and r3's replicators to r1 are up too
             for c in ("r2", "r3")
         )
 
-    wait_until(drained, "r1's replicationBacklog to r2 and r3 is 0", details)
+    wait_until(drained, "r1's replicationBacklog to r2 and r3 is 0, and their replicators are connected to r1", details)
     with explained(details):
         stats = topic_stats(r1, topic)
         assert set(stats["replication"]) == {"r2", "r3"}, f"r1 replicates to {sorted(stats['replication'])}"
+        payload_bytes = sum(len(payload.encode()) for payload in sent)
         for remote, entry in stats["replication"].items():
-            absent = [f for f in REPLICATOR_STATS_FIELDS if f not in entry]
-            assert not absent, f"r1 stats.replication.{remote} lacks {absent}: {dump(entry)}"
+            assert list(entry) == REPLICATOR_STATS_FIELDS, f"r1 stats.replication.{remote}: {dump(entry)}"
             assert isinstance(entry["connected"], bool) and isinstance(entry["replicationBacklog"], int)
             assert entry["replicationDelayInSeconds"] >= 0, dump(entry)
-            assert entry["outboundConnection"], f"r1 stats.replication.{remote}.outboundConnection: {dump(entry)}"
+            assert NETTY_CHANNEL.fullmatch(entry["outboundConnection"]), dump(entry)
+            assert ISO_UTC.fullmatch(entry["outboundConnectedSince"]), dump(entry)
+            # Unbatched: one entry per message; bytes are the payloads', without metadata, as Pulsar counts.
+            assert (entry["msgOutCount"], entry["bytesOutCount"]) == (len(sent), payload_bytes), dump(entry)
             assert not any(s.startswith("pulsar.repl") for s in stats["subscriptions"]), (
                 f"the replicator's cursor shows as a subscription: {sorted(stats['subscriptions'])}"
             )
         for remote, broker in (("r2", r2), ("r3", r3)):
             inbound = replication_stats(broker, topic).get("r1", {})
-            absent = [f for f in REPLICATOR_STATS_FIELDS if f not in inbound]
-            assert not absent, f"{remote} stats.replication.r1 lacks {absent}: {dump(inbound)}"
+            assert list(inbound) == REPLICATOR_STATS_FIELDS, f"{remote} stats.replication.r1: {dump(inbound)}"
+            assert inbound["msgInCount"] == len(sent), dump(inbound)
+            assert inbound["bytesInCount"] > payload_bytes, dump(inbound)  # as published: metadata included
+            assert ISO_UTC.fullmatch(inbound["inboundConnectedSince"]), dump(inbound)
+
+        # The caught-up replicator's cursor waits for the next entry, as Pulsar's internalStats shows it.
+        internal = f"{topic_path(topic)}/internalStats"
+        wait_until(
+            lambda: all(
+                admin(r1, "GET", internal, expect=(200,)).json()["cursors"][f"pulsar.repl.{c}"]["waitingReadOp"]
+                for c in ("r2", "r3")
+            ),
+            "r1's internalStats shows the cursors pulsar.repl.r2 and pulsar.repl.r3 waiting for entries",
+            lambda: dump(admin(r1, "GET", internal, expect=(200,)).json()["cursors"]),
+        )
 
         samples = [
             (labels, value)

@@ -117,9 +117,13 @@ def consumer_rates(consumer: ServerConsumer, redelivered: int, now_s: float) -> 
 # Entries sent in one dispatch share their time: pendingAcks of 10,000 messages formats a few dates.
 @functools.lru_cache(maxsize=4096)
 def iso_time(epoch_ms: int) -> str:
-    """Pulsar's DateFormatter: ISO-8601 in the broker's time zone, with the offset."""
-    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000).astimezone()
-    return moment.isoformat(timespec="milliseconds" if epoch_ms % 1000 else "seconds")
+    """Pulsar's DateFormatter (Java's ISO_OFFSET_DATE_TIME): the broker's time zone, the offset `Z` when it
+    is zero, and only the digits of the fraction that are not trailing zeros (`.071`, `.1`, none)."""
+    moment = datetime.datetime.fromtimestamp(epoch_ms // 1000).astimezone()
+    text = moment.isoformat(timespec="seconds")
+    offset = text[19:]
+    fraction = f".{epoch_ms % 1000:03d}".rstrip("0") if epoch_ms % 1000 else ""
+    return text[:19] + fraction + ("Z" if offset == "+00:00" else offset)
 
 
 def _address(connection: Any) -> str:
@@ -148,42 +152,47 @@ def _publisher_stats(producer: ServerProducer, now_s: float) -> dict[str, Any]:
 def replication_stats(
     topic: PersistentTopic, now_s: float, publishers: list[dict[str, Any]] | None = None
 ) -> dict[str, dict[str, Any]]:
-    """ReplicatorStats per remote cluster this topic replicates to: its outbound replicator, and the
-    inbound side from the producer that cluster's replicator opened here (`publishers`: their stats,
-    when the caller has them). As in Pulsar, a cluster that only sends here is not listed."""
+    """ReplicatorStats per remote cluster this topic replicates to, with Pulsar 4.0.7's fields in its
+    order: its outbound replicator, and the inbound side from the producer that cluster's replicator
+    opened here (`publishers`: their stats, when the caller has them). As in Pulsar, a cluster that only
+    sends here is not listed, and a field with no value (a connection there is not) is left out."""
     if publishers is None:
         publishers = [_publisher_stats(p, now_s) for p in topic.producers.values()]
+    inbound: dict[str, tuple[ServerProducer, dict[str, Any]]] = {}
+    for producer, published in zip(topic.producers.values(), publishers):
+        if producer.remote_cluster is not None:
+            inbound[producer.remote_cluster] = (producer, published)
     found: dict[str, dict[str, Any]] = {}
     for cluster, replicator in topic.replicators.items():
         outbound = replicator.stats()
         since_ms = outbound["outboundConnectedSince"]
         rate, throughput = _rates(
-            replicator, since_ms or int(now_s * 1000), (outbound["msgOutCounter"], outbound["bytesOutCounter"]), now_s
+            replicator, since_ms or int(now_s * 1000), (outbound["msgOutCount"], outbound["bytesOutCount"]), now_s
         )
-        found[cluster] = {
-            "msgRateIn": 0.0,
-            "msgThroughputIn": 0.0,
+        remote = inbound.get(cluster)
+        stats: dict[str, Any] = {
+            "msgRateIn": remote[1]["msgRateIn"] if remote else 0.0,
+            "msgInCount": remote[0].msg_in_counter if remote else 0,
+            "msgThroughputIn": remote[1]["msgThroughputIn"] if remote else 0.0,
+            "bytesInCount": remote[0].bytes_in_counter if remote else 0,
             "msgRateOut": rate,
+            "msgOutCount": outbound["msgOutCount"],
             "msgThroughputOut": throughput,
+            "bytesOutCount": outbound["bytesOutCount"],
             "msgRateExpired": 0.0,
             "replicationBacklog": outbound["replicationBacklog"],
             "connected": outbound["connected"],
             "replicationDelayInSeconds": outbound["replicationDelayInSeconds"],
-            "inboundConnection": None,
-            "inboundConnectedSince": None,
-            "outboundConnection": outbound["outboundConnection"],
-            "outboundConnectedSince": iso_time(since_ms) if since_ms else None,
-            "msgOutCounter": outbound["msgOutCounter"],
-            "bytesOutCounter": outbound["bytesOutCounter"],
         }
-    for producer, published in zip(topic.producers.values(), publishers):
-        if producer.remote_cluster not in found:
-            continue
-        stats = found[producer.remote_cluster]
-        stats["msgRateIn"] += published["msgRateIn"]
-        stats["msgThroughputIn"] += published["msgThroughputIn"]
-        stats["inboundConnection"] = published["address"]
-        stats["inboundConnectedSince"] = published["connectedSince"]
+        if remote:
+            stats["inboundConnection"] = remote[1]["address"]
+            stats["inboundConnectedSince"] = remote[1]["connectedSince"]
+        if outbound["outboundConnection"] is not None:
+            stats["outboundConnection"] = outbound["outboundConnection"]
+        if since_ms:
+            stats["outboundConnectedSince"] = iso_time(since_ms)
+        stats["msgExpiredCount"] = 0
+        found[cluster] = stats
     return found
 
 
@@ -503,18 +512,54 @@ _TOPIC_SUMS = (
 )
 
 
+_REPLICATION_SUMS = (
+    "msgRateIn",
+    "msgInCount",
+    "msgThroughputIn",
+    "bytesInCount",
+    "msgRateOut",
+    "msgOutCount",
+    "msgThroughputOut",
+    "bytesOutCount",
+    "msgRateExpired",
+    "replicationBacklog",
+)
+
+
+def _add_replication(into: dict[str, dict[str, Any]], replication: dict[str, dict[str, Any]]) -> None:
+    """ReplicatorStatsImpl.add per remote cluster: sums, `connected` only if every partition's replicator
+    is, the largest delay; the connections are each partition's own and stay in `partitions`. Pulsar
+    4.0.7 leaves the counts it added later (msgInCount, ...) at 0 in this sum; here they are summed."""
+    for cluster, stats in replication.items():
+        mine = into.get(cluster)
+        if mine is None:
+            into[cluster] = {
+                **{key: stats[key] for key in (*_REPLICATION_SUMS, "connected", "replicationDelayInSeconds")},
+                "msgExpiredCount": stats["msgExpiredCount"],
+            }
+            continue
+        for key in _REPLICATION_SUMS:
+            mine[key] += stats[key]
+        mine["msgExpiredCount"] += stats["msgExpiredCount"]
+        mine["connected"] = mine["connected"] and stats["connected"]
+        mine["replicationDelayInSeconds"] = max(mine["replicationDelayInSeconds"], stats["replicationDelayInSeconds"])
+
+
 def partitioned_stats(partitions: dict[str, dict[str, Any]], count: int, per_partition: bool) -> dict[str, Any]:
     """PartitionedTopicStats: sums over the partitions (publishers and consumers joined by name, as the
     clients name every partition's producer and consumer alike), averageMsgSize their mean."""
     total: dict[str, Any] | None = None
     for stats in partitions.values():
         if total is None:
-            total = {k: v for k, v in stats.items() if k not in ("publishers", "subscriptions")}
+            total = {k: v for k, v in stats.items() if k not in ("publishers", "subscriptions", "replication")}
             total["publishers"] = [dict(p) for p in stats["publishers"]]
             total["subscriptions"] = {n: _copy_subscription(s) for n, s in stats["subscriptions"].items()}
+            total["replication"] = {}
+            _add_replication(total["replication"], stats["replication"])
             continue
         for key in _TOPIC_SUMS:
             total[key] += stats[key]
+        _add_replication(total["replication"], stats["replication"])
         publishers = {p["producerName"]: p for p in total["publishers"]}
         for publisher in stats["publishers"]:
             mine = publishers.get(publisher["producerName"])

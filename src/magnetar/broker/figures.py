@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from magnetar.core.dispatchers import SharedDispatcher
 from magnetar.core.stats import SubscriptionSummary
+from magnetar.replication.replicator import REPLICATOR_PREFIX
 from magnetar.storage.cursor import encode_ranges
 from magnetar.storage.internal_stats import managed_ledger_internal_stats
 
@@ -159,9 +160,14 @@ def topic_internal_stats(topic: PersistentTopic) -> dict[str, Any]:
     for name, cursor_stats in stats["cursors"].items():
         subscription = topic.subscriptions.get(name)
         pending, pending_replay, waiting = subscription.read_state() if subscription else (False, False, False)
+        if subscription is None and name.startswith(REPLICATOR_PREFIX + "."):
+            replicator = topic.replicators.get(name[len(REPLICATOR_PREFIX) + 1 :])
+            waiting = replicator is not None and replicator.waiting_for_entries
         cursor_stats["waitingReadOp"] = waiting
+        properties = cursor_stats.pop("properties")  # Pulsar's order: the pending reads, then properties
         cursor_stats["subscriptionHavePendingRead"] = pending
         cursor_stats["subscriptionHavePendingReplayRead"] = pending_replay
+        cursor_stats["properties"] = properties
     stats["schemaLedgers"] = []
     stats["compactedLedger"] = {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False, "underReplicated": False}
     return stats

@@ -39,7 +39,8 @@ from magnetar.protocol.pulsar_api_pb2 import BaseCommand, MessageMetadata
 
 __all__ = ["ForwardedSend", "forwarded_sends"]
 
-# (SEND frame, the entry's sequence id as its metadata carries it, bytes of the section sent)
+# (SEND frame, the entry's sequence id as its metadata carries it, bytes of its payload: what Pulsar's
+# replicator counts in bytesOutCount and msgThroughputOut, the section without its metadata)
 ForwardedSend = tuple[bytes, int, int]
 
 _U32 = struct.Struct(">I")
@@ -125,7 +126,7 @@ def forwarded_sends(
                 checked,
             )
         )
-        append((frame, sequence_id, section_size))
+        append((frame, sequence_id, len(section) - metadata_end))
     return sends
 
 
@@ -149,4 +150,4 @@ def _forwarded_by_parsing(
         forwarded,
         parsed.marker_type is not None,
     )
-    return frame, metadata.sequence_id, len(forwarded)
+    return frame, metadata.sequence_id, len(parsed.payload)

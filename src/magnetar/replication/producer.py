@@ -197,6 +197,18 @@ class RemoteProducer:
         return f"{self._host}:{self._port}"
 
     @property
+    def channel(self) -> str | None:
+        """The connection as Pulsar's stats name it (Netty's channel: `[id: 0x…, L:/local - R:host/ip:port]`),
+        None while there is none."""
+        writer = self._writer
+        if writer is None:
+            return None
+        local, peer = writer.get_extra_info("sockname"), writer.get_extra_info("peername")
+        if not local or not peer:
+            return None
+        return f"[id: 0x{id(writer) & 0xFFFFFFFF:08x}, L:/{local[0]}:{local[1]} - R:{self._host}/{peer[0]}:{peer[1]}]"
+
+    @property
     def failure(self) -> str | None:
         """Why the connection went (None while it is up or not started yet)."""
         return self._failure

@@ -113,12 +113,12 @@ class Replicator:
         self._resolve_security = resolve_security
         self.positions = ReplicatedPositions() if record_positions else None
         self.producer: RemoteProducer | None = None
-        # (position, messages, bytes) of each entry sent, in send order; bytes -1 for an entry skipped
+        # (position, payload bytes) of each entry sent, in send order; bytes -1 for an entry skipped
         # behind them (it is done once they are).
-        self._in_flight: deque[tuple[Any, int, int]] = deque()
-        # (position, messages, bytes of the section, SEND frame, sequence id) of each entry read and not sent
-        # yet; frame None for one that is not for this remote.
-        self._read_ahead: deque[tuple[Any, int, int, bytes | None, int]] = deque()
+        self._in_flight: deque[tuple[Any, int]] = deque()
+        # (position, payload bytes, SEND frame, sequence id) of each entry read and not sent yet; frame None
+        # for one that is not for this remote.
+        self._read_ahead: deque[tuple[Any, int, bytes | None, int]] = deque()
         self._read_ahead_bytes = 0
         # The producer `_forward` sends through, which receipts send on through too.
         self._sender: RemoteProducer | None = None
@@ -128,10 +128,14 @@ class Replicator:
         self._progress = asyncio.Event()
         self.state = "Disconnected"
         self._task: asyncio.Task[None] | None = None
-        # Counters for Pulsar's replicator stats (the admin API turns them into rates).
+        # Counters for Pulsar's replicator stats (the admin API turns them into rates): as Pulsar's, entries
+        # (a batch is one) and their payload bytes.
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
         self.connected_since_ms: int | None = None
+        # Everything read is sent and the loop waits for the topic's next entry: the cursor's
+        # waitingReadOp in Pulsar's internalStats.
+        self.waiting_for_entries = False
 
     @property
     def connected(self) -> bool:
@@ -294,10 +298,13 @@ class Replicator:
 
     async def _wait_for_entries(self) -> None:
         """New entries, or a second passing (the loop then sees whether the remote went away)."""
+        self.waiting_for_entries = True
         try:
             await asyncio.wait_for(self.ledger.wait_for_new_entries(self.ledger.last_confirmed_entry), IDLE_CHECK_S)
         except TimeoutError:
             pass
+        finally:
+            self.waiting_for_entries = False
 
     def _buffer(self, entries: list[Any], max_frame_bytes: int) -> None:
         """Add a read's entries to the read-ahead, each with its SEND, or with none when it is not for this
@@ -310,7 +317,7 @@ class Replicator:
         added = 0
         for entry, send in zip(entries, sends):
             if send is None:
-                append((entry.position, 0, -1, None, 0))
+                append((entry.position, -1, None, 0))
                 continue
             frame, sequence_id, size = send
             if len(frame) > max_frame_bytes:
@@ -322,9 +329,9 @@ class Replicator:
                     len(frame),
                     max_frame_bytes,
                 )
-                append((entry.position, 0, -1, None, 0))
+                append((entry.position, -1, None, 0))
                 continue
-            append((entry.position, entry.message_count, size, frame, sequence_id))
+            append((entry.position, size, frame, sequence_id))
             added += len(frame)
         self._read_ahead_bytes += added
 
@@ -344,12 +351,12 @@ class Replicator:
         skipped = None
         taken = 0
         while read_ahead:
-            position, messages, size, frame, sequence_id = read_ahead[0]
+            position, size, frame, sequence_id = read_ahead[0]
             if frame is None:
                 read_ahead.popleft()
                 taken += 1
                 if in_flight:
-                    in_flight.append((position, 0, -1))
+                    in_flight.append((position, -1))
                 else:
                     skipped = position
                 continue
@@ -361,7 +368,7 @@ class Replicator:
             budget -= len(frame)
             frames.append(frame)
             sequence_ids.append(sequence_id)
-            in_flight.append((position, messages, size))
+            in_flight.append((position, size))
         if frames:
             self._read_ahead_bytes -= sum(map(len, frames))
             producer.send_frames(frames, sequence_ids)
@@ -399,20 +406,19 @@ class Replicator:
         per socket read of receipts; then the read-ahead fills the room they made."""
         in_flight = self._in_flight
         answered = len(message_ids)
-        messages = size = 0
+        size = 0
         done = None
         sent: list[Any] | None = [] if self.positions is not None else None
         while answered:
-            done, count, length = in_flight.popleft()
+            done, length = in_flight.popleft()
             if length >= 0:
                 answered -= 1
-                messages += count
                 size += length
                 if sent is not None:
                     sent.append(done)
-        while in_flight and in_flight[0][2] < 0:
+        while in_flight and in_flight[0][1] < 0:
             done = in_flight.popleft()[0]
-        self.msg_out_counter += messages
+        self.msg_out_counter += len(message_ids)
         self.bytes_out_counter += size
         if sent:
             self.positions.record(sent, message_ids)  # type: ignore[union-attr]
@@ -431,12 +437,12 @@ class Replicator:
         oldest = producer.oldest_pending_since_ms if producer is not None else None
         delay_s = max(0, (int(time.time() * 1000) - oldest) // 1000) if oldest is not None else 0
         return {
-            "msgOutCounter": self.msg_out_counter,
-            "bytesOutCounter": self.bytes_out_counter,
+            "msgOutCount": self.msg_out_counter,
+            "bytesOutCount": self.bytes_out_counter,
             "replicationBacklog": self.backlog(),
             "connected": self.connected,
             "replicationDelayInSeconds": delay_s,
-            "outboundConnection": producer.address if producer is not None and producer.connected else None,
+            "outboundConnection": producer.channel if producer is not None and producer.connected else None,
             "outboundConnectedSince": self.connected_since_ms,
             "state": self.state,
         }

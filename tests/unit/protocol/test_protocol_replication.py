@@ -34,14 +34,14 @@ def _metadata(**fields: object) -> MessageMetadata:
 
 def _forward(stored: bytes, local: str = "a", remote: str = "b", producer_id: int = 0) -> tuple[CommandSend, bytes]:
     """The SEND that forwards `stored` from `local` to `remote`, as the remote's decoder reads it, and its
-    payload section."""
+    payload section; the size forwarded_sends gives is the payload's, without the metadata."""
     (send,) = forwarded_sends(producer_id, [stored], local, remote)
     assert send is not None
-    frame, sequence_id, section_size = send
+    frame, sequence_id, payload_size = send
     ((command, section),) = FrameDecoder().receive_data(frame)
     assert command.type == BaseCommand.SEND
     assert command.send.sequence_id == sequence_id
-    assert len(section) == section_size
+    assert len(parse_entry(section).payload) == payload_size
     return command.send, section
 
 
@@ -241,7 +241,7 @@ def test_the_send_is_commands_send_of_the_section_with_replicated_from(
         assert send is None
         return
     assert send is not None
-    frame, forwarded_sequence_id, section_size = send
+    frame, forwarded_sequence_id, payload_size = send
     assert forwarded_sequence_id == sequence_id
     expected = MessageMetadata()
     expected.CopyFrom(metadata)
@@ -253,7 +253,7 @@ def test_the_send_is_commands_send_of_the_section_with_replicated_from(
     if prefixed:
         ((command, section),) = FrameDecoder().receive_data(frame)
         assert (command.send.producer_id, command.send.sequence_id) == (producer_id, sequence_id)
-    assert section_size == len(section)
+    assert payload_size == len(payload)
     assert frame == commands.send(
         producer_id, sequence_id, highest_sequence_id, num_messages_in_batch or 1, section, marker_type is not None
     )
