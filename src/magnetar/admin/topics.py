@@ -440,7 +440,7 @@ async def skip_all_messages(request: Request, tenant: str, namespace: str, topic
         # Every partition's replicator is cleared (a list, not a generator any() would stop early on).
         cleared = [t.clear_replication_backlog(cluster) for t in await _topics(service, name)]
         if not any(cleared):
-            raise not_found(f"Replicator for {cluster} not found for topic {name}")
+            raise not_found(f"Subscription {subName} not found for topic {name}")  # Pulsar 4.0.7's words
         return Response(status_code=204)
     for subscription in await _subscriptions(service, name, subName):
         subscription.skip_all()

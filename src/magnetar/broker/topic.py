@@ -67,9 +67,11 @@ class SubscriptionExistsError(Exception):
 
 
 class ReservedSubscriptionName(Exception):
-    """A subscription named like a replicator's cursor (`pulsar.repl.…`) or the deduplication cursor."""
+    """A subscription named like a replicator's cursor (`pulsar.repl.…`) or the deduplication cursor.
+    Pulsar refuses it with a NamingException, which its BrokerServiceException.getClientErrorCode answers
+    as ProducerBusy (a Pulsar 4.0.7 standalone does so)."""
 
-    server_error = "NotAllowedError"
+    server_error = "ProducerBusy"
 
 
 def is_reserved_subscription(name: str) -> bool:
