@@ -48,7 +48,6 @@ else:  # FastAPI validates against them and lists them in the OpenAPI document
     Strategy = Literal[STRATEGIES]
 PathLong = Annotated[int, Path(ge=0, le=2**63 - 1)]
 _NO_CONTENT: Responses = {204: {"description": "Done"}}
-_UNSET: Responses = {204: {"description": "The policy is not set"}}
 
 
 def _service(request: Request) -> BrokerService:
@@ -302,11 +301,13 @@ async def set_schema_compatibility_strategy(
 
 
 @namespace_router.get(
-    "/{tenant}/{namespace}/isAllowAutoUpdateSchema", response_model=bool, responses=_UNSET | error_responses(404, 412)
+    "/{tenant}/{namespace}/isAllowAutoUpdateSchema", response_model=bool, responses=error_responses(404, 412)
 )
 async def get_is_allow_auto_update_schema(request: Request, tenant: str, namespace: str) -> Any:
+    """The namespace's setting, else the broker's `isAllowAutoUpdateSchemaEnabled` (what Pulsar 4.0.7
+    answers for a namespace that never set it, and what applies)."""
     allowed = _policy(request, tenant, namespace, "is_allow_auto_update_schema")
-    return Response(status_code=204) if allowed is None else allowed
+    return _service(request).config["isAllowAutoUpdateSchemaEnabled"] if allowed is None else allowed
 
 
 @namespace_router.post(

@@ -740,6 +740,9 @@ async def set_replication_clusters(
     service = _service(request)
     name = _policy_topic(request, tenant, namespace, topic)
     check_replication_clusters(service, tenant, clusters)
+    if service.config["clusterName"] not in clusters:
+        # Pulsar 4.0.7: a topic policy cannot stop the topic being in the cluster that holds it.
+        raise precondition_failed("Can not remove local cluster from the local topic-level replication clusters policy")
     await service.set_topic_policies(name, {"replicationClusters": sorted(set(clusters))})
     return Response(status_code=204)
 
