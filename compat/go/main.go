@@ -33,6 +33,9 @@ type env struct {
 	name       string
 	// listenerName is the advertised listener a scenario's client may name (-listener-name).
 	listenerName string
+	// remoteServiceURL is another cluster's broker, which the broker under test replicates to
+	// (-remote-service-url), for the geo-replication scenario.
+	remoteServiceURL string
 }
 
 var scenarios = map[string]func(env) (observed, error){
@@ -68,6 +71,7 @@ var scenarios = map[string]func(env) (observed, error){
 	"schema-evolution":      schemaEvolution,
 	"schema-read-python":    schemaReadPython,
 	"schema-admin":          schemaAdmin,
+	"geo-replicate":         geoReplicate,
 }
 
 func main() {
@@ -75,6 +79,7 @@ func main() {
 	adminURL := flag.String("admin-url", "", "the broker's http:// admin URL")
 	name := flag.String("name", "", "a name unique to this run; topics and resources are named after it")
 	listenerName := flag.String("listener-name", "", "the advertised listener a scenario's client names, if any")
+	remoteServiceURL := flag.String("remote-service-url", "", "a cluster the broker replicates to (geo-replicate)")
 	flag.Usage = func() {
 		names := make([]string, 0, len(scenarios))
 		for scenario := range scenarios {
@@ -89,7 +94,10 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	result, err := run(env{serviceURL: *serviceURL, adminURL: *adminURL, name: *name, listenerName: *listenerName})
+	result, err := run(env{
+		serviceURL: *serviceURL, adminURL: *adminURL, name: *name, listenerName: *listenerName,
+		remoteServiceURL: *remoteServiceURL,
+	})
 	if err != nil {
 		result = observed{"error": err.Error()}
 	}

@@ -28,13 +28,16 @@ class GoCompatError(AssertionError):
     """A scenario failed where the client must not fail; the message carries the client's own log."""
 
 
-def run_scenario(scenario: str, service_url: str, admin_url: str, name: str, listener_name: str = "") -> dict[str, Any]:
+def run_scenario(
+    scenario: str, service_url: str, admin_url: str, name: str, listener_name: str = "", remote_service_url: str = ""
+) -> dict[str, Any]:
     """Run one scenario against a broker; its report, or GoCompatError with the report's error and stderr.
-    `listener_name` is the advertised listener the scenario's client names, where it names one."""
+    `listener_name` is the advertised listener the scenario's client names, where it names one;
+    `remote_service_url` the cluster the broker replicates to, for geo-replicate."""
     if not PROGRAM.exists():
         raise RuntimeError(f"{PROGRAM} is missing: run `make compat` (make test does) to build compat/go")
     args = [str(PROGRAM), "-service-url", service_url, "-admin-url", admin_url, "-name", name]
-    args += ["-listener-name", listener_name, scenario]
+    args += ["-listener-name", listener_name, "-remote-service-url", remote_service_url, scenario]
     done = subprocess.run(args, capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_S)
     lines = done.stdout.strip().splitlines()
     report = json.loads(lines[-1]) if lines else {}

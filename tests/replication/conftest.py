@@ -14,21 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from geo_helpers import Geo
+
+from geo_helpers import Geo, wire
 
 CLUSTERS = ("r1", "r2", "r3")
 # Namespaces of the shared mesh: `ns` replicates everywhere, `pair` only r1<->r2 (one-way tests publish in
 # r1), `policy` is the one the policy test changes (nobody else uses it).
 MESH_NAMESPACES = {"ns": ["r1", "r2", "r3"], "pair": ["r1", "r2"], "policy": ["r1", "r2"]}
-
-
-def wire(brokers: dict[str, Any], namespaces: dict[str, list[str]]) -> Geo:
-    geo = Geo(brokers)
-    geo.connect()
-    geo.create_tenant()
-    for namespace, clusters in namespaces.items():
-        geo.create_namespace(namespace, clusters)
-    return geo
 
 
 @pytest.fixture(scope="module")

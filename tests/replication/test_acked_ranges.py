@@ -17,6 +17,7 @@ from collections import Counter
 
 import pulsar
 import pytest
+
 from geo_helpers import Geo, admin, new_topic, topic_path, wait_until
 
 FREQUENCY_MS = 100

@@ -22,6 +22,7 @@ import uuid
 
 import pulsar
 import pytest
+
 from geo_helpers import Geo, admin, metric_samples, new_topic, publish, start_again, topic_path, wait_until
 
 FREQUENCY_MS = 100

@@ -14,6 +14,7 @@ import uuid
 
 import pulsar
 import pytest
+
 from geo_helpers import (
     WAIT_S,
     admin,

@@ -15,6 +15,7 @@ import uuid
 
 import pulsar
 import pytest
+
 from geo_helpers import (
     Collector,
     admin,

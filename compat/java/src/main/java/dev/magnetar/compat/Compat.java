@@ -40,6 +40,7 @@ public final class Compat {
         Reading.register(SCENARIOS);
         Admin.register(SCENARIOS);
         Schemas.register(SCENARIOS);
+        Replication.register(SCENARIOS);
     }
 
     public static void main(String[] argv) throws Exception {

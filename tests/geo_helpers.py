@@ -1,5 +1,6 @@
-"""What the geo-replication tests share: clusters wired together over the admin API, keyed publishing with
-the official client, collecting a topic's messages in one cluster, and checks that say what went wrong.
+"""What the geo-replication tests share (tests/replication, and tests/compat's with the Java client):
+clusters wired together over the admin API, keyed publishing with the official client, collecting a
+topic's messages in one cluster, and checks that say what went wrong.
 
 Black-box only: `pulsar-client` and HTTP, as an operator and a user have them. Every wait is bounded
 (`WAIT_S`, `MAGNETAR_REPL_WAIT_S` to change it); a timeout fails with what was last seen (counts, the
@@ -176,6 +177,17 @@ class Geo:
                 text = [f"<{error}>"]
             parts.append(f"--- broker {cluster} ({broker.url}, log {broker.log_path}) ---\n" + "\n".join(text))
         return "\n".join(parts)
+
+
+def wire(brokers: dict[str, Any], namespaces: dict[str, list[str]]) -> Geo:
+    """`brokers` (cluster name -> broker process) wired into one mesh: every cluster registered on every
+    broker, tenant `geo` allowed on all, and each namespace `geo/<ns>` replicating to its clusters."""
+    geo = Geo(brokers)
+    geo.connect()
+    geo.create_tenant()
+    for namespace, clusters in namespaces.items():
+        geo.create_namespace(namespace, clusters)
+    return geo
 
 
 def new_topic(namespace: str, prefix: str) -> str:
