@@ -97,14 +97,21 @@ def _can_be_invalid(operation: dict) -> bool:
     return any(schema.get("type") != "string" or set(schema) - {"type", "title"} for schema in schemas)
 
 
+# A policy that was never set is 200 with an empty body, as Pulsar 4.0.7 answers: on the operations marked
+# so (magnetar.admin.errors.UNSET_POLICY), that answer is checked for its status only, since the document
+# declares the policy's JSON for a 200.
+EMPTY_WHEN_UNSET = "x-magnetar-empty-when-unset"
+STATUS_CHECKS = [not_a_server_error, status_code_conformance, negative_data_rejection]
+PATHS = create_app(None).openapi()["paths"]
+
+
 def _cases() -> list[tuple[str, str, str]]:
     """Every (method, path, scenario) worth running, named at collection time from the same application
     the broker serves (the document itself is fetched from the broker): the negative scenario only
     where an invalid input exists."""
-    paths = create_app(None).openapi()["paths"]
     return [
         (method.upper(), path, scenario)
-        for path, methods in paths.items()
+        for path, methods in PATHS.items()
         for method, operation in methods.items()
         for scenario in SCENARIOS
         if scenario != "negative" or _can_be_invalid(operation)
@@ -116,6 +123,7 @@ def test_admin_api_conforms_to_its_openapi_document(
     admin_schema, fuzzed_broker: BrokerProcess, seed, method: str, path: str, scenario: str
 ) -> None:
     operation = admin_schema[path][method]
+    empty_when_unset = PATHS[path][method.lower()].get(EMPTY_WHEN_UNSET, False)
     if scenario == "existing":
         seed()
         pinned = {name: value for name, value in EXISTING.items() if f"{{{name}}}" in path}
@@ -132,6 +140,12 @@ def test_admin_api_conforms_to_its_openapi_document(
         database=None,
     )
     def call(case) -> None:
-        case.call_and_validate(base_url=fuzzed_broker.http_url, checks=CHECKS, timeout=30)
+        transport = {"base_url": fuzzed_broker.http_url, "timeout": 30}
+        if not empty_when_unset:
+            case.call_and_validate(checks=CHECKS, **transport)
+            return
+        response = case.call(**transport)
+        unset = response.status_code == 200 and not response.content
+        case.validate_response(response, checks=STATUS_CHECKS if unset else CHECKS, transport_kwargs=transport)
 
     call()

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from magnetar.admin.errors import (
+    UNSET_POLICY,
     Responses,
     RestError,
     bad_request,
@@ -26,6 +27,7 @@ from magnetar.admin.errors import (
     error_responses,
     not_found,
     precondition_failed,
+    unset_policy,
 )
 from magnetar.broker.service import TOPIC_DOMAINS, BrokerService, NamespaceNotEmptyError
 from magnetar.storage.metadata import AlreadyExistsError, NotFoundError
@@ -54,7 +56,6 @@ _NO_CONTENT: Responses = {204: {"description": "Done"}}
 # Pulsar's `Response.ok().build()`: 200, no body (routes that answer it use response_class=Response, so that
 # the document declares no content for it).
 _OK_EMPTY: Responses = {200: {"description": "Done (no body)"}}
-_UNSET: Responses = {204: {"description": "The policy is not set"}}
 
 
 def _service(request: Request) -> BrokerService:
@@ -595,11 +596,12 @@ async def _set_policy(request: Request, tenant: str, namespace: str, key: str, v
     "/namespaces/{tenant}/{namespace}/retention",
     tags=["namespaces"],
     response_model=RetentionPolicies,
-    responses=_UNSET | error_responses(404, 412),
+    responses=error_responses(404, 412),
+    openapi_extra=UNSET_POLICY,
 )
 async def get_retention(request: Request, tenant: str, namespace: str) -> Any:
     retention = _policy(request, tenant, namespace, "retention_policies")
-    return Response(status_code=204) if retention is None else RetentionPolicies.model_validate(retention)
+    return unset_policy() if retention is None else RetentionPolicies.model_validate(retention)
 
 
 async def _set_retention(
@@ -651,11 +653,12 @@ async def remove_retention(request: Request, tenant: str, namespace: str) -> Res
     "/namespaces/{tenant}/{namespace}/messageTTL",
     tags=["namespaces"],
     response_model=int,
-    responses=_UNSET | error_responses(404, 412),
+    responses=error_responses(404, 412),
+    openapi_extra=UNSET_POLICY,
 )
 async def get_message_ttl(request: Request, tenant: str, namespace: str) -> Any:
     ttl = _policy(request, tenant, namespace, "message_ttl_in_seconds")
-    return Response(status_code=204) if ttl is None else ttl
+    return unset_policy() if ttl is None else ttl
 
 
 @router.post(
@@ -685,11 +688,12 @@ async def remove_message_ttl(request: Request, tenant: str, namespace: str) -> R
     "/namespaces/{tenant}/{namespace}/deduplication",
     tags=["namespaces"],
     response_model=bool,
-    responses=_UNSET | error_responses(404, 412),
+    responses=error_responses(404, 412),
+    openapi_extra=UNSET_POLICY,
 )
 async def get_deduplication(request: Request, tenant: str, namespace: str) -> Any:
     enabled = _policy(request, tenant, namespace, "deduplicationEnabled")
-    return Response(status_code=204) if enabled is None else enabled
+    return unset_policy() if enabled is None else enabled
 
 
 @router.post(

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Request, Response
 
 from magnetar.admin.clusters import Int64, _policy, _set_policy
-from magnetar.admin.errors import Responses, conflict, error_responses, precondition_failed
+from magnetar.admin.errors import UNSET_POLICY, Responses, conflict, error_responses, precondition_failed, unset_policy
 from magnetar.admin.topics import _existing_namespace_topic, _policy_topic, _service, _topic, _topics
 from magnetar.broker.compactor import CompactionAlreadyRunning, compaction_threshold
 
@@ -22,7 +22,6 @@ __all__ = ["router"]
 router = APIRouter(prefix="/admin/v2")
 
 _NO_CONTENT: Responses = {204: {"description": "Done"}}
-_UNSET: Responses = {204: {"description": "The policy is not set"}}
 _TOPIC = "/persistent/{tenant}/{namespace}/{topic}"
 
 
@@ -55,7 +54,8 @@ async def compaction_status(request: Request, tenant: str, namespace: str, topic
     _TOPIC + "/compactionThreshold",
     tags=["persistent topic"],
     response_model=Int64,
-    responses=_UNSET | error_responses(404, 412),
+    responses=error_responses(404, 412),
+    openapi_extra=UNSET_POLICY,
 )
 async def get_topic_threshold(request: Request, tenant: str, namespace: str, topic: str, applied: bool = False) -> Any:
     """The topic's own threshold; with `applied`, the one in force (topic, else namespace, else broker)."""
@@ -67,7 +67,7 @@ async def get_topic_threshold(request: Request, tenant: str, namespace: str, top
             return compaction_threshold(service, loaded[0])
         return int(service.config["brokerServiceCompactionThresholdInBytes"])
     threshold = service.topic_policies(name).get("compactionThreshold")
-    return Response(status_code=204) if threshold is None else threshold
+    return unset_policy() if threshold is None else threshold
 
 
 @router.post(
@@ -104,11 +104,12 @@ async def remove_topic_threshold(request: Request, tenant: str, namespace: str, 
     "/namespaces/{tenant}/{namespace}/compactionThreshold",
     tags=["namespaces"],
     response_model=Int64,
-    responses=_UNSET | error_responses(404, 412),
+    responses=error_responses(404, 412),
+    openapi_extra=UNSET_POLICY,
 )
 async def get_namespace_threshold(request: Request, tenant: str, namespace: str) -> Any:
     threshold = _policy(request, tenant, namespace, "compaction_threshold")
-    return Response(status_code=204) if threshold is None else threshold
+    return unset_policy() if threshold is None else threshold
 
 
 @router.put(

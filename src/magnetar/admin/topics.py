@@ -24,7 +24,16 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from magnetar.admin.clusters import Int32, Int64, check_namespace, check_replication_clusters
-from magnetar.admin.errors import Responses, RestError, conflict, error_responses, not_found, precondition_failed
+from magnetar.admin.errors import (
+    UNSET_POLICY,
+    Responses,
+    RestError,
+    conflict,
+    error_responses,
+    not_found,
+    precondition_failed,
+    unset_policy,
+)
 from magnetar.broker.service import BrokerService, TopicBusyError, TopicNotFoundError
 from magnetar.broker.subscription import PersistentSubscription
 from magnetar.broker.topic import PersistentTopic, SubscriptionBusyError
@@ -46,7 +55,6 @@ PERSISTENT_PREFIX = "/admin/v2/persistent"
 NON_PERSISTENT_PREFIX = "/admin/v2/non-persistent"
 
 _NO_CONTENT: Responses = {204: {"description": "Done"}}
-_UNSET: Responses = {204: {"description": "The policy is not set"}}
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 PathInt32 = Annotated[int, Path(ge=-(2**31), le=2**31 - 1)]
 PathCount = Annotated[int, Path(ge=0, le=2**31 - 1)]
@@ -674,7 +682,8 @@ def _b64(value: bytes) -> str:
 @router.get(
     "/{tenant}/{namespace}/{topic}/deduplicationEnabled",
     response_model=bool,
-    responses=_UNSET | error_responses(404, 412),
+    responses=error_responses(404, 412),
+    openapi_extra=UNSET_POLICY,
 )
 async def get_deduplication(request: Request, tenant: str, namespace: str, topic: str, applied: bool = False) -> Any:
     """The topic's own policy; with `applied`, the one in force (topic, else namespace, else broker), as
@@ -684,7 +693,7 @@ async def get_deduplication(request: Request, tenant: str, namespace: str, topic
     if applied:
         return service.deduplication_enabled(name)
     enabled = service.topic_policies(name).get("deduplicationEnabled")
-    return Response(status_code=204) if enabled is None else enabled
+    return unset_policy() if enabled is None else enabled
 
 
 @router.post(
@@ -715,7 +724,8 @@ async def remove_deduplication(request: Request, tenant: str, namespace: str, to
 @router.get(
     "/{tenant}/{namespace}/{topic}/replication",
     response_model=list[str],
-    responses=_UNSET | error_responses(404, 412),
+    responses=error_responses(404, 412),
+    openapi_extra=UNSET_POLICY,
 )
 async def get_replication_clusters(
     request: Request, tenant: str, namespace: str, topic: str, applied: bool = False
@@ -726,7 +736,7 @@ async def get_replication_clusters(
     if applied:
         return service.replication_clusters(name)
     clusters = service.topic_policies(name).get("replicationClusters")
-    return Response(status_code=204) if clusters is None else clusters
+    return unset_policy() if clusters is None else clusters
 
 
 @router.post(
