@@ -199,8 +199,9 @@ BROKER_KEYS: tuple[Setting, ...] = (
     Setting("brokerShutdownTimeoutMs", 60000, "How long a clean shutdown waits for in-flight work."),
     Setting(
         "replicationProducerQueueSize",
-        1000,
-        "Entries a replicator may have sent to a remote cluster and not yet seen confirmed.",
+        2000,
+        "Entries a replicator may have sent to a remote cluster and not yet seen confirmed (Pulsar: 1000; "
+        "a window twice Pulsar's covers magnetar's longer round trip, docs/replication.md).",
         True,
     ),
     Setting(
