@@ -94,7 +94,7 @@ def clusters(module_broker_factory, certificates, token_file) -> dict[str, Clust
     for cluster in both.values():
         for other in both.values():
             path = f"/admin/v2/clusters/{other.name}"
-            if cluster.admin("PUT", path, other.registration(), (200, 204, 409)).status_code == 409:
+            if cluster.admin("PUT", path, other.registration(), (200, 409)).status_code == 409:
                 cluster.admin("POST", path, other.registration())
         cluster.admin("PUT", "/admin/v2/tenants/geo", {"adminRoles": [], "allowedClusters": ["r1", "r2"]})
         cluster.admin("PUT", f"/admin/v2/namespaces/{NAMESPACE}", {"replication_clusters": ["r1", "r2"]})

@@ -523,24 +523,28 @@ _REPLICATION_SUMS = (
     "bytesOutCount",
     "msgRateExpired",
     "replicationBacklog",
+    "msgExpiredCount",
+)
+# Each partition's own: the sum leaves them to `partitions`.
+_REPLICATION_CONNECTIONS = (
+    "inboundConnection",
+    "inboundConnectedSince",
+    "outboundConnection",
+    "outboundConnectedSince",
 )
 
 
 def _add_replication(into: dict[str, dict[str, Any]], replication: dict[str, dict[str, Any]]) -> None:
     """ReplicatorStatsImpl.add per remote cluster: sums, `connected` only if every partition's replicator
-    is, the largest delay; the connections are each partition's own and stay in `partitions`. Pulsar
-    4.0.7 leaves the counts it added later (msgInCount, ...) at 0 in this sum; here they are summed."""
+    is, the largest delay, no connections. Pulsar 4.0.7 leaves the counts it added later (msgInCount, ...)
+    at 0 in this sum; here they are summed."""
     for cluster, stats in replication.items():
         mine = into.get(cluster)
         if mine is None:
-            into[cluster] = {
-                **{key: stats[key] for key in (*_REPLICATION_SUMS, "connected", "replicationDelayInSeconds")},
-                "msgExpiredCount": stats["msgExpiredCount"],
-            }
+            into[cluster] = {k: v for k, v in stats.items() if k not in _REPLICATION_CONNECTIONS}
             continue
         for key in _REPLICATION_SUMS:
             mine[key] += stats[key]
-        mine["msgExpiredCount"] += stats["msgExpiredCount"]
         mine["connected"] = mine["connected"] and stats["connected"]
         mine["replicationDelayInSeconds"] = max(mine["replicationDelayInSeconds"], stats["replicationDelayInSeconds"])
 

@@ -41,7 +41,7 @@ from magnetar.broker.topic_name import PARTITION_SUFFIX, InvalidTopicName, Topic
 from magnetar.positions import LATEST, Position
 from magnetar.protocol import messages
 from magnetar.protocol.pulsar_api_pb2 import CompressionType
-from magnetar.replication.replicator import REPLICATOR_PREFIX
+from magnetar.replication.replicator import cursor_cluster
 from magnetar.storage.metadata import AlreadyExistsError
 
 __all__ = ["MessageIdData", "PartitionedTopicMetadata", "ResetCursorData", "router"]
@@ -442,9 +442,9 @@ async def delete_subscription(
 async def skip_all_messages(request: Request, tenant: str, namespace: str, topic: str, subName: str) -> Response:
     service = _service(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    if subName.startswith(REPLICATOR_PREFIX + "."):
+    cluster = cursor_cluster(subName)
+    if cluster is not None:
         # A replicator's cursor: clearing it drops what was not replicated yet (Pulsar's clearBacklog).
-        cluster = subName[len(REPLICATOR_PREFIX) + 1 :]
         # Every partition's replicator is cleared (a list, not a generator any() would stop early on).
         cleared = [t.clear_replication_backlog(cluster) for t in await _topics(service, name)]
         if not any(cleared):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from magnetar.core.dispatchers import SharedDispatcher
 from magnetar.core.stats import SubscriptionSummary
-from magnetar.replication.replicator import REPLICATOR_PREFIX
+from magnetar.replication.replicator import cursor_cluster
 from magnetar.storage.cursor import encode_ranges
 from magnetar.storage.internal_stats import managed_ledger_internal_stats
 
@@ -160,8 +160,9 @@ def topic_internal_stats(topic: PersistentTopic) -> dict[str, Any]:
     for name, cursor_stats in stats["cursors"].items():
         subscription = topic.subscriptions.get(name)
         pending, pending_replay, waiting = subscription.read_state() if subscription else (False, False, False)
-        if subscription is None and name.startswith(REPLICATOR_PREFIX + "."):
-            replicator = topic.replicators.get(name[len(REPLICATOR_PREFIX) + 1 :])
+        cluster = cursor_cluster(name) if subscription is None else None
+        if cluster is not None:
+            replicator = topic.replicators.get(cluster)
             waiting = replicator is not None and replicator.waiting_for_entries
         cursor_stats["waitingReadOp"] = waiting
         properties = cursor_stats.pop("properties")  # Pulsar's order: the pending reads, then properties

@@ -22,7 +22,7 @@ from magnetar.protocol.markers import Marker, parse_marker
 from magnetar.protocol.messages import ChecksumError, parse_entry
 from magnetar.replication.acked_ranges import AckedRangesContent, acked_ranges_to_send, ranges_to_acknowledge
 from magnetar.replication.controller import ReplicatedSubscriptionsController
-from magnetar.replication.replicator import REPLICATOR_PREFIX, Replicator, cursor_name
+from magnetar.replication.replicator import Replicator, cursor_cluster, cursor_name
 from magnetar.storage import Entry, ManagedLedger
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class ReservedSubscriptionName(Exception):
 
 
 def is_reserved_subscription(name: str) -> bool:
-    return name.startswith(REPLICATOR_PREFIX + ".") or name == DEDUPLICATION_CURSOR
+    return cursor_cluster(name) is not None or name == DEDUPLICATION_CURSOR
 
 
 class SubscriptionBusyError(Exception):
@@ -394,9 +394,8 @@ class PersistentTopic:
             await self.ledger.delete_cursor(cursor_name(cluster))
             log.info("[%s] Removed replicator to %s", self.name, cluster)
         # Cursors of replicators that went while the topic was not loaded.
-        for name in [n for n in self.ledger.cursors if n.startswith(REPLICATOR_PREFIX + ".")]:
-            if name[len(REPLICATOR_PREFIX) + 1 :] not in wanted:
-                await self.ledger.delete_cursor(name)
+        for name in [n for n in self.ledger.cursors if cursor_cluster(n) not in (None, *wanted)]:
+            await self.ledger.delete_cursor(name)
         for cluster in wanted:
             if cluster in self.replicators:
                 continue

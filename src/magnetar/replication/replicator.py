@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from magnetar.positions import Position
     from magnetar.storage import ManagedCursor, ManagedLedger
 
-__all__ = ["Replicator", "REPLICATOR_PREFIX", "cursor_name", "producer_name", "remote_cluster_of"]
+__all__ = ["Replicator", "REPLICATOR_PREFIX", "cursor_cluster", "cursor_name", "producer_name", "remote_cluster_of"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,12 @@ WRITES_PER_QUEUE = 4
 
 def cursor_name(remote_cluster: str) -> str:
     return f"{REPLICATOR_PREFIX}.{remote_cluster}"
+
+
+def cursor_cluster(name: str) -> str | None:
+    """The remote cluster of a replicator's cursor (`pulsar.repl.<cluster>`), None for any other cursor."""
+    prefix = REPLICATOR_PREFIX + "."
+    return name[len(prefix) :] if name.startswith(prefix) else None
 
 
 def producer_name(local_cluster: str, remote_cluster: str) -> str:
