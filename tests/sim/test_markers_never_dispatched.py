@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from magnetar.broker.config import load_config
+from magnetar.broker.context import BrokerContext
 from magnetar.broker.figures import subscription_figures
-from magnetar.broker.service import BrokerService
+from magnetar.broker.root import open_broker
 from magnetar.broker.topic import PersistentTopic
+from magnetar.clock import LoopClock
 from magnetar.positions import Position
 from magnetar.protocol import markers
 from magnetar.protocol.commands import signed_id
@@ -54,8 +56,8 @@ class Recording:
 
 
 class Harness:
-    def __init__(self, service: BrokerService, loop: VirtualClockLoop) -> None:
-        self.service = service
+    def __init__(self, context: BrokerContext, loop: VirtualClockLoop) -> None:
+        self.context = context
         self.network = Network(loop, random.Random(3), (0.05, 0.5))
         self.recording = Recording()
         self.clients = 0
@@ -63,7 +65,7 @@ class Harness:
 
     async def client(self, name: str) -> SimClient:
         self.clients += 1
-        client = SimClient(name, self.service, self.network, self.recording, self.clients)
+        client = SimClient(name, self.context, self.network, self.recording, self.clients)
         await client.connected
         return client
 
@@ -78,7 +80,7 @@ class Harness:
 
     @property
     def topic(self) -> PersistentTopic:
-        return self.service.topics[TOPIC]
+        return self.context.registry.topics[TOPIC]
 
     async def marker(self, number: int) -> Position:
         """A marker entry written the way the broker writes its own, through the topic's managed ledger."""
@@ -97,14 +99,16 @@ def run(tmp_path: Path, scenario: Callable[[Harness], Awaitable[None]]) -> None:
 
     async def main() -> None:
         engine = SimEngine(str(tmp_path), random.Random(2), (0.1, 1.0), (0.1, 1.0))
-        service = BrokerService(
-            load_config(), tmp_path, clock_ms=lambda: int(loop.time() * 1000), storage_engine=engine
+        broker = await open_broker(
+            load_config(),
+            tmp_path,
+            clock=LoopClock(loop, lambda: int(loop.time() * 1000)),
+            storage_engine=engine,
         )
-        await service.start()
         try:
-            await scenario(Harness(service, loop))
+            await scenario(Harness(broker.context, loop))
         finally:
-            await service.close()
+            await broker.stop()
 
     try:
         loop.run_until_complete(main())

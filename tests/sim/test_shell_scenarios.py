@@ -9,7 +9,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from magnetar.broker.config import load_config
-from magnetar.broker.service import BrokerService
+from magnetar.broker.context import BrokerContext
+from magnetar.broker.root import open_broker
+from magnetar.clock import LoopClock
 from magnetar.positions import Position
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand, Schema, ServerError
 from magnetar.sim.shell.client import Delivery, Network, SimClient, SimConsumer, SimProducer
@@ -20,8 +22,8 @@ TOPIC = "persistent://public/default/scripted"
 
 
 class Harness:
-    def __init__(self, service: BrokerService, loop: VirtualClockLoop) -> None:
-        self.service = service
+    def __init__(self, context: BrokerContext, loop: VirtualClockLoop) -> None:
+        self.context = context
         self.loop = loop
         self.network = Network(loop, random.Random(1), (0.05, 0.5))
         self.recording = Recording()
@@ -29,7 +31,7 @@ class Harness:
 
     async def client(self, name: str) -> SimClient:
         self.clients += 1
-        client = SimClient(name, self.service, self.network, self.recording, self.clients)
+        client = SimClient(name, self.context, self.network, self.recording, self.clients)
         await client.connected
         return client
 
@@ -81,14 +83,16 @@ def run(tmp_path: Path, scenario: Callable[[Harness], Awaitable[None]], **settin
 
     async def main() -> None:
         engine = SimEngine(str(tmp_path), random.Random(2), (0.1, 1.0), (0.1, 1.0))
-        service = BrokerService(
-            load_config(overrides=settings), tmp_path, clock_ms=lambda: int(loop.time() * 1000), storage_engine=engine
+        broker = await open_broker(
+            load_config(overrides=settings),
+            tmp_path,
+            clock=LoopClock(loop, lambda: int(loop.time() * 1000)),
+            storage_engine=engine,
         )
-        await service.start()
         try:
-            await scenario(Harness(service, loop))
+            await scenario(Harness(broker.context, loop))
         finally:
-            await service.close()
+            await broker.stop()
 
     try:
         loop.run_until_complete(main())
@@ -119,7 +123,7 @@ def test_consumers_subscribing_at_once_share_one_dispatcher(tmp_path: Path) -> N
         await asyncio.gather(*(consumer.subscribe() for consumer in consumers))
         for consumer in consumers:
             _acking(consumer)
-        topic = harness.service.topics[TOPIC]
+        topic = harness.context.registry.topics[TOPIC]
         assert list(topic.subscriptions) == ["sub"]
         assert len(topic.subscriptions["sub"].consumers) == 5
         await harness.publish([(index, f"k{index % 20}") for index in range(200)])
@@ -146,7 +150,7 @@ def test_a_redelivery_of_everything_moves_the_consumer_epoch(tmp_path: Path) -> 
         await harness.publish([(index, "k") for index in range(10)])
         while len(harness.recording.deliveries) < 10:
             await asyncio.sleep(0.01)
-        server_consumer = next(iter(harness.service.topics[TOPIC].subscriptions["sub"].consumers.values()))
+        server_consumer = next(iter(harness.context.registry.topics[TOPIC].subscriptions["sub"].consumers.values()))
         assert server_consumer.epoch == 0
         consumer.redeliver_all()
         while len(harness.recording.deliveries) < 20:

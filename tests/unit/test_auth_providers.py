@@ -50,7 +50,7 @@ def test_hs256_token_gives_its_subject_and_expiry() -> None:
     expires = int(time.time()) + 60
     authenticated = provider.authenticate(jwt.encode({"sub": "alice", "exp": expires}, SECRET, "HS256").encode())
     assert (authenticated.role, authenticated.method, authenticated.expires_at) == ("alice", "token", expires)
-    assert not expired(authenticated)
+    assert not expired(authenticated, now=expires - 1)
     assert expired(authenticated, now=expires + 1)
     assert provider.authenticate(jwt.encode({"sub": "bob"}, SECRET, "HS256").encode()).expires_at is None
 

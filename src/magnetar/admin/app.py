@@ -1,7 +1,7 @@
 """The FastAPI application and its uvicorn server, run as tasks of the broker's event loop.
 
 The routers live one module per area (clusters, tenants and namespaces; topics; stats; explain;
-brokers; lookup; metrics). Handlers find the broker service as `request.app.state.service`.
+brokers; lookup; metrics). Handlers find the broker context as `request.app.state.context`.
 """
 
 from __future__ import annotations
@@ -35,18 +35,18 @@ from magnetar.admin.permissions import router as permissions_router
 from magnetar.admin.security import SecurityMiddleware
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.context import BrokerContext
 
 __all__ = ["AdminServer", "create_app"]
 
 
-def create_app(service: BrokerService, is_ready: object = lambda: True) -> FastAPI:
+def create_app(context: BrokerContext, is_ready: object = lambda: True) -> FastAPI:
     app = FastAPI(
         title="magnetar admin",
         description="Apache Pulsar's /admin/v2 API, plus explanations of Key_Shared blocking.",
         version="0.1.0",
     )
-    app.state.service = service
+    app.state.context = context
     app.state.is_ready = is_ready
 
     @app.exception_handler(RestError)
@@ -76,7 +76,7 @@ def create_app(service: BrokerService, is_ready: object = lambda: True) -> FastA
         return await brokers.health(request)
 
     # Who calls, and may they (authenticationEnabled, authorizationEnabled): before every route.
-    app.add_middleware(SecurityMiddleware, service=service)
+    app.add_middleware(SecurityMiddleware, context=context)
     app.include_router(clusters.router)
     app.include_router(permissions_router)
     app.include_router(topics.router, prefix=topics.PERSISTENT_PREFIX)

@@ -20,7 +20,7 @@ from magnetar.broker.config import BROKER_KEYS
 from magnetar.core.settings import PULSAR_KEYS
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.context import BrokerContext
 
 __all__ = ["BrokerInfo", "NamespaceOwnershipStatus", "router"]
 
@@ -41,13 +41,13 @@ class NamespaceOwnershipStatus(BaseModel):
     is_active: bool
 
 
-def _service(request: Request) -> BrokerService:
-    return request.app.state.service
+def _context(request: Request) -> BrokerContext:
+    return request.app.state.context
 
 
-def broker_id(service: BrokerService) -> str:
-    """Pulsar's broker id: the host and port of the broker's web service."""
-    return urlsplit(service.config.advertised_web_url).netloc
+def broker_id(context: BrokerContext) -> str:
+    """Pulsar's broker id: the host and port of the broker's web context."""
+    return urlsplit(context.config.advertised_web_url).netloc
 
 
 def _java_string(value: Any) -> str:
@@ -76,13 +76,13 @@ async def ready(request: Request) -> PlainTextResponse:
 
 @router.get("", response_model=list[str])
 async def get_active_brokers_of_this_cluster(request: Request) -> list[str]:
-    return [broker_id(_service(request))]
+    return [broker_id(_context(request))]
 
 
 @router.get("/leaderBroker", response_model=BrokerInfo)
 async def get_leader_broker(request: Request) -> BrokerInfo:
-    service = _service(request)
-    return BrokerInfo(serviceUrl=service.config.advertised_web_url, brokerId=broker_id(service))
+    context = _context(request)
+    return BrokerInfo(serviceUrl=context.config.advertised_web_url, brokerId=broker_id(context))
 
 
 @router.get("/configuration", response_model=list[str])
@@ -102,13 +102,13 @@ async def get_all_dynamic_configurations() -> dict[str, str]:
 @router.get("/configuration/runtime", response_model=dict[str, str])
 async def get_runtime_configuration(request: Request) -> dict[str, str]:
     """Every setting in force, as strings, as Pulsar's getRuntimeConfiguration answers."""
-    return {key: _java_string(value) for key, value in sorted(_service(request).config.values.items())}
+    return {key: _java_string(value) for key, value in sorted(_context(request).config.values.items())}
 
 
 @router.get("/{cluster}", response_model=list[str])
 async def get_active_brokers(request: Request, cluster: str) -> list[str]:
     """Pulsar without authorization accepts any cluster name here and lists its own cluster's brokers."""
-    return [broker_id(_service(request))]
+    return [broker_id(_context(request))]
 
 
 @router.get(
@@ -120,12 +120,12 @@ async def get_owned_namespaces(request: Request, cluster: str, broker: str) -> d
     """Every namespace, whole. Pulsar redirects a request naming another broker to that broker; in a
     cluster of one there is no other broker to go to, so magnetar answers 404 instead of sending the
     client to an address that serves nothing."""
-    service = _service(request)
-    if broker != broker_id(service):
-        raise not_found(f"Broker {broker} is not a broker of this cluster: {broker_id(service)} is")
+    context = _context(request)
+    if broker != broker_id(context):
+        raise not_found(f"Broker {broker} is not a broker of this cluster: {broker_id(context)} is")
     owned = {}
-    for tenant in service.metadata.tenants():
-        for namespace in service.metadata.namespaces(tenant):
+    for tenant in context.metadata.tenants():
+        for namespace in context.metadata.namespaces(tenant):
             owned[f"{namespace}/{_FULL_BUNDLE}"] = NamespaceOwnershipStatus(
                 broker_assignment="shared", is_controlled=False, is_active=True
             )

@@ -2,7 +2,7 @@
 
 Owns: validating what an operator asks (names, bodies, existence, the tenant's clusters) and answering
 with Pulsar's JSON shapes, status codes and reasons. Must not touch: state, except through the broker
-service's methods (`BrokerService.create_tenant`, `set_namespace_policies`, ...); topics (topics.py).
+context's methods (`BrokerContext.create_tenant`, `set_namespace_policies`, ...); topics (topics.py).
 
 A policy that was never set reads as 204 No Content, as Pulsar's handlers answer a null value. A change
 answers 204, except where Pulsar 4.0.7 answers 200 with an empty body: creating and updating a cluster,
@@ -29,7 +29,9 @@ from magnetar.admin.errors import (
     precondition_failed,
     unset_policy,
 )
-from magnetar.broker.service import TOPIC_DOMAINS, BrokerService, NamespaceNotEmptyError
+from magnetar.broker.context import BrokerContext
+from magnetar.broker.operations import NamespaceNotEmptyError
+from magnetar.broker.registry import TOPIC_DOMAINS
 from magnetar.storage.metadata import AlreadyExistsError, NotFoundError
 
 __all__ = [
@@ -58,8 +60,8 @@ _NO_CONTENT: Responses = {204: {"description": "Done"}}
 _OK_EMPTY: Responses = {200: {"description": "Done (no body)"}}
 
 
-def _service(request: Request) -> BrokerService:
-    return request.app.state.service
+def _context(request: Request) -> BrokerContext:
+    return request.app.state.context
 
 
 # ------------------------------------------------------------------------------------- models
@@ -166,19 +168,19 @@ def _check_name(name: str, what: str) -> None:
         raise precondition_failed(f"{what} name is not valid")
 
 
-def check_tenant(service: BrokerService, tenant: str) -> None:
-    if tenant not in service.metadata.tenants():
+def check_tenant(context: BrokerContext, tenant: str) -> None:
+    if tenant not in context.metadata.tenants():
         raise not_found("Tenant does not exist")
 
 
-def check_namespace(service: BrokerService, tenant: str, namespace: str) -> str:
+def check_namespace(context: BrokerContext, tenant: str, namespace: str) -> str:
     """The namespace `tenant/namespace`, which must exist: 412 for a name Pulsar would not parse, 404
     for a tenant or namespace that does not exist."""
     _check_name(tenant, "Namespace")
     _check_name(namespace, "Namespace")
-    check_tenant(service, tenant)
+    check_tenant(context, tenant)
     full = f"{tenant}/{namespace}"
-    if not service.namespace_exists(full):
+    if not context.registry.namespace_exists(full):
         raise not_found("Namespace does not exist")
     return full
 
@@ -186,18 +188,18 @@ def check_namespace(service: BrokerService, tenant: str, namespace: str) -> str:
 def _check_cluster_data(data: ClusterData) -> None:
     """ClusterData.checkPropertiesIfPresent: each URL given must use its scheme (400 otherwise)."""
     rules = (
-        (data.serviceUrl, ("http",), "Illegal service url, example: http://pulsar.example.com:8080"),
-        (data.serviceUrlTls, ("https",), "Illegal service tls url, example: https://pulsar.example.com:8443"),
-        (data.brokerServiceUrl, ("pulsar",), "Illegal broker service url, example: pulsar://pulsar.example.com:6650"),
+        (data.serviceUrl, ("http",), "Illegal context url, example: http://pulsar.example.com:8080"),
+        (data.serviceUrlTls, ("https",), "Illegal context tls url, example: https://pulsar.example.com:8443"),
+        (data.brokerServiceUrl, ("pulsar",), "Illegal broker context url, example: pulsar://pulsar.example.com:6650"),
         (
             data.brokerServiceUrlTls,
             ("pulsar+ssl",),
-            "Illegal broker service tls url, example: pulsar+ssl://pulsar.example.com:6651",
+            "Illegal broker context tls url, example: pulsar+ssl://pulsar.example.com:6651",
         ),
         (
             data.proxyServiceUrl,
             ("pulsar", "pulsar+ssl"),
-            "Illegal proxy service url, example: pulsar+ssl://ats-proxy.example.com:4443 "
+            "Illegal proxy context url, example: pulsar+ssl://ats-proxy.example.com:4443 "
             "or pulsar://ats-proxy.example.com:4080",
         ),
     )
@@ -211,12 +213,12 @@ def _check_cluster_data(data: ClusterData) -> None:
                 raise RestError(400, reason)
 
 
-def _check_allowed_clusters(service: BrokerService, info: TenantInfo) -> None:
+def _check_allowed_clusters(context: BrokerContext, info: TenantInfo) -> None:
     allowed = info.allowedClusters or []
     clusters = [c for c in allowed if c.strip()]
     if not clusters or len(clusters) != len(allowed):
         raise precondition_failed("Clusters can not be empty")
-    known = set(service.metadata.clusters())
+    known = set(context.metadata.clusters())
     if any(c not in known and c != "global" for c in clusters):
         raise precondition_failed("Clusters do not exist")
 
@@ -226,15 +228,15 @@ def _not_allowed(cluster: str, tenant: str) -> RestError:
     return RestError(403, f"Cluster [{cluster}] is not in the list of allowed clusters list for tenant [{tenant}]")
 
 
-def check_replication_clusters(service: BrokerService, tenant: str, clusters: list[str]) -> None:
+def check_replication_clusters(context: BrokerContext, tenant: str, clusters: list[str]) -> None:
     """The replication clusters of a namespace being created or of a topic: known clusters that the
     tenant allows."""
     if not clusters:
         raise precondition_failed("ClusterIds should not be null or empty")
     if "global" in clusters:
         raise precondition_failed("Cannot specify global in the list of replication clusters")
-    known = set(service.metadata.clusters())
-    allowed = set(service.metadata.tenant_info(tenant).get("allowedClusters", []))
+    known = set(context.metadata.clusters())
+    allowed = set(context.metadata.tenant_info(tenant).get("allowedClusters", []))
     for cluster in clusters:
         if cluster not in known:
             raise RestError(403, f"Invalid cluster id: {cluster}")
@@ -264,7 +266,7 @@ def _java_hash_set_order(names: list[str]) -> list[str]:
 
 
 def _check_namespace_replication_clusters(
-    service: BrokerService, tenant: str, namespace: str, clusters: list[str] | None
+    context: BrokerContext, tenant: str, namespace: str, clusters: list[str] | None
 ) -> list[str]:
     """NamespacesBase.internalSetNamespaceReplicationClusters (Pulsar 4.0.7), in its order: 412 for no
     clusters or for `global`; 403 `Invalid cluster id` for the first unknown cluster; then, cluster by
@@ -276,13 +278,13 @@ def _check_namespace_replication_clusters(
     ordered = _java_hash_set_order(clusters)
     if "global" in ordered:
         raise precondition_failed("Cannot specify global in the list of replication clusters")
-    known = set(service.metadata.clusters())
+    known = set(context.metadata.clusters())
     for cluster in ordered:
         if cluster not in known:
             raise RestError(403, f"Invalid cluster id: {cluster}")
     full = f"{tenant}/{namespace}"
     for cluster in ordered:
-        record = service.metadata.get(f"/admin/clusters/{cluster}")
+        record = context.metadata.get(f"/admin/clusters/{cluster}")
         peers = (record[0] if record else {}).get("peerClusterNames") or []
         in_list = [peer for peer in dict.fromkeys(peers) if peer in ordered]
         if in_list:
@@ -290,9 +292,9 @@ def _check_namespace_replication_clusters(
                 f"{cluster}'s peer-clusters [{', '.join(in_list)}] can't be part of replication-clusters "
                 f"[{', '.join(ordered)}]"
             )
-        if not service.namespace_exists(full):
+        if not context.registry.namespace_exists(full):
             raise not_found("Namespace does not exist")
-        if cluster not in service.metadata.tenant_info(tenant).get("allowedClusters", []):
+        if cluster not in context.metadata.tenant_info(tenant).get("allowedClusters", []):
             raise _not_allowed(cluster, tenant)
     return ordered
 
@@ -317,7 +319,7 @@ def _check_retention(retention: RetentionPolicies) -> None:
 
 @router.get("/clusters", tags=["clusters"], response_model=list[str])
 async def get_clusters(request: Request) -> list[str]:
-    return _service(request).metadata.clusters()
+    return _context(request).metadata.clusters()
 
 
 @router.get(
@@ -329,15 +331,15 @@ async def get_clusters(request: Request) -> list[str]:
 )
 async def get_cluster(request: Request, cluster: str) -> ClusterData:
     _check_name(cluster, "Cluster")
-    service = _service(request)
-    record = service.metadata.get(f"/admin/clusters/{cluster}")
+    context = _context(request)
+    record = context.metadata.get(f"/admin/clusters/{cluster}")
     if record is None:
         raise not_found("Cluster does not exist")
     data = ClusterData.model_validate(record[0])
-    if cluster == service.config["clusterName"]:
+    if cluster == context.config["clusterName"]:
         # The standalone's own cluster is stored before its ports are bound: its URLs are this broker's.
-        data.serviceUrl = data.serviceUrl or service.config.advertised_web_url
-        data.brokerServiceUrl = data.brokerServiceUrl or service.config.advertised_url
+        data.serviceUrl = data.serviceUrl or context.config.advertised_web_url
+        data.brokerServiceUrl = data.brokerServiceUrl or context.config.advertised_url
     return data
 
 
@@ -355,7 +357,7 @@ async def create_cluster(
     _check_name(cluster, "Cluster")
     _check_cluster_data(data)
     try:
-        await _service(request).create_cluster(cluster, data.model_dump(exclude_none=True))
+        await _context(request).operations.create_cluster(cluster, data.model_dump(exclude_none=True))
     except AlreadyExistsError as error:
         raise conflict("Cluster already exists") from error
     return Response(status_code=200)
@@ -370,11 +372,11 @@ async def create_cluster(
 )
 async def update_cluster(request: Request, cluster: str, data: ClusterData) -> Response:
     _check_name(cluster, "Cluster")
-    service = _service(request)
-    if service.metadata.get(f"/admin/clusters/{cluster}") is None:
+    context = _context(request)
+    if context.metadata.get(f"/admin/clusters/{cluster}") is None:
         raise not_found("Cluster does not exist")
     _check_cluster_data(data)
-    await service.update_cluster(cluster, data.model_dump(exclude_none=True))
+    await context.operations.update_cluster(cluster, data.model_dump(exclude_none=True))
     return Response(status_code=200)
 
 
@@ -387,7 +389,7 @@ async def delete_cluster(request: Request, cluster: str) -> Response:
     name is not checked (an invalid one is just not found), and the broker's own cluster may go too:
     `ensure_defaults` registers it again at the next start, as Pulsar standalone does."""
     try:
-        await _service(request).delete_cluster(cluster)
+        await _context(request).operations.delete_cluster(cluster)
     except NotFoundError as error:
         raise not_found("Cluster does not exist") from error
     return Response(status_code=204)
@@ -398,24 +400,24 @@ async def delete_cluster(request: Request, cluster: str) -> Response:
 
 @router.get("/tenants", tags=["tenants"], response_model=list[str])
 async def get_tenants(request: Request) -> list[str]:
-    return _service(request).metadata.tenants()
+    return _context(request).metadata.tenants()
 
 
 @router.get("/tenants/{tenant}", tags=["tenants"], response_model=TenantInfo, responses=error_responses(404, 412))
 async def get_tenant(request: Request, tenant: str) -> TenantInfo:
     _check_name(tenant, "Tenant")
-    service = _service(request)
-    check_tenant(service, tenant)
-    return TenantInfo.model_validate(service.metadata.tenant_info(tenant))
+    context = _context(request)
+    check_tenant(context, tenant)
+    return TenantInfo.model_validate(context.metadata.tenant_info(tenant))
 
 
 @router.put("/tenants/{tenant}", tags=["tenants"], status_code=204, responses=_NO_CONTENT | error_responses(409, 412))
 async def create_tenant(request: Request, tenant: str, info: Annotated[TenantInfo | None, Body()] = None) -> Response:
-    service = _service(request)
-    _check_allowed_clusters(service, info or TenantInfo())
+    context = _context(request)
+    _check_allowed_clusters(context, info or TenantInfo())
     _check_name(tenant, "Tenant")
     try:
-        await service.create_tenant(tenant, (info or TenantInfo()).stored())
+        await context.operations.create_tenant(tenant, (info or TenantInfo()).stored())
     except AlreadyExistsError as error:
         raise conflict("Tenant already exists") from error
     return Response(status_code=204)
@@ -425,17 +427,17 @@ async def create_tenant(request: Request, tenant: str, info: Annotated[TenantInf
     "/tenants/{tenant}", tags=["tenants"], status_code=204, responses=_NO_CONTENT | error_responses(404, 409, 412)
 )
 async def update_tenant(request: Request, tenant: str, info: TenantInfo) -> Response:
-    service = _service(request)
-    _check_allowed_clusters(service, info)
+    context = _context(request)
+    _check_allowed_clusters(context, info)
     _check_name(tenant, "Tenant")
-    if tenant not in service.metadata.tenants():
+    if tenant not in context.metadata.tenants():
         raise not_found(f"Tenant {tenant} not found")
-    removed = set(service.metadata.tenant_info(tenant).get("allowedClusters", [])) - set(info.allowedClusters or [])
-    for namespace in service.metadata.namespaces(tenant):
-        used = removed & set(service.metadata.namespace_policies(namespace).get("replication_clusters", []))
+    removed = set(context.metadata.tenant_info(tenant).get("allowedClusters", [])) - set(info.allowedClusters or [])
+    for namespace in context.metadata.namespaces(tenant):
+        used = removed & set(context.metadata.namespace_policies(namespace).get("replication_clusters", []))
         if used:
             raise conflict(f"Cluster {sorted(used)[0]} is used by namespace {namespace}")
-    await service.update_tenant(tenant, info.stored())
+    await context.operations.update_tenant(tenant, info.stored())
     return Response(status_code=204)
 
 
@@ -444,11 +446,11 @@ async def update_tenant(request: Request, tenant: str, info: TenantInfo) -> Resp
 )
 async def delete_tenant(request: Request, tenant: str, force: bool = False) -> Response:
     _check_name(tenant, "Tenant")
-    service = _service(request)
-    if tenant not in service.metadata.tenants():
+    context = _context(request)
+    if tenant not in context.metadata.tenants():
         raise not_found("Tenant doesn't exist")
     try:
-        await service.delete_tenant(tenant, force)
+        await context.operations.delete_tenant(tenant, force)
     except NamespaceNotEmptyError as error:
         raise conflict(str(error)) from error
     return Response(status_code=204)
@@ -460,9 +462,9 @@ async def delete_tenant(request: Request, tenant: str, force: bool = False) -> R
 @router.get("/namespaces/{tenant}", tags=["namespaces"], response_model=list[str], responses=error_responses(404, 412))
 async def get_namespaces(request: Request, tenant: str) -> list[str]:
     _check_name(tenant, "Tenant")
-    service = _service(request)
-    check_tenant(service, tenant)
-    return service.metadata.namespaces(tenant)
+    context = _context(request)
+    check_tenant(context, tenant)
+    return context.metadata.namespaces(tenant)
 
 
 @router.put(
@@ -476,12 +478,12 @@ async def create_namespace(
 ) -> Response:
     _check_name(tenant, "Namespace")
     _check_name(namespace, "Namespace")
-    service = _service(request)
-    check_tenant(service, tenant)
+    context = _context(request)
+    check_tenant(context, tenant)
     policies = policies or NamespaceCreation()
     stored: dict[str, Any] = {}
-    clusters = policies.replication_clusters or [service.config["clusterName"]]
-    check_replication_clusters(service, tenant, clusters)
+    clusters = policies.replication_clusters or [context.config["clusterName"]]
+    check_replication_clusters(context, tenant, clusters)
     stored["replication_clusters"] = sorted(set(clusters))
     if policies.message_ttl_in_seconds is not None:
         if policies.message_ttl_in_seconds < 0:
@@ -499,7 +501,7 @@ async def create_namespace(
     if policies.auth_policies is not None:
         stored["auth_policies"] = policies.auth_policies.model_dump()
     try:
-        await service.create_namespace(f"{tenant}/{namespace}", stored)
+        await context.operations.create_namespace(f"{tenant}/{namespace}", stored)
     except AlreadyExistsError as error:
         raise conflict("Namespace already exists") from error
     except NotFoundError as error:  # the tenant was deleted meanwhile
@@ -514,10 +516,10 @@ async def create_namespace(
     responses=_NO_CONTENT | error_responses(404, 409, 412),
 )
 async def delete_namespace(request: Request, tenant: str, namespace: str, force: bool = False) -> Response:
-    service = _service(request)
-    full = check_namespace(service, tenant, namespace)
+    context = _context(request)
+    full = check_namespace(context, tenant, namespace)
     try:
-        await service.delete_namespace(full, force)
+        await context.operations.delete_namespace(full, force)
     except NamespaceNotEmptyError as error:
         raise conflict(str(error)) from error
     return Response(status_code=204)
@@ -531,8 +533,8 @@ async def delete_namespace(request: Request, tenant: str, namespace: str, force:
     responses=error_responses(404, 412),
 )
 async def get_policies(request: Request, tenant: str, namespace: str) -> NamespacePolicies:
-    service = _service(request)
-    stored = service.metadata.namespace_policies(check_namespace(service, tenant, namespace))
+    context = _context(request)
+    stored = context.metadata.namespace_policies(check_namespace(context, tenant, namespace))
     return NamespacePolicies(
         auth_policies=AuthPolicies(**stored.get("auth_policies", {})),
         replication_clusters=stored.get("replication_clusters", []),
@@ -570,23 +572,23 @@ async def get_topics(
     request: Request, tenant: str, namespace: str, mode: Literal["PERSISTENT", "NON_PERSISTENT", "ALL"] = "PERSISTENT"
 ) -> list[str]:
     """The namespace's topics of one domain or both, persistent ones unless asked (Pulsar's default)."""
-    service = _service(request)
+    context = _context(request)
     domains = {"PERSISTENT": ("persistent",), "NON_PERSISTENT": ("non-persistent",), "ALL": TOPIC_DOMAINS}[mode]
-    return service.topics_of_namespace(check_namespace(service, tenant, namespace), domains)
+    return context.registry.topics_of_namespace(check_namespace(context, tenant, namespace), domains)
 
 
 # ------------------------------------------------------------------------- namespace policies
 
 
 def _policy(request: Request, tenant: str, namespace: str, key: str) -> Any:
-    service = _service(request)
-    return service.metadata.namespace_policies(check_namespace(service, tenant, namespace)).get(key)
+    context = _context(request)
+    return context.metadata.namespace_policies(check_namespace(context, tenant, namespace)).get(key)
 
 
 async def _set_policy(request: Request, tenant: str, namespace: str, key: str, value: Any) -> Response:
-    service = _service(request)
+    context = _context(request)
     try:
-        await service.set_namespace_policies(check_namespace(service, tenant, namespace), {key: value})
+        await context.operations.set_namespace_policies(check_namespace(context, tenant, namespace), {key: value})
     except NotFoundError as error:  # deleted meanwhile
         raise not_found("Namespace does not exist") from error
     return Response(status_code=204)
@@ -614,13 +616,13 @@ async def _set_retention(
     _check_name(namespace, "Namespace")
     if retention is not None:
         _check_retention(retention)
-    service = _service(request)
+    context = _context(request)
     full = f"{tenant}/{namespace}"
     value = None if retention is None else retention.model_dump()
     try:
-        if not service.namespace_exists(full):
+        if not context.registry.namespace_exists(full):
             raise NotFoundError(full)
-        await service.set_namespace_policies(full, {"retention_policies": value})
+        await context.operations.set_namespace_policies(full, {"retention_policies": value})
     except NotFoundError as error:  # also when deleted meanwhile
         raise not_found("Namespace policies does not exist") from error
     return Response(status_code=204)
@@ -668,7 +670,7 @@ async def get_message_ttl(request: Request, tenant: str, namespace: str) -> Any:
     responses=_NO_CONTENT | error_responses(404, 412),
 )
 async def set_message_ttl(request: Request, tenant: str, namespace: str, ttl: Annotated[Int32, Body()]) -> Response:
-    check_namespace(_service(request), tenant, namespace)
+    check_namespace(_context(request), tenant, namespace)
     if ttl < 0:
         raise precondition_failed("Invalid value for message TTL, message TTL must >= 0")
     return await _set_policy(request, tenant, namespace, "message_ttl_in_seconds", ttl)
@@ -741,10 +743,12 @@ async def set_replication_clusters(
     """Pulsar answers 200 here (the other namespace policies answer 204); no body is no clusters (412)."""
     _check_name(tenant, "Namespace")
     _check_name(namespace, "Namespace")
-    service = _service(request)
-    chosen = _check_namespace_replication_clusters(service, tenant, namespace, clusters)
+    context = _context(request)
+    chosen = _check_namespace_replication_clusters(context, tenant, namespace, clusters)
     try:
-        await service.set_namespace_policies(f"{tenant}/{namespace}", {"replication_clusters": sorted(chosen)})
+        await context.operations.set_namespace_policies(
+            f"{tenant}/{namespace}", {"replication_clusters": sorted(chosen)}
+        )
     except NotFoundError as error:  # deleted meanwhile
         raise not_found("Namespace does not exist") from error
     return Response(status_code=200)

@@ -3,7 +3,7 @@
 of a topic and of a namespace.
 
 Owns: those routes' checks and answers. Must not touch: state, except through the broker's services
-(BrokerService policies, a topic's TopicCompaction).
+(BrokerContext policies, a topic's TopicCompaction).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from fastapi import APIRouter, Body, Request, Response
 
 from magnetar.admin.clusters import Int64, _policy, _set_policy
 from magnetar.admin.errors import UNSET_POLICY, Responses, conflict, error_responses, precondition_failed, unset_policy
-from magnetar.admin.topics import _existing_namespace_topic, _policy_topic, _service, _topic, _topics
-from magnetar.broker.compactor import CompactionAlreadyRunning, compaction_threshold
+from magnetar.admin.topics import _context, _existing_namespace_topic, _policy_topic, _topic, _topics
+from magnetar.broker.compactor import CompactionAlreadyRunning
 
 __all__ = ["router"]
 
@@ -34,7 +34,7 @@ _TOPIC = "/persistent/{tenant}/{namespace}/{topic}"
 async def trigger_compaction(request: Request, tenant: str, namespace: str, topic: str) -> Response:
     """Start compacting the topic (each partition of a partitioned topic); 409 while one runs."""
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    for loaded in await _topics(_service(request), name):
+    for loaded in await _topics(_context(request), name):
         try:
             loaded.compaction.trigger()
         except CompactionAlreadyRunning as error:
@@ -46,7 +46,7 @@ async def trigger_compaction(request: Request, tenant: str, namespace: str, topi
 async def compaction_status(request: Request, tenant: str, namespace: str, topic: str) -> dict[str, str]:
     """Pulsar's LongRunningProcessStatus of the topic's last compaction since it was loaded."""
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    loaded = await _topic(_service(request), name)
+    loaded = await _topic(_context(request), name)
     return {"status": loaded.compaction.status, "lastError": loaded.compaction.last_error}
 
 
@@ -59,14 +59,14 @@ async def compaction_status(request: Request, tenant: str, namespace: str, topic
 )
 async def get_topic_threshold(request: Request, tenant: str, namespace: str, topic: str, applied: bool = False) -> Any:
     """The topic's own threshold; with `applied`, the one in force (topic, else namespace, else broker)."""
-    service = _service(request)
+    context = _context(request)
     name = _policy_topic(request, tenant, namespace, topic)
     if applied:
-        loaded = await _topics(service, name)
+        loaded = await _topics(context, name)
         if loaded:
-            return compaction_threshold(service, loaded[0])
-        return int(service.config["brokerServiceCompactionThresholdInBytes"])
-    threshold = service.topic_policies(name).get("compactionThreshold")
+            return context.policies.compaction_threshold(loaded[0].name)
+        return int(context.config["brokerServiceCompactionThresholdInBytes"])
+    threshold = context.policies.topic_policies(name).get("compactionThreshold")
     return unset_policy() if threshold is None else threshold
 
 
@@ -81,8 +81,8 @@ async def set_topic_threshold(
 ) -> Response:
     if threshold < 0:
         raise precondition_failed("compactionThreshold must be 0 or more")
-    service = _service(request)
-    await service.set_topic_policies(
+    context = _context(request)
+    await context.operations.set_topic_policies(
         _policy_topic(request, tenant, namespace, topic), {"compactionThreshold": threshold}
     )
     return Response(status_code=204)
@@ -95,8 +95,10 @@ async def set_topic_threshold(
     responses=_NO_CONTENT | error_responses(404, 412),
 )
 async def remove_topic_threshold(request: Request, tenant: str, namespace: str, topic: str) -> Response:
-    service = _service(request)
-    await service.set_topic_policies(_policy_topic(request, tenant, namespace, topic), {"compactionThreshold": None})
+    context = _context(request)
+    await context.operations.set_topic_policies(
+        _policy_topic(request, tenant, namespace, topic), {"compactionThreshold": None}
+    )
     return Response(status_code=204)
 
 

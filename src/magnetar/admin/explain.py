@@ -182,7 +182,7 @@ def _no_dispatcher(subscription: PersistentSubscription, sticky_hash: int) -> di
     return {
         "stickyKeyHash": sticky_hash,
         "subscription": subscription.name,
-        "orderingMode": subscription.topic.service.dispatcher_settings.key_shared_ordering_mode,
+        "orderingMode": subscription.topic.context.dispatcher_settings.key_shared_ordering_mode,
         "keySharedMode": None,
         "flowing": False,
         "reasons": [{"code": "NO_CONSUMERS", "description": REASONS["NO_CONSUMERS"]}],
@@ -213,7 +213,7 @@ async def explain_key(
     raw = _key_bytes(key, base64Encoded)
     wanted = key_hash(raw)
     if dispatcher is None:
-        settings = found.topic.service.dispatcher_settings
+        settings = found.topic.context.dispatcher_settings
         slot = consistent_hashing_slot if settings.use_consistent_hashing else range_slot
         rendered = _no_dispatcher(found, slot(wanted))
     else:

@@ -1,6 +1,6 @@
 """HTTP lookup: Pulsar's `/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}`.
 
-A client whose service URL is `http://host:8080` asks here which broker serves a topic (and reads
+A client whose context URL is `http://host:8080` asks here which broker serves a topic (and reads
 partition metadata from the admin API), then talks the binary protocol to the broker it was given.
 Owns: the lookup answer (this broker: a standalone owns every topic) and when Pulsar refuses one.
 Must not touch: state; a lookup creates nothing.
@@ -19,7 +19,7 @@ from magnetar.broker.config import UnknownListener
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.context import BrokerContext
 
 __all__ = ["LookupData", "router"]
 
@@ -55,30 +55,30 @@ async def lookup_topic(
     The `listenerName` query parameter, else the `X-Pulsar-ListenerName` header (the Java client's),
     picks an advertised listener's broker URLs; a name the broker does not have is a 500, as Pulsar's
     PulsarServerException is."""
-    service: BrokerService = request.app.state.service
+    context: BrokerContext = request.app.state.context
     try:
         name = TopicName.parse(f"{domain}://{tenant}/{namespace}/{topic}")
     except InvalidTopicName as error:
         raise precondition_failed("Topic name is not valid") from error
-    check_namespace(service, tenant, namespace)
+    check_namespace(context, tenant, namespace)
     found = (
-        service.config["allowAutoTopicCreation"]
+        context.config["allowAutoTopicCreation"]
         or (name.domain == "non-persistent" and name.partition_index < 0)
-        or service.topic_exists(name)
-        or service.partitions(name) > 0
-        or 0 <= name.partition_index < service.partitions(name.partitioned_base)
+        or context.registry.topic_exists(name)
+        or context.registry.partitions(name) > 0
+        or 0 <= name.partition_index < context.registry.partitions(name.partitioned_base)
     )
     if not found:
         raise not_found("Topic not found.")
     try:
-        url, url_tls = service.config.lookup_urls(listenerName.strip() or listener_header.strip())
+        url, url_tls = context.config.lookup_urls(listenerName.strip() or listener_header.strip())
     except UnknownListener as error:
         raise RestError(500, str(error)) from error
-    web_url = service.config.advertised_web_url
+    web_url = context.config.advertised_web_url
     return LookupData(
         brokerUrl=url,
         brokerUrlTls=url_tls,
         httpUrl=web_url,
-        httpUrlTls=service.config.advertised_web_url_tls,
+        httpUrlTls=context.config.advertised_web_url_tls,
         nativeUrl=url,
     )

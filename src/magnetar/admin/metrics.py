@@ -15,7 +15,6 @@ so `rate()` over them works as on any Prometheus counter.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +28,7 @@ from magnetar.broker import figures as broker_figures
 from magnetar.storage.write_latency import WRITE_LATENCY_BOUNDS_MS
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.context import BrokerContext
     from magnetar.broker.subscription import PersistentSubscription
     from magnetar.broker.topic import PersistentTopic
 
@@ -104,13 +103,13 @@ def _gauges(names: dict[str, str], labels: list[str]) -> dict[str, GaugeMetricFa
 class BrokerCollector:
     """Builds every family from the broker's state each time the registry collects."""
 
-    def __init__(self, service: BrokerService) -> None:
-        self.service = service
+    def __init__(self, context: BrokerContext) -> None:
+        self.context = context
 
     def collect(self) -> Iterator[Metric]:
-        service = self.service
-        cluster = service.config["clusterName"]
-        now_s = time.time()
+        context = self.context
+        cluster = context.config["clusterName"]
+        now_s = context.clock.time_ms() / 1000
         topic_gauges = _gauges(_TOPIC_GAUGES, _TOPIC)
         latency = {
             name: GaugeMetricFamily(
@@ -140,7 +139,7 @@ class BrokerCollector:
         )
         replication_gauges = _gauges(_REPLICATION_GAUGES, _REPLICATION)
         per_namespace: dict[str, int] = {}
-        for topic in list(service.topics.values()):
+        for topic in list(context.registry.topics.values()):
             namespace = topic.name.namespace_name
             per_namespace[namespace] = per_namespace.get(namespace, 0) + 1
             labels = [cluster, namespace, str(topic.name)]
@@ -181,16 +180,16 @@ class BrokerCollector:
         yield out_bytes
         yield out_messages
         yield from replication_gauges.values()
-        yield from _replicated_subscriptions_families(service, cluster)
+        yield from _replicated_subscriptions_families(context, cluster)
 
 
-def _replicated_subscriptions_families(service: BrokerService, cluster: str) -> Iterator[Metric]:
+def _replicated_subscriptions_families(context: BrokerContext, cluster: str) -> Iterator[Metric]:
     """Pulsar's broker-wide snapshot metrics of replicated subscriptions (PIP-33), summed over the
     controllers of the loaded topics: counts run from when a topic's controller started, so they go down
     when a topic unloads, which Prometheus's rate() reads as a counter reset."""
     pending = timed_out = count = 0
     total_ms = 0.0
-    for topic in list(service.topics.values()):
+    for topic in list(context.registry.topics.values()):
         controller = topic.replicated_subscriptions
         if controller is None:
             continue
@@ -319,7 +318,7 @@ def _registry(request: Request) -> CollectorRegistry:
     registry = getattr(state, "metrics_registry", None)
     if registry is None:
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(BrokerCollector(state.service))
+        registry.register(BrokerCollector(state.context))
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
         state.metrics_registry = registry

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Body, Request, Response
 from magnetar.admin.clusters import check_namespace
 from magnetar.admin.errors import Responses, error_responses, not_found, precondition_failed
 from magnetar.broker.authorization import granted
-from magnetar.broker.service import BrokerService
+from magnetar.broker.context import BrokerContext
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.storage.metadata import NotFoundError
 
@@ -31,24 +31,24 @@ Action = Literal["produce", "consume", "functions", "sources", "sinks", "package
 _NO_CONTENT: Responses = {204: {"description": "Operation successful"}}
 
 
-def _service(request: Request) -> BrokerService:
-    return request.app.state.service
+def _context(request: Request) -> BrokerContext:
+    return request.app.state.context
 
 
-async def _change(service: BrokerService, namespace: str, policies: dict) -> None:
+async def _change(context: BrokerContext, namespace: str, policies: dict) -> None:
     try:
-        await service.set_namespace_policies(namespace, {"auth_policies": policies})
+        await context.operations.set_namespace_policies(namespace, {"auth_policies": policies})
     except NotFoundError as error:  # deleted meanwhile
         raise not_found("Namespace does not exist") from error
-    _close_unauthorized(service, namespace)
+    _close_unauthorized(context, namespace)
 
 
-def _close_unauthorized(service: BrokerService, namespace: str) -> None:
+def _close_unauthorized(context: BrokerContext, namespace: str) -> None:
     """Producers and consumers whose role may no longer use their topic are closed by the broker."""
-    authorization = service.authorization
+    authorization = context.authorization
     if not authorization.enabled:
         return
-    for topic in [t for t in service.topics.values() if t.name.namespace_name == namespace]:
+    for topic in [t for t in context.registry.topics.values() if t.name.namespace_name == namespace]:
         for producer in list(topic.producers.values()):
             if not authorization.can_produce(topic.name, producer.connection.auth.role):
                 log.info("Closing producer %s on %s: its permission was revoked", producer.name, topic.name)
@@ -70,9 +70,9 @@ def _close_unauthorized(service: BrokerService, namespace: str) -> None:
     responses=error_responses(401, 403, 404, 412),
 )
 async def get_namespace_permissions(request: Request, tenant: str, namespace: str) -> dict[str, list[str]]:
-    service = _service(request)
-    full = check_namespace(service, tenant, namespace)
-    return service.authorization.auth_policies(full)["namespace_auth"]
+    context = _context(request)
+    full = check_namespace(context, tenant, namespace)
+    return context.authorization.auth_policies(full)["namespace_auth"]
 
 
 @router.post(
@@ -84,9 +84,9 @@ async def get_namespace_permissions(request: Request, tenant: str, namespace: st
 async def grant_namespace_permission(
     request: Request, tenant: str, namespace: str, role: str, actions: Annotated[list[Action], Body()]
 ) -> Response:
-    service = _service(request)
-    full = check_namespace(service, tenant, namespace)
-    await _change(service, full, granted(service.authorization.auth_policies(full), None, role, list(actions)))
+    context = _context(request)
+    full = check_namespace(context, tenant, namespace)
+    await _change(context, full, granted(context.authorization.auth_policies(full), None, role, list(actions)))
     return Response(status_code=204)
 
 
@@ -97,9 +97,9 @@ async def grant_namespace_permission(
     responses=_NO_CONTENT | error_responses(401, 403, 404, 412),
 )
 async def revoke_namespace_permission(request: Request, tenant: str, namespace: str, role: str) -> Response:
-    service = _service(request)
-    full = check_namespace(service, tenant, namespace)
-    await _change(service, full, granted(service.authorization.auth_policies(full), None, role, None))
+    context = _context(request)
+    full = check_namespace(context, tenant, namespace)
+    await _change(context, full, granted(context.authorization.auth_policies(full), None, role, None))
     return Response(status_code=204)
 
 
@@ -110,9 +110,9 @@ async def revoke_namespace_permission(request: Request, tenant: str, namespace: 
     responses=error_responses(401, 403, 404, 412),
 )
 async def get_subscription_permissions(request: Request, tenant: str, namespace: str) -> dict[str, list[str]]:
-    service = _service(request)
-    full = check_namespace(service, tenant, namespace)
-    return service.authorization.auth_policies(full)["subscription_auth_roles"]
+    context = _context(request)
+    full = check_namespace(context, tenant, namespace)
+    return context.authorization.auth_policies(full)["subscription_auth_roles"]
 
 
 @router.post(
@@ -125,11 +125,11 @@ async def grant_subscription_permission(
     request: Request, tenant: str, namespace: str, subscription: str, roles: Annotated[list[str], Body()]
 ) -> Response:
     """Only these roles may consume from the subscription (with their consume permission)."""
-    service = _service(request)
-    full = check_namespace(service, tenant, namespace)
-    policies = service.authorization.auth_policies(full)
+    context = _context(request)
+    full = check_namespace(context, tenant, namespace)
+    policies = context.authorization.auth_policies(full)
     policies["subscription_auth_roles"][subscription] = sorted(set(roles))
-    await _change(service, full, policies)
+    await _change(context, full, policies)
     return Response(status_code=204)
 
 
@@ -142,30 +142,30 @@ async def grant_subscription_permission(
 async def revoke_subscription_permission(
     request: Request, tenant: str, namespace: str, subscription: str, role: str
 ) -> Response:
-    service = _service(request)
-    full = check_namespace(service, tenant, namespace)
-    policies = service.authorization.auth_policies(full)
+    context = _context(request)
+    full = check_namespace(context, tenant, namespace)
+    policies = context.authorization.auth_policies(full)
     roles = policies["subscription_auth_roles"].get(subscription)
     if not roles or role not in roles:
         raise precondition_failed(f"Role {role} has no permission on subscription {subscription}")
     policies["subscription_auth_roles"][subscription] = [r for r in roles if r != role]
     if not policies["subscription_auth_roles"][subscription]:
         del policies["subscription_auth_roles"][subscription]
-    await _change(service, full, policies)
+    await _change(context, full, policies)
     return Response(status_code=204)
 
 
 # ----------------------------------------------------------------------------------- topics
 
 
-def _topic(service: BrokerService, domain: str, tenant: str, namespace: str, topic: str) -> TopicName:
+def _topic(context: BrokerContext, domain: str, tenant: str, namespace: str, topic: str) -> TopicName:
     if domain not in ("persistent", "non-persistent"):
         raise not_found("Not found")
     try:
         name = TopicName.parse(f"{domain}://{tenant}/{namespace}/{topic}")
     except InvalidTopicName as error:
         raise precondition_failed("Topic name is not valid") from error
-    check_namespace(service, tenant, namespace)
+    check_namespace(context, tenant, namespace)
     return name
 
 
@@ -179,9 +179,9 @@ async def get_topic_permissions(
     request: Request, domain: str, tenant: str, namespace: str, topic: str
 ) -> dict[str, list[str]]:
     """The namespace's grants merged with the topic's own, as Pulsar lists a topic's permissions."""
-    service = _service(request)
-    name = _topic(service, domain, tenant, namespace, topic)
-    policies = service.authorization.auth_policies(name.namespace_name)
+    context = _context(request)
+    name = _topic(context, domain, tenant, namespace, topic)
+    policies = context.authorization.auth_policies(name.namespace_name)
     merged = {role: set(actions) for role, actions in policies["namespace_auth"].items()}
     for role, actions in policies["destination_auth"].get(str(name), {}).items():
         merged.setdefault(role, set()).update(actions)
@@ -203,10 +203,10 @@ async def grant_topic_permission(
     role: str,
     actions: Annotated[list[Action], Body()],
 ) -> Response:
-    service = _service(request)
-    name = _topic(service, domain, tenant, namespace, topic)
-    policies = service.authorization.auth_policies(name.namespace_name)
-    await _change(service, name.namespace_name, granted(policies, str(name), role, list(actions)))
+    context = _context(request)
+    name = _topic(context, domain, tenant, namespace, topic)
+    policies = context.authorization.auth_policies(name.namespace_name)
+    await _change(context, name.namespace_name, granted(policies, str(name), role, list(actions)))
     return Response(status_code=204)
 
 
@@ -219,10 +219,10 @@ async def grant_topic_permission(
 async def revoke_topic_permission(
     request: Request, domain: str, tenant: str, namespace: str, topic: str, role: str
 ) -> Response:
-    service = _service(request)
-    name = _topic(service, domain, tenant, namespace, topic)
-    policies = service.authorization.auth_policies(name.namespace_name)
+    context = _context(request)
+    name = _topic(context, domain, tenant, namespace, topic)
+    policies = context.authorization.auth_policies(name.namespace_name)
     if role not in policies["destination_auth"].get(str(name), {}):
         raise precondition_failed("Permissions are not set at the topic level")
-    await _change(service, name.namespace_name, granted(policies, str(name), role, None))
+    await _change(context, name.namespace_name, granted(policies, str(name), role, None))
     return Response(status_code=204)

@@ -21,10 +21,10 @@ from fastapi import APIRouter, Body, Request, Response
 from magnetar.admin.errors import Responses, RestError, error_responses, not_found
 from magnetar.admin.stats import topic_name
 from magnetar.admin.topics import topic_domain
-from magnetar.broker.service import TopicNotFoundError
+from magnetar.broker.registry import TopicNotFoundError
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.context import BrokerContext
     from magnetar.broker.subscription import PersistentSubscription
     from magnetar.broker.topic_name import TopicName
 
@@ -39,17 +39,17 @@ _PATH = "/replicatedSubscriptionStatus"
 _NO_CONTENT: Responses = {204: {"description": "Done"}}
 
 
-async def _subscriptions(service: BrokerService, name: TopicName, subscription: str) -> list[PersistentSubscription]:
+async def _subscriptions(context: BrokerContext, name: TopicName, subscription: str) -> list[PersistentSubscription]:
     """The subscription on the topic, or on every partition of a partitioned topic: Pulsar asks each
     partition, and one without the subscription fails the whole call (404)."""
-    partitions = service.partitions(name)
+    partitions = context.registry.partitions(name)
     targets = [name.partition(i) for i in range(partitions)] if partitions else [name]
     found = []
     for target in targets:
-        if not service.topic_exists(target):
+        if not context.registry.topic_exists(target):
             raise not_found(f"Topic {target} not found" if not partitions else "Topic or subscription not found")
         try:
-            topic = await service.get_topic(target, create=False)
+            topic = await context.registry.get_topic(target, create=False)
         except TopicNotFoundError as error:
             raise not_found(f"Topic {target} not found") from error
         sub = topic.subscriptions.get(subscription)
@@ -75,13 +75,13 @@ async def set_replicated_subscription_status(
     """Make a subscription replicated, or no longer (on every partition of a partitioned topic)."""
     if topic_domain(request) != "persistent":
         raise RestError(405, "Cannot enable/disable replicated subscriptions on non-persistent topics")
-    service: BrokerService = request.app.state.service
+    context: BrokerContext = request.app.state.context
     name = topic_name(request, tenant, namespace, topic)
-    subscriptions = await _subscriptions(service, name, subName)
+    subscriptions = await _subscriptions(context, name, subName)
     # Pulsar's PersistentSubscription.setReplicated(true) fails when enableReplicatedSubscriptions is off
     # (#21510: it had set the status in memory and said nothing), and so does a reader's non-durable
     # cursor, which has no properties to keep the status in.
-    refused = enabled and not service.config["enableReplicatedSubscriptions"]
+    refused = enabled and not context.config["enableReplicatedSubscriptions"]
     if refused or any(not s.durable for s in subscriptions):
         log.warning(
             "Failed to set replicated subscription status of %s on %s to %s%s",
@@ -104,6 +104,6 @@ async def get_replicated_subscription_status(
     """Whether the subscription is replicated, by topic name (by partition for a partitioned topic)."""
     if topic_domain(request) != "persistent":
         raise RestError(405, "Cannot get replicated subscriptions on non-persistent topics")
-    service: BrokerService = request.app.state.service
+    context: BrokerContext = request.app.state.context
     name = topic_name(request, tenant, namespace, topic)
-    return {str(s.topic.name): s.replicated for s in await _subscriptions(service, name, subName)}
+    return {str(s.topic.name): s.replicated for s in await _subscriptions(context, name, subName)}

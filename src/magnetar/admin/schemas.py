@@ -6,7 +6,7 @@ Owns: answering with Pulsar's JSON shapes (GetSchemaResponse `version`, `type`, 
 LongSchemaVersionResponse) and status codes (404 when there is no schema, 409 for an incompatible
 upload, 422 for a definition its type cannot have). KEY_VALUE definitions travel as Pulsar's admin
 API writes them: `{"key": <definition>, "value": <definition>}`. Must not touch: state, except through
-the broker's schema registry and `BrokerService.set_namespace_policies`.
+the broker's schema registry and `BrokerContext.set_namespace_policies`.
 
 One difference from Pulsar, on purpose: `/compatibility` answers an incompatible schema with
 `{"compatibility": false}` (202), where Pulsar's broker lets the checker's exception become a 500.
@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from magnetar.admin.clusters import check_namespace
 from magnetar.admin.errors import Responses, RestError, error_responses, not_found, precondition_failed
+from magnetar.broker.context import BrokerContext
 from magnetar.broker.schema_compatibility import (
     STRATEGIES,
     IncompatibleSchemaError,
@@ -30,7 +31,6 @@ from magnetar.broker.schema_compatibility import (
     encode_key_value,
 )
 from magnetar.broker.schemas import UPLOADABLE_TYPES, InvalidSchemaDataError
-from magnetar.broker.service import BrokerService
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.storage.metadata import NotFoundError
 from magnetar.storage.schemas import StoredSchema
@@ -50,8 +50,8 @@ PathLong = Annotated[int, Path(ge=0, le=2**63 - 1)]
 _NO_CONTENT: Responses = {204: {"description": "Done"}}
 
 
-def _service(request: Request) -> BrokerService:
-    return request.app.state.service
+def _context(request: Request) -> BrokerContext:
+    return request.app.state.context
 
 
 # ------------------------------------------------------------------------------------- models
@@ -105,7 +105,7 @@ def _topic(request: Request, tenant: str, namespace: str, topic: str) -> TopicNa
         name = TopicName.parse(f"persistent://{tenant}/{namespace}/{topic}")
     except InvalidTopicName as error:
         raise precondition_failed("Topic name is not valid") from error
-    check_namespace(_service(request), tenant, namespace)
+    check_namespace(_context(request), tenant, namespace)
     return name
 
 
@@ -159,7 +159,7 @@ def _schema_data(payload: PostSchemaPayload) -> SchemaData:
 )
 async def get_schema(request: Request, tenant: str, namespace: str, topic: str) -> GetSchemaResponse:
     name = _topic(request, tenant, namespace, topic)
-    schemas = _service(request).schemas
+    schemas = _context(request).schemas
     stored = schemas.latest(name)
     if stored is None:
         # Pulsar's convertToSchemaResponse: the newest version being a deletion marker says so.
@@ -176,7 +176,7 @@ async def get_schema_version(
     request: Request, tenant: str, namespace: str, topic: str, version: PathLong
 ) -> GetSchemaResponse:
     name = _topic(request, tenant, namespace, topic)
-    stored = _service(request).schemas.get(name, version)
+    stored = _context(request).schemas.get(name, version)
     if stored is None:
         raise not_found("Schema not found")
     return _response(stored)
@@ -190,7 +190,7 @@ async def get_schema_version(
 async def get_all_schemas(request: Request, tenant: str, namespace: str, topic: str) -> GetAllVersionsSchemaResponse:
     name = _topic(request, tenant, namespace, topic)
     return GetAllVersionsSchemaResponse(
-        getSchemaResponses=[_response(v) for v in _service(request).schemas.versions(name)]
+        getSchemaResponses=[_response(v) for v in _context(request).schemas.versions(name)]
     )
 
 
@@ -203,7 +203,7 @@ async def delete_schema(
     """A deletion marker (the next version); with `force` every version goes and the next schema is
     version 0 again."""
     name = _topic(request, tenant, namespace, topic)
-    return DeleteSchemaResponse(version=await _service(request).schemas.delete(name, force))
+    return DeleteSchemaResponse(version=await _context(request).schemas.delete(name, force))
 
 
 @router.post(
@@ -218,7 +218,7 @@ async def post_schema(
     """Upload a schema: its version if an identical one exists, else a new version once compatible
     with the topic's (the namespace's strategy, else the broker's)."""
     name = _topic(request, tenant, namespace, topic)
-    schemas = _service(request).schemas
+    schemas = _context(request).schemas
     try:
         version = await schemas.put_if_absent(name, _schema_data(payload), schemas.strategy(name))
     except InvalidSchemaDataError as error:
@@ -238,7 +238,7 @@ async def check_compatibility(
     request: Request, tenant: str, namespace: str, topic: str, payload: PostSchemaPayload
 ) -> IsCompatibilityResponse:
     name = _topic(request, tenant, namespace, topic)
-    schemas = _service(request).schemas
+    schemas = _context(request).schemas
     strategy = schemas.strategy(name)
     try:
         schemas.check(name, _schema_data(payload), strategy)
@@ -260,21 +260,21 @@ async def get_version_by_schema(
 ) -> LongSchemaVersion:
     """The version of an identical schema, -1 for none."""
     name = _topic(request, tenant, namespace, topic)
-    return LongSchemaVersion(version=_service(request).schemas.find_version(name, _schema_data(payload)))
+    return LongSchemaVersion(version=_context(request).schemas.find_version(name, _schema_data(payload)))
 
 
 # ------------------------------------------------------------------------ namespace policies
 
 
 def _policy(request: Request, tenant: str, namespace: str, key: str) -> Any:
-    service = _service(request)
-    return service.metadata.namespace_policies(check_namespace(service, tenant, namespace)).get(key)
+    context = _context(request)
+    return context.metadata.namespace_policies(check_namespace(context, tenant, namespace)).get(key)
 
 
 async def _set_policy(request: Request, tenant: str, namespace: str, key: str, value: Any) -> Response:
-    service = _service(request)
+    context = _context(request)
     try:
-        await service.set_namespace_policies(check_namespace(service, tenant, namespace), {key: value})
+        await context.operations.set_namespace_policies(check_namespace(context, tenant, namespace), {key: value})
     except NotFoundError as error:  # deleted meanwhile
         raise not_found("Namespace does not exist") from error
     return Response(status_code=204)
@@ -307,7 +307,7 @@ async def get_is_allow_auto_update_schema(request: Request, tenant: str, namespa
     """The namespace's setting, else the broker's `isAllowAutoUpdateSchemaEnabled` (what Pulsar 4.0.7
     answers for a namespace that never set it, and what applies)."""
     allowed = _policy(request, tenant, namespace, "is_allow_auto_update_schema")
-    return _service(request).config["isAllowAutoUpdateSchemaEnabled"] if allowed is None else allowed
+    return _context(request).config["isAllowAutoUpdateSchemaEnabled"] if allowed is None else allowed
 
 
 @namespace_router.post(
@@ -325,7 +325,7 @@ async def set_is_allow_auto_update_schema(
 async def get_schema_validation_enforced(request: Request, tenant: str, namespace: str, applied: bool = False) -> bool:
     """The namespace's flag; `applied` adds the broker's isSchemaValidationEnforced, which also applies."""
     enforced = bool(_policy(request, tenant, namespace, "schema_validation_enforced"))
-    return enforced or (applied and bool(_service(request).config["isSchemaValidationEnforced"]))
+    return enforced or (applied and bool(_context(request).config["isSchemaValidationEnforced"]))
 
 
 @namespace_router.post(

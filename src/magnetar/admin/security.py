@@ -22,7 +22,7 @@ from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.authorization import AuthorizationService
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.context import BrokerContext
 
 __all__ = ["Refusal", "SecurityMiddleware", "refusal"]
 
@@ -59,12 +59,12 @@ def refusal(authorization: AuthorizationService, method: str, path: str, role: s
 
 
 class SecurityMiddleware:
-    def __init__(self, app: Any, service: BrokerService) -> None:
+    def __init__(self, app: Any, context: BrokerContext) -> None:
         self.app = app
-        self.service = service
+        self.context = context
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        authentication = self.service.authentication
+        authentication = self.context.authentication
         if scope["type"] != "http" or not authentication.enabled or scope["path"] in _OPEN_PATHS:
             await self.app(scope, receive, send)
             return
@@ -78,8 +78,8 @@ class SecurityMiddleware:
             await _answer_page(send, 401, "Authentication required", scope["path"])
             return
         role = authenticated.role
-        if self.service.authorization.enabled:
-            refused = refusal(self.service.authorization, scope["method"], scope["path"], role)
+        if self.context.authorization.enabled:
+            refused = refusal(self.context.authorization, scope["method"], scope["path"], role)
             if refused is not None:
                 await _answer_json(send, refused.status, {"reason": refused.reason})
                 return

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import time
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
@@ -29,15 +28,15 @@ from magnetar.admin.clusters import check_namespace
 from magnetar.admin.errors import error_responses, not_found, precondition_failed
 from magnetar.admin.topics import topic_domain
 from magnetar.broker import figures
-from magnetar.broker.service import TopicNotFoundError
+from magnetar.broker.registry import TopicNotFoundError
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 from magnetar.core.stats import SubscriptionSummary
 
 if TYPE_CHECKING:
     from magnetar.broker.consumer import ServerConsumer
+    from magnetar.broker.context import BrokerContext
     from magnetar.broker.figures import ConsumerFigures
     from magnetar.broker.producer import ServerProducer
-    from magnetar.broker.service import BrokerService
     from magnetar.broker.subscription import PersistentSubscription
     from magnetar.broker.topic import PersistentTopic
 
@@ -357,7 +356,7 @@ async def topic_stats(
     exclude_consumers: bool = False,
 ) -> dict[str, Any]:
     """TopicStats of one (non-partitioned, or partition) topic."""
-    now_s = time.time()
+    now_s = topic.context.clock.time_ms() / 1000
     publishers = [_publisher_stats(p, now_s) for p in topic.producers.values()]
     subscriptions = {}
     for name, subscription in list(topic.subscriptions.items()):
@@ -591,8 +590,8 @@ def partitioned_stats(partitions: dict[str, dict[str, Any]], count: int, per_par
 # -------------------------------------------------------------------------------------- lookup
 
 
-def _service(request: Request) -> BrokerService:
-    return request.app.state.service
+def _context(request: Request) -> BrokerContext:
+    return request.app.state.context
 
 
 def topic_name(request: Request, tenant: str, namespace: str, topic: str) -> TopicName:
@@ -602,7 +601,7 @@ def topic_name(request: Request, tenant: str, namespace: str, topic: str) -> Top
         name = TopicName.parse(f"{topic_domain(request)}://{tenant}/{namespace}/{topic}")
     except InvalidTopicName as error:
         raise precondition_failed("Topic name is not valid") from error
-    check_namespace(_service(request), tenant, namespace)
+    check_namespace(_context(request), tenant, namespace)
     return name
 
 
@@ -610,7 +609,7 @@ async def find_topic(request: Request, tenant: str, namespace: str, topic: str) 
     """A stored non-partitioned topic or partition, loaded if it is not; 404 otherwise."""
     name = topic_name(request, tenant, namespace, topic)
     try:
-        return await _service(request).get_topic(name, create=False)
+        return await _context(request).registry.get_topic(name, create=False)
     except TopicNotFoundError as error:
         raise not_found(f"Topic {name} not found") from error
 
@@ -627,7 +626,7 @@ async def find_subscription(
 
 async def _partitions(request: Request, tenant: str, namespace: str, topic: str) -> tuple[TopicName, int]:
     name = topic_name(request, tenant, namespace, topic)
-    count = _service(request).partitions(name)
+    count = _context(request).registry.partitions(name)
     if count == 0:
         raise not_found(f"Partitioned Topic {name} not found")
     return name, count
@@ -636,7 +635,7 @@ async def _partitions(request: Request, tenant: str, namespace: str, topic: str)
 async def _loaded_partition(request: Request, name: TopicName) -> PersistentTopic | None:
     """A partition's topic, or None while no one has used it (its stats are all zero)."""
     try:
-        return await _service(request).get_topic(name, create=False)
+        return await _context(request).registry.get_topic(name, create=False)
     except TopicNotFoundError:
         return None
 

@@ -5,7 +5,7 @@ Owns: topics (list, create, delete, unload, last message id), partitioned topics
 metadata, list), subscriptions (list, create, delete, skip, skip all, expire, reset by time or message
 id), peeking and examining messages with Pulsar's `X-Pulsar-*` headers, and the topic-level deduplication
 policy. Operations on a partitioned topic go to each of its partitions, as Pulsar's do.
-Must not touch: state, except through the broker's services (BrokerService, PersistentTopic,
+Must not touch: state, except through the broker's services (BrokerContext, PersistentTopic,
 PersistentSubscription); stats (stats.py).
 """
 
@@ -15,7 +15,6 @@ import base64
 import json
 import logging
 import re
-import time
 import zlib
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -34,7 +33,9 @@ from magnetar.admin.errors import (
     precondition_failed,
     unset_policy,
 )
-from magnetar.broker.service import BrokerService, TopicBusyError, TopicNotFoundError
+from magnetar.broker.context import BrokerContext
+from magnetar.broker.operations import TopicBusyError
+from magnetar.broker.registry import TopicNotFoundError
 from magnetar.broker.subscription import PersistentSubscription
 from magnetar.broker.topic import PersistentTopic, SubscriptionBusyError
 from magnetar.broker.topic_name import PARTITION_SUFFIX, InvalidTopicName, TopicName
@@ -77,8 +78,8 @@ _PEEK_RESPONSE: Responses = {
 }
 
 
-def _service(request: Request) -> BrokerService:
-    return request.app.state.service
+def _context(request: Request) -> BrokerContext:
+    return request.app.state.context
 
 
 # ------------------------------------------------------------------------------------- models
@@ -141,26 +142,30 @@ def _name(request: Request, tenant: str, namespace: str, topic: str) -> TopicNam
 def _existing_namespace_topic(request: Request, tenant: str, namespace: str, topic: str) -> TopicName:
     """The topic's name, in a namespace that exists (412 for a bad name, 404 for a missing namespace)."""
     name = _name(request, tenant, namespace, topic)
-    check_namespace(_service(request), tenant, namespace)
+    check_namespace(_context(request), tenant, namespace)
     return name
 
 
-async def _topic(service: BrokerService, name: TopicName) -> PersistentTopic:
+async def _topic(context: BrokerContext, name: TopicName) -> PersistentTopic:
     """A stored non-partitioned topic (or partition), loaded; 404 when there is none."""
-    if not service.topic_exists(name):
+    if not context.registry.topic_exists(name):
         raise not_found(f"Topic {name} not found")
     try:
-        return await service.get_topic(name, create=False)
+        return await context.registry.get_topic(name, create=False)
     except TopicNotFoundError as error:
         raise not_found(f"Topic {name} not found") from error
 
 
-async def _topics(service: BrokerService, name: TopicName) -> list[PersistentTopic]:
+async def _topics(context: BrokerContext, name: TopicName) -> list[PersistentTopic]:
     """The topic itself, or the stored partitions of a partitioned topic (404 when there is nothing)."""
-    partitions = service.partitions(name)
+    partitions = context.registry.partitions(name)
     if partitions == 0:
-        return [await _topic(service, name)]
-    return [await _topic(service, p) for p in (name.partition(i) for i in range(partitions)) if service.topic_exists(p)]
+        return [await _topic(context, name)]
+    return [
+        await _topic(context, p)
+        for p in (name.partition(i) for i in range(partitions))
+        if context.registry.topic_exists(p)
+    ]
 
 
 def _subscription(topic: PersistentTopic, subscription: str) -> PersistentSubscription:
@@ -170,23 +175,23 @@ def _subscription(topic: PersistentTopic, subscription: str) -> PersistentSubscr
     return found
 
 
-async def _subscriptions(service: BrokerService, name: TopicName, subscription: str) -> list[PersistentSubscription]:
+async def _subscriptions(context: BrokerContext, name: TopicName, subscription: str) -> list[PersistentSubscription]:
     """The subscription on the topic, or on each partition of a partitioned topic that has it."""
-    found = [t.subscriptions[subscription] for t in await _topics(service, name) if subscription in t.subscriptions]
+    found = [t.subscriptions[subscription] for t in await _topics(context, name) if subscription in t.subscriptions]
     if not found:
         raise not_found(f"Subscription {subscription} not found for topic {name}")
     return found
 
 
-def _not_partitioned(service: BrokerService, name: TopicName, reason: str) -> None:
-    if service.partitions(name) > 0:
+def _not_partitioned(context: BrokerContext, name: TopicName, reason: str) -> None:
+    if context.registry.partitions(name) > 0:
         raise RestError(405, reason)
 
 
-def _check_partitions(service: BrokerService, partitions: int) -> None:
+def _check_partitions(context: BrokerContext, partitions: int) -> None:
     if partitions <= 0:
         raise RestError(406, "Number of partitions should be more than 0")
-    most = int(service.config["maxNumPartitionsPerPartitionedTopic"])
+    most = int(context.config["maxNumPartitionsPerPartitionedTopic"])
     if 0 < most < partitions:
         raise RestError(406, f"Number of partitions should be less than or equal to {most}")
 
@@ -196,38 +201,38 @@ def _check_partitions(service: BrokerService, partitions: int) -> None:
 
 @router.get("/{tenant}/{namespace}", response_model=list[str], responses=error_responses(404, 412))
 async def get_list(request: Request, tenant: str, namespace: str) -> list[str]:
-    service = _service(request)
-    return service.topics_of_namespace(check_namespace(service, tenant, namespace), (topic_domain(request),))
+    context = _context(request)
+    return context.registry.topics_of_namespace(check_namespace(context, tenant, namespace), (topic_domain(request),))
 
 
 @router.get("/{tenant}/{namespace}/partitioned", response_model=list[str], responses=error_responses(404, 412))
 async def get_partitioned_topic_list(request: Request, tenant: str, namespace: str) -> list[str]:
-    service = _service(request)
+    context = _context(request)
     prefix = f"{topic_domain(request)}://"
-    topics = service.metadata.partitioned_topics(check_namespace(service, tenant, namespace))
+    topics = context.metadata.partitioned_topics(check_namespace(context, tenant, namespace))
     return sorted(topic for topic in topics if topic.startswith(prefix))
 
 
 @router.put("/{tenant}/{namespace}/{topic}", status_code=204, responses=_NO_CONTENT | error_responses(404, 409, 412))
 async def create_non_partitioned_topic(request: Request, tenant: str, namespace: str, topic: str) -> Response:
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    if service.partitions(name) > 0 or service.topic_exists(name):
+    if context.registry.partitions(name) > 0 or context.registry.topic_exists(name):
         raise conflict("This topic already exists")
-    if name.partition_index >= 0 and service.partitions(name.partitioned_base) == 0:
+    if name.partition_index >= 0 and context.registry.partitions(name.partitioned_base) == 0:
         raise precondition_failed(f"{name} ends in {PARTITION_SUFFIX}N but {name.partitioned_base} is not partitioned")
-    await service.create_topic(name)
+    await context.operations.create_topic(name)
     return Response(status_code=204)
 
 
 @router.delete("/{tenant}/{namespace}/{topic}", status_code=204, responses=_NO_CONTENT | error_responses(404, 412))
 async def delete_topic(request: Request, tenant: str, namespace: str, topic: str, force: bool = False) -> Response:
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    if not service.topic_exists(name):
+    if not context.registry.topic_exists(name):
         raise not_found(f"Topic {name} not found")
     try:
-        await service.delete_topic(name, force)
+        await context.operations.delete_topic(name, force)
     except TopicBusyError as error:
         raise precondition_failed(str(error)) from error
     return Response(status_code=204)
@@ -235,10 +240,10 @@ async def delete_topic(request: Request, tenant: str, namespace: str, topic: str
 
 @router.put("/{tenant}/{namespace}/{topic}/unload", status_code=204, responses=_NO_CONTENT | error_responses(404, 412))
 async def unload_topic(request: Request, tenant: str, namespace: str, topic: str) -> Response:
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    for loaded in await _topics(service, name):
-        await service.unload_topic(loaded.name)
+    for loaded in await _topics(context, name):
+        await context.operations.unload_topic(loaded.name)
     return Response(status_code=204)
 
 
@@ -246,9 +251,9 @@ async def unload_topic(request: Request, tenant: str, namespace: str, topic: str
     "/{tenant}/{namespace}/{topic}/lastMessageId", response_model=MessageIdData, responses=error_responses(404, 412)
 )
 async def get_last_message_id(request: Request, tenant: str, namespace: str, topic: str) -> MessageIdData:
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    last = (await _topic(service, name)).last_message_id()
+    last = (await _topic(context, name)).last_message_id()
     return MessageIdData(ledgerId=last[0], entryId=last[1], partitionIndex=name.partition_index)
 
 
@@ -268,21 +273,21 @@ async def create_partitioned_topic(
     metadata: Annotated[Int32 | PartitionedTopicCreation, Body()],
 ) -> Response:
     """The body is the number of partitions, or Pulsar's PartitionedTopicMetadata."""
-    service = _service(request)
+    context = _context(request)
     name = _name(request, tenant, namespace, topic)
     if PARTITION_SUFFIX in topic:
         raise precondition_failed("Partitioned Topic Name should not contain '-partition-'")
     partitions = metadata if isinstance(metadata, int) else metadata.partitions
     if isinstance(metadata, PartitionedTopicCreation) and metadata.properties:
         raise precondition_failed("Topic properties are not supported by magnetar")
-    _check_partitions(service, partitions)
-    check_namespace(service, tenant, namespace)
-    if service.partitions(name) > 0:
+    _check_partitions(context, partitions)
+    check_namespace(context, tenant, namespace)
+    if context.registry.partitions(name) > 0:
         raise conflict("Partitioned topic already exists")
-    if service.topic_exists(name):
+    if context.registry.topic_exists(name):
         raise conflict("This topic already exists")
     try:
-        await service.create_partitioned_topic(name, partitions)
+        await context.operations.create_partitioned_topic(name, partitions)
     except AlreadyExistsError as error:  # created meanwhile
         raise conflict("Partitioned topic already exists") from error
     return Response(status_code=204)
@@ -300,21 +305,21 @@ async def update_partitioned_topic(
     topic is not a partitioned one (whether or not its namespace exists), 422 for fewer partitions than it
     has (0 and negative numbers included) or more than maxNumPartitionsPerPartitionedTopic. The number it
     has already answers 204: nothing changes here, and the other clusters get it again."""
-    service = _service(request)
+    context = _context(request)
     name = _name(request, tenant, namespace, topic)
     if name.partition_index >= 0:
         raise precondition_failed("Partitioned Topic Name should not contain '-partition-'")
-    current = service.partitions(name)
+    current = context.registry.partitions(name)
     if current <= 0:
         raise conflict(f"Topic {name} is not the partitioned topic.")
     if partitions < current:
         raise RestError(422, f"Desired partitions {partitions} can't be less than the current partitions {current}.")
-    most = int(service.config["maxNumPartitionsPerPartitionedTopic"])
+    most = int(context.config["maxNumPartitionsPerPartitionedTopic"])
     if 0 < most < partitions:
         raise RestError(
             422, f"Desired partitions {partitions} can't be greater than the maximum partitions per topic {most}."
         )
-    await service.update_partitioned_topic(name, partitions)
+    await context.operations.update_partitioned_topic(name, partitions)
     return Response(status_code=204)
 
 
@@ -324,12 +329,12 @@ async def update_partitioned_topic(
 async def delete_partitioned_topic(
     request: Request, tenant: str, namespace: str, topic: str, force: bool = False
 ) -> Response:
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    if service.partitions(name) == 0:
+    if context.registry.partitions(name) == 0:
         raise not_found(f"Partitioned Topic {name} not found")
     try:
-        await service.delete_partitioned_topic(name, force)
+        await context.operations.delete_partitioned_topic(name, force)
     except TopicBusyError as error:
         raise precondition_failed(str(error)) from error
     return Response(status_code=204)
@@ -346,12 +351,12 @@ async def get_partitioned_metadata(
     """With `checkAllowAutoCreation` (the HTTP lookup of the Go and Java clients asks it), a topic that
     does not exist yet is answered as the binary protocol's PARTITIONED_METADATA answers it when
     auto-creation is on: 0 partitions, or a partitioned topic created now if that is the type created."""
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    if checkAllowAutoCreation and service.config["allowAutoTopicCreation"]:
-        return PartitionedTopicMetadata(partitions=await service.partitions_for_lookup(name))
-    partitions = service.partitions(name)
-    if partitions == 0 and not service.topic_exists(name):
+    if checkAllowAutoCreation and context.config["allowAutoTopicCreation"]:
+        return PartitionedTopicMetadata(partitions=await context.lookup.partitions(name))
+    partitions = context.registry.partitions(name)
+    if partitions == 0 and not context.registry.topic_exists(name):
         raise not_found(f"Topic {name} not found")
     return PartitionedTopicMetadata(partitions=partitions)
 
@@ -363,9 +368,9 @@ async def get_partitioned_metadata(
     "/{tenant}/{namespace}/{topic}/subscriptions", response_model=list[str], responses=error_responses(404, 412)
 )
 async def get_subscriptions(request: Request, tenant: str, namespace: str, topic: str) -> list[str]:
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    return sorted({s for t in await _topics(service, name) for s in t.subscriptions})
+    return sorted({s for t in await _topics(context, name) for s in t.subscriptions})
 
 
 @router.put(
@@ -386,20 +391,20 @@ async def create_subscription(
     topic; 409 only when it exists everywhere already. `replicated=true` makes it a replicated
     subscription (PIP-33) on each partition, unless enableReplicatedSubscriptions is off: then, as for a
     consumer's flag (Pulsar #9523), a warning and a subscription that is not replicated."""
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    if replicated and not service.config["enableReplicatedSubscriptions"]:
+    if replicated and not context.config["enableReplicatedSubscriptions"]:
         log.warning(
             "[%s][%s] replicated=true while enableReplicatedSubscriptions is false: not replicated", name, subName
         )
         replicated = False
     start = LATEST if message_id is None else Position(message_id.ledgerId, message_id.entryId)
-    partitions = service.partitions(name)
+    partitions = context.registry.partitions(name)
     targets = [name.partition(i) for i in range(partitions)] if partitions else [name]
     created = 0
     for target in targets:
         try:
-            loaded = await service.get_topic(target, create=True, explicit=partitions > 0)
+            loaded = await context.registry.get_topic(target, create=True, explicit=partitions > 0)
         except TopicNotFoundError as error:
             raise precondition_failed("Topic does not exist and cannot be auto-created") from error
         if subName in loaded.subscriptions:
@@ -421,9 +426,9 @@ async def create_subscription(
 async def delete_subscription(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, force: bool = False
 ) -> Response:
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    subscriptions = await _subscriptions(service, name, subName)
+    subscriptions = await _subscriptions(context, name, subName)
     if not force and any(s.consumers for s in subscriptions):
         raise precondition_failed("Subscription has active connected consumers")
     for subscription in subscriptions:
@@ -440,17 +445,17 @@ async def delete_subscription(
     responses=_NO_CONTENT | error_responses(404, 412),
 )
 async def skip_all_messages(request: Request, tenant: str, namespace: str, topic: str, subName: str) -> Response:
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
     cluster = cursor_cluster(subName)
     if cluster is not None:
         # A replicator's cursor: clearing it drops what was not replicated yet (Pulsar's clearBacklog).
         # Every partition's replicator is cleared (a list, not a generator any() would stop early on).
-        cleared = [t.clear_replication_backlog(cluster) for t in await _topics(service, name)]
+        cleared = [t.clear_replication_backlog(cluster) for t in await _topics(context, name)]
         if not any(cleared):
             raise not_found(f"Subscription {subName} not found for topic {name}")  # Pulsar 4.0.7's words
         return Response(status_code=204)
-    for subscription in await _subscriptions(service, name, subName):
+    for subscription in await _subscriptions(context, name, subName):
         subscription.skip_all()
     return Response(status_code=204)
 
@@ -463,10 +468,10 @@ async def skip_all_messages(request: Request, tenant: str, namespace: str, topic
 async def skip_messages(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, numMessages: PathCount
 ) -> Response:
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    _not_partitioned(service, name, "Skip messages on a partitioned topic is not allowed")
-    _subscription(await _topic(service, name), subName).skip_messages(numMessages)
+    _not_partitioned(context, name, "Skip messages on a partitioned topic is not allowed")
+    _subscription(await _topic(context, name), subName).skip_messages(numMessages)
     return Response(status_code=204)
 
 
@@ -478,10 +483,10 @@ async def skip_messages(
 async def expire_messages(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, expireTimeInSeconds: PathInt32
 ) -> Response:
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    now_ms = int(time.time() * 1000)
-    for subscription in await _subscriptions(service, name, subName):
+    now_ms = context.clock.time_ms()
+    for subscription in await _subscriptions(context, name, subName):
         await subscription.topic.expire_messages_of(subscription, expireTimeInSeconds, now_ms)
     return Response(status_code=204)
 
@@ -494,10 +499,10 @@ async def expire_messages(
 async def expire_messages_for_all_subscriptions(
     request: Request, tenant: str, namespace: str, topic: str, expireTimeInSeconds: PathInt32
 ) -> Response:
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    now_ms = int(time.time() * 1000)
-    for loaded in await _topics(service, name):
+    now_ms = context.clock.time_ms()
+    for loaded in await _topics(context, name):
         for subscription in list(loaded.subscriptions.values()):
             await loaded.expire_messages_of(subscription, expireTimeInSeconds, now_ms)
     return Response(status_code=204)
@@ -512,9 +517,9 @@ async def reset_cursor_to_time(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, timestamp: PathLong
 ) -> Response:
     """Reset to the first message published at or after `timestamp` (epoch ms), closing the consumers."""
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    for subscription in await _subscriptions(service, name, subName):
+    for subscription in await _subscriptions(context, name, subName):
         position = await subscription.topic.first_published_at_or_after(timestamp)
         await subscription.reset_cursor(position)
     return Response(status_code=204)
@@ -530,10 +535,10 @@ async def reset_cursor_to_message_id(
 ) -> Response:
     """Reset to the message id (after it with isExcluded). Batch indexes are not kept: the cursor
     moves to the whole entry."""
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    _not_partitioned(service, name, "Reset-cursor at position is not allowed for partitioned-topic")
-    loaded = await _topic(service, name)
+    _not_partitioned(context, name, "Reset-cursor at position is not allowed for partitioned-topic")
+    loaded = await _topic(context, name)
     subscription = _subscription(loaded, subName)
     entry_id = message_id.entryId
     if message_id.isExcluded and entry_id < _LONG_MAX:
@@ -554,10 +559,10 @@ async def peek_nth_message(
     request: Request, tenant: str, namespace: str, topic: str, subName: str, messagePosition: PathInt32
 ) -> Response:
     """The n-th unacknowledged message (from 1) after the subscription's mark-delete position."""
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    _not_partitioned(service, name, "Peek messages on a partitioned topic is not allowed")
-    loaded = await _topic(service, name)
+    _not_partitioned(context, name, "Peek messages on a partitioned topic is not allowed")
+    loaded = await _topic(context, name)
     subscription = _subscription(loaded, subName)
     if messagePosition < 1:
         raise precondition_failed("Message position should be at least 1")
@@ -578,15 +583,15 @@ async def examine_message(
     messagePosition: Annotated[int, Query(ge=_LONG_MIN, le=_LONG_MAX)] = 1,
 ) -> Response:
     """The n-th stored message counted from the first (earliest) or back from the last (latest)."""
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
     _not_partitioned(
-        service,
+        context,
         name,
         "Examine messages on a partitioned topic is not allowed, please try examine message on specific topic "
         "partition",
     )
-    loaded = await _topic(service, name)
+    loaded = await _topic(context, name)
     position = loaded.nth_entry_position(max(messagePosition, 1), from_latest=initialPosition == "latest")
     return await _message_response(loaded, position)
 
@@ -688,11 +693,11 @@ def _b64(value: bytes) -> str:
 async def get_deduplication(request: Request, tenant: str, namespace: str, topic: str, applied: bool = False) -> Any:
     """The topic's own policy; with `applied`, the one in force (topic, else namespace, else broker), as
     Pulsar's `topicPolicies().getDeduplicationStatus(topic, true)` asks."""
-    service = _service(request)
+    context = _context(request)
     name = _policy_topic(request, tenant, namespace, topic)
     if applied:
-        return service.deduplication_enabled(name)
-    enabled = service.topic_policies(name).get("deduplicationEnabled")
+        return context.policies.deduplication_enabled(name)
+    enabled = context.policies.topic_policies(name).get("deduplicationEnabled")
     return unset_policy() if enabled is None else enabled
 
 
@@ -704,9 +709,9 @@ async def get_deduplication(request: Request, tenant: str, namespace: str, topic
 async def set_deduplication(
     request: Request, tenant: str, namespace: str, topic: str, enabled: Annotated[bool, Body(strict=True)]
 ) -> Response:
-    service = _service(request)
+    context = _context(request)
     name = _policy_topic(request, tenant, namespace, topic)
-    await service.set_topic_policies(name, {"deduplicationEnabled": enabled})
+    await context.operations.set_topic_policies(name, {"deduplicationEnabled": enabled})
     return Response(status_code=204)
 
 
@@ -716,8 +721,10 @@ async def set_deduplication(
     responses=_NO_CONTENT | error_responses(404, 412),
 )
 async def remove_deduplication(request: Request, tenant: str, namespace: str, topic: str) -> Response:
-    service = _service(request)
-    await service.set_topic_policies(_policy_topic(request, tenant, namespace, topic), {"deduplicationEnabled": None})
+    context = _context(request)
+    await context.operations.set_topic_policies(
+        _policy_topic(request, tenant, namespace, topic), {"deduplicationEnabled": None}
+    )
     return Response(status_code=204)
 
 
@@ -731,11 +738,11 @@ async def get_replication_clusters(
     request: Request, tenant: str, namespace: str, topic: str, applied: bool = False
 ) -> Any:
     """The topic's own replication clusters; with `applied`, the ones in force (topic, else namespace)."""
-    service = _service(request)
+    context = _context(request)
     name = _policy_topic(request, tenant, namespace, topic)
     if applied:
-        return service.replication_clusters(name)
-    clusters = service.topic_policies(name).get("replicationClusters")
+        return context.policies.replication_clusters(name)
+    clusters = context.policies.topic_policies(name).get("replicationClusters")
     return unset_policy() if clusters is None else clusters
 
 
@@ -747,13 +754,13 @@ async def get_replication_clusters(
 async def set_replication_clusters(
     request: Request, tenant: str, namespace: str, topic: str, clusters: Annotated[list[str], Body()]
 ) -> Response:
-    service = _service(request)
+    context = _context(request)
     name = _policy_topic(request, tenant, namespace, topic)
-    check_replication_clusters(service, tenant, clusters)
-    if service.config["clusterName"] not in clusters:
+    check_replication_clusters(context, tenant, clusters)
+    if context.config["clusterName"] not in clusters:
         # Pulsar 4.0.7: a topic policy cannot stop the topic being in the cluster that holds it.
         raise precondition_failed("Can not remove local cluster from the local topic-level replication clusters policy")
-    await service.set_topic_policies(name, {"replicationClusters": sorted(set(clusters))})
+    await context.operations.set_topic_policies(name, {"replicationClusters": sorted(set(clusters))})
     return Response(status_code=204)
 
 
@@ -761,16 +768,18 @@ async def set_replication_clusters(
     "/{tenant}/{namespace}/{topic}/replication", status_code=204, responses=_NO_CONTENT | error_responses(404, 412)
 )
 async def remove_replication_clusters(request: Request, tenant: str, namespace: str, topic: str) -> Response:
-    service = _service(request)
-    await service.set_topic_policies(_policy_topic(request, tenant, namespace, topic), {"replicationClusters": None})
+    context = _context(request)
+    await context.operations.set_topic_policies(
+        _policy_topic(request, tenant, namespace, topic), {"replicationClusters": None}
+    )
     return Response(status_code=204)
 
 
 def _policy_topic(request: Request, tenant: str, namespace: str, topic: str) -> TopicName:
     """The topic whose policies these are: a stored topic or a partitioned topic. A partition's policies
     are its partitioned topic's, as in Pulsar."""
-    service = _service(request)
+    context = _context(request)
     name = _existing_namespace_topic(request, tenant, namespace, topic)
-    if not (service.partitions(name) or service.topic_exists(name)):
+    if not (context.registry.partitions(name) or context.registry.topic_exists(name)):
         raise not_found(f"Topic {name} not found")
     return name.partitioned_base

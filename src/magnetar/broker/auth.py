@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,9 +220,6 @@ class AuthenticationService:
         raise AuthenticationError("Authentication required")
 
 
-def expired(authenticated: Authenticated | None, now: float | None = None) -> bool:
-    return (
-        authenticated is not None
-        and authenticated.expires_at is not None
-        and (time.time() if now is None else now) >= authenticated.expires_at
-    )
+def expired(authenticated: Authenticated | None, now: float) -> bool:
+    """Whether the credentials ran out at `now` (epoch seconds)."""
+    return authenticated is not None and authenticated.expires_at is not None and now >= authenticated.expires_at

@@ -15,6 +15,7 @@ from magnetar.broker.config import BrokerConfig
 
 if TYPE_CHECKING:
     from magnetar.broker.topic_name import TopicName
+    from magnetar.storage.metadata import MetadataStore
 
 __all__ = ["ACTIONS", "AuthorizationError", "AuthorizationService", "granted"]
 
@@ -29,10 +30,10 @@ class AuthorizationError(Exception):
 
 
 class AuthorizationService:
-    def __init__(self, config: BrokerConfig, metadata: Any) -> None:
+    def __init__(self, config: BrokerConfig, metadata: MetadataStore) -> None:
         self.enabled = bool(config["authorizationEnabled"])
         self.super_users = {r.strip() for r in str(config["superUserRoles"]).split(",") if r.strip()}
-        self._metadata = metadata  # a callable returning the storage's MetadataStore
+        self._metadata = metadata
 
     # ------------------------------------------------------------------------------ roles
 
@@ -44,11 +45,11 @@ class AuthorizationService:
             return False
         if self.is_super_user(role):
             return True
-        record = self._metadata().get(f"/admin/policies/{tenant}")
+        record = self._metadata.get(f"/admin/policies/{tenant}")
         return record is not None and role in (record[0].get("adminRoles") or [])
 
     def auth_policies(self, namespace: str) -> dict[str, Any]:
-        record = self._metadata().get(f"/admin/policies/{namespace}")
+        record = self._metadata.get(f"/admin/policies/{namespace}")
         policies = {} if record is None else record[0].get("auth_policies") or {}
         return {
             "namespace_auth": dict(policies.get("namespace_auth", {})),

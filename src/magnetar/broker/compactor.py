@@ -2,8 +2,7 @@
 compacted reads of consumers and readers that ask for them (`read_compacted`).
 
 Owns: one `TopicCompaction` per loaded topic (the horizon, the status Pulsar's admin API reports, the
-task of a compaction in progress) and the `CompactionMonitor` that compacts topics past their
-threshold. Must not touch: which messages survive (broker/compaction.py, pure), SQL
+task of a compaction in progress) and whether a topic is past its compaction threshold. Must not touch: which messages survive (broker/compaction.py, pure), SQL
 (storage/compaction.py), dispatch (the subscription hands what `read_entries` gives to its dispatcher
 as it would a ledger read).
 
@@ -31,16 +30,13 @@ from magnetar.storage.compaction import read_compacted, read_horizon, read_last_
 from magnetar.storage.sqlite_engine import Entry, new_entry
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
     from magnetar.broker.topic import PersistentTopic
     from magnetar.storage import ManagedCursor
 
 __all__ = [
     "COMPACTION_SUBSCRIPTION",
     "CompactionAlreadyRunning",
-    "CompactionMonitor",
     "TopicCompaction",
-    "compaction_threshold",
 ]
 
 log = logging.getLogger(__name__)
@@ -56,18 +52,6 @@ NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
 
 class CompactionAlreadyRunning(Exception):
     """A compaction was asked for while one runs (Pulsar's AlreadyRunningException, 409 on the admin API)."""
-
-
-def compaction_threshold(service: BrokerService, topic: PersistentTopic) -> int:
-    """The compactionThreshold in force: the topic's policy, else its namespace's, else
-    brokerServiceCompactionThresholdInBytes (PersistentTopic.checkCompaction)."""
-    threshold = service.topic_policies(topic.name).get("compactionThreshold")
-    if threshold is None:
-        record = service.metadata.get(f"/admin/policies/{topic.name.namespace_name}")
-        threshold = None if record is None else record[0].get("compaction_threshold")
-    if threshold is None:
-        threshold = service.config["brokerServiceCompactionThresholdInBytes"]
-    return int(threshold)
 
 
 class TopicCompaction:
@@ -109,6 +93,21 @@ class TopicCompaction:
         self.last_error = ""
         self._task = asyncio.get_running_loop().create_task(self._run())
 
+    def check(self, threshold: int) -> None:
+        """Compact if the compaction has not read more than `threshold` bytes (PersistentTopic.checkCompaction):
+        the backlog of the `__compaction` subscription, or the topic's size before any compaction. 0 is off."""
+        topic = self.topic
+        if threshold <= 0 or self.running:
+            return
+        subscription = topic.subscriptions.get(COMPACTION_SUBSCRIPTION)
+        if subscription is None:
+            backlog = topic.ledger.total_size
+        else:
+            backlog = _backlog_size(topic, subscription.cursor.mark_delete_position)
+        if backlog > threshold:
+            log.info("[%s] Compaction backlog of %d bytes passed the threshold of %d", topic.name, backlog, threshold)
+            self.trigger()
+
     async def wait(self) -> None:
         """Until the compaction in progress, if any, has finished."""
         if self._task is not None:
@@ -142,7 +141,7 @@ class TopicCompaction:
         if horizon[1] < 0 or (previous is not None and horizon <= previous):
             log.info("[%s] Nothing to compact after %s", topic.name, previous)
             return
-        retain_null_key = bool(topic.service.config["topicCompactionRetainNullKey"])
+        retain_null_key = bool(topic.context.config["topicCompactionRetainNullKey"])
         log.info("[%s] Commencing phase one of compaction, reading to %s", topic.name, horizon)
         latest: dict[str, tuple[Position, int]] = {}
         async for entries in self._input(previous, horizon):
@@ -151,7 +150,7 @@ class TopicCompaction:
         view: list[Entry] = []
         async for entries in self._input(previous, horizon):
             view += await asyncio.to_thread(_phase_two, entries, latest, retain_null_key)
-        await replace_compacted(self._factory, ledger.topic_id, horizon, view, topic.service.now_ms())
+        await replace_compacted(self._factory, ledger.topic_id, horizon, view, topic.context.clock.time_ms())
         self.horizon = horizon
         self._horizon_known = True
         subscription.skip_to(horizon)
@@ -262,46 +261,6 @@ def _last_kept_index(entry: Entry) -> int:
         if index not in compacted_out:
             return index
     return entry.message_count - 1
-
-
-class CompactionMonitor:
-    """Every brokerServiceCompactionMonitorIntervalInSeconds, compacts each loaded topic whose
-    compaction has not read more than its threshold (PersistentTopic.checkCompaction): the backlog of
-    its `__compaction` subscription, or the topic's size before any compaction."""
-
-    def __init__(self, service: BrokerService) -> None:
-        self.service = service
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-
-    async def _run(self) -> None:
-        interval = float(self.service.config["brokerServiceCompactionMonitorIntervalInSeconds"])
-        while True:
-            await asyncio.sleep(interval)
-            for topic in list(self.service.topics.values()):
-                try:
-                    self.check(topic)
-                except Exception:
-                    log.exception("[%s] Compaction check failed", topic.name)
-
-    def check(self, topic: PersistentTopic) -> None:
-        threshold = compaction_threshold(self.service, topic)
-        if threshold <= 0 or topic.compaction.running:
-            return
-        subscription = topic.subscriptions.get(COMPACTION_SUBSCRIPTION)
-        if subscription is None:
-            backlog = topic.ledger.total_size
-        else:
-            backlog = _backlog_size(topic, subscription.cursor.mark_delete_position)
-        if backlog > threshold:
-            log.info("[%s] Compaction backlog of %d bytes passed the threshold of %d", topic.name, backlog, threshold)
-            topic.compaction.trigger()
 
 
 def _backlog_size(topic: PersistentTopic, mark_delete: Position) -> int:

@@ -336,10 +336,18 @@ def _all_defaults() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class BrokerConfig:
-    values: Mapping[str, Any]
+    """The settings a broker runs with. One object per broker, shared by every part that reads it; only
+    the ports really bound change after start (`advertise`)."""
+
+    values: dict[str, Any]
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
+
+    def advertise(self, ports: Mapping[str, int | str]) -> None:
+        """Write the ports really bound (a setting of 0 picks a free one) into the URLs lookups answer with."""
+        self.values.update(ports)
+        self.__dict__.pop("_listeners", None)
 
     def dispatcher_settings(self) -> DispatcherSettings:
         return DispatcherSettings.from_pulsar(

@@ -13,17 +13,44 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
 
-from magnetar.broker.auth import Authenticated, AuthenticationError, expired
+from magnetar.broker.auth import Authenticated, AuthenticationError, AuthenticationService, expired
 from magnetar.protocol import commands
 from magnetar.protocol.framing import encode_frame
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand
 
 if TYPE_CHECKING:
-    from magnetar.broker.connection import ServerConnection
+    import ssl
 
-__all__ = ["ConnectionAuthentication"]
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.clock import Clock
+    from magnetar.protocol.connection import ServerProtocol
+
+__all__ = ["SERVER_VERSION", "AuthenticatedConnection", "ConnectionAuthentication"]
+
+# What CONNECTED and an auth challenge name as the server's version.
+SERVER_VERSION = "magnetar-0.1.0"
+
+
+class AuthenticatedConnection(Protocol):
+    """What authentication reaches of its connection (connection.ServerConnection)."""
+
+    remote_address: str
+    close_reason: str | None
+    ssl_object: ssl.SSLObject | None
+    protocol: ServerProtocol
+
+    @property
+    def closed(self) -> bool: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def abort(self) -> None: ...
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]: ...
+
 
 log = logging.getLogger("magnetar.broker.connection")
 
@@ -44,10 +71,18 @@ def _auth_challenge(method: str, protocol_version: int, server_version: str) -> 
 
 
 class ConnectionAuthentication:
-    def __init__(self, connection: ServerConnection) -> None:
+    def __init__(
+        self,
+        connection: AuthenticatedConnection,
+        authentication: AuthenticationService,
+        config: BrokerConfig,
+        clock: Clock,
+    ) -> None:
         self._connection = connection
-        self._service = connection.service.authentication
-        self.pending = self._service.enabled  # True until CONNECT is authenticated
+        self._clock = clock
+        self._service = authentication
+        self._refresh_check_s = float(config["authenticationRefreshCheckSeconds"])
+        self.pending = authentication.enabled  # True until CONNECT is authenticated
         self.authenticated: Authenticated | None = None
         self._method = ""
         self._supports_refresh = False
@@ -77,7 +112,7 @@ class ConnectionAuthentication:
         self.pending = False
         log.info("[%s] Authenticated with role %s (method %s)", connection.remote_address, self.role, self._method)
         if self.authenticated.expires_at is not None:
-            connection._spawn(self._check_expiry())
+            connection.spawn(self._check_expiry(), "credentials expiry check")
         return frames
 
     def _refuse(self, reason: str) -> None:
@@ -88,11 +123,10 @@ class ConnectionAuthentication:
         connection.abort()
 
     async def _check_expiry(self) -> None:
-        interval = self._connection.service.config["authenticationRefreshCheckSeconds"]
         connection = self._connection
         while not connection.closed:
-            await asyncio.sleep(interval)
-            if not expired(self.authenticated):
+            await self._clock.sleep(self._refresh_check_s)
+            if not expired(self.authenticated, self._clock.time_ms() / 1000):
                 continue
             if not self._supports_refresh:
                 self._close("the client's credentials expired and it does not support auth refresh")
@@ -100,8 +134,6 @@ class ConnectionAuthentication:
             if self._challenged:
                 self._close("no valid answer to the auth refresh challenge")
                 return
-            from magnetar.broker.connection import SERVER_VERSION  # connection.py imports this module
-
             log.info(
                 "[%s] Credentials of role %s expired: challenging the client", connection.remote_address, self.role
             )

@@ -13,7 +13,6 @@ lastMarkDeleteAdvancedTimestamp) and acknowledges only through the subscription.
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.logs import consumer_changed
@@ -29,11 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["ServerConsumer"]
 
 log = logging.getLogger(__name__)
-
-
-def _now_ms() -> int:
-    """Epoch milliseconds, the unit of Pulsar's stats timestamps."""
-    return int(time.time() * 1000)
 
 
 class ServerConsumer:
@@ -60,7 +54,9 @@ class ServerConsumer:
         # The SchemaType it subscribed with, if any: AUTO_CONSUME consumers leave a topic "idle", so the
         # first consumer with a schema may still register it (PersistentTopic.addSchemaIfIdleOrCheckCompatible).
         self.schema_type: str | None = None
-        self.connected_since_ms = _now_ms()
+        # The broker's wall clock, epoch milliseconds: the unit of Pulsar's stats timestamps.
+        self._now_ms = subscription.topic.context.clock.time_ms
+        self.connected_since_ms = self._now_ms()
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
         self.msg_ack_counter = 0  # message ids acknowledged (a whole batch entry counts once)
@@ -87,7 +83,7 @@ class ServerConsumer:
                         ack_sets[index] = ack_set_of(*partial)
         self.msg_out_counter += sum(entry.message_count for entry in entries)
         self.bytes_out_counter += sum(map(len, datas))
-        self.last_consumed_ms = _now_ms()
+        self.last_consumed_ms = self._now_ms()
         self.connection.write(
             commands.message_frames(
                 self.client_consumer_id,
@@ -112,7 +108,7 @@ class ServerConsumer:
         (a set bit is an index still unacked)."""
         subscription = self.subscription
         self.msg_ack_counter += len(whole) + len(with_ack_sets)
-        self.last_acked_ms = now_ms = _now_ms()
+        self.last_acked_ms = now_ms = self._now_ms()
         before = subscription.cursor.mark_delete_position
         partial: list[tuple[Position, int, list[int]]] = []
         if with_ack_sets:
@@ -127,7 +123,7 @@ class ServerConsumer:
     def acknowledge_cumulative(self, position: Position) -> None:
         subscription = self.subscription
         self.msg_ack_counter += 1
-        self.last_acked_ms = now_ms = _now_ms()
+        self.last_acked_ms = now_ms = self._now_ms()
         before = subscription.cursor.mark_delete_position
         for sent in [p for p in self.batch_sizes if p <= position]:
             del self.batch_sizes[sent]
@@ -146,7 +142,7 @@ class ServerConsumer:
             if position not in self.batch_sizes:
                 continue
             # Several ack sets for one entry in one ACK are ANDed: a bit stays set (unacked) only if
-            # every one of them leaves it unacked (reference §2.3).
+            # every one of them leaves it unacked (as Pulsar's broker ANDs a client's successive ack sets).
             if position in merged:
                 merged[position] = and_ack_sets(merged[position], ack_set)
             else:
@@ -159,7 +155,7 @@ class ServerConsumer:
         return whole
 
     def flow(self, permits: int) -> None:
-        self.last_consumed_flow_ms = self.subscription.last_consumed_flow_ms = _now_ms()
+        self.last_consumed_flow_ms = self.subscription.last_consumed_flow_ms = self._now_ms()
         self.subscription.flow(self.consumer_id, permits)
 
     def redeliver(self, positions: list[Position] | None, epoch: int | None = None) -> None:

@@ -102,7 +102,7 @@ class CursorFigures:
 def cursor_figures(subscription: PersistentSubscription) -> CursorFigures:
     cursor = subscription.cursor
     ranges = cursor.individually_deleted
-    max_ranges = subscription.topic.service.config["managedLedgerMaxUnackedRangesToPersist"]
+    max_ranges = subscription.topic.context.config["managedLedgerMaxUnackedRangesToPersist"]
     return CursorFigures(
         unacked_ranges=ranges.range_count(),
         unacked_ranges_serialized_size=len(encode_ranges(ranges, max_ranges)) if ranges else 0,

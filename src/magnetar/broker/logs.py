@@ -15,11 +15,8 @@ when hashes started draining.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from magnetar.broker.consumer import ServerConsumer
-    from magnetar.broker.subscription import PersistentSubscription
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 __all__ = [
     "LOG_FORMAT",
@@ -38,6 +35,49 @@ LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.W
 # (PIP-379's example). The counts are always given in full.
 RANGES_SHOWN_MAX = 16
 HASHES_SHOWN_MAX = 16
+
+
+class _Connected(Protocol):
+    @property
+    def remote_address(self) -> str: ...
+
+
+class _Consumer(Protocol):
+    """What the DEBUG lines read of a consumer (consumer.ServerConsumer)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def client_consumer_id(self) -> int: ...
+
+    @property
+    def connection(self) -> _Connected: ...
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> Any: ...
+
+
+class _Subscription(Protocol):
+    """What the DEBUG lines read of a subscription (subscription.PersistentSubscription); they keep the
+    hashes they reported draining in `draining_logged`."""
+
+    draining_logged: dict[int, Any]
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topic(self) -> _Named: ...
+
+    @property
+    def dispatcher(self) -> Any: ...
+
+    @property
+    def consumers(self) -> Mapping[int, _Consumer]: ...
+
 
 # The Key_Shared lines describe a subscription: they go out under its module's name, whoever calls.
 log = logging.getLogger("magnetar.broker.subscription")
@@ -69,7 +109,7 @@ def remote_address(peer: Any) -> str:
 # ------------------------------------------------------------------------------ Key_Shared (DEBUG)
 
 
-def consumer_changed(subscription: PersistentSubscription, consumer: ServerConsumer, change: str) -> None:
+def consumer_changed(subscription: _Subscription, consumer: _Consumer, change: str) -> None:
     """DEBUG, after `consumer` joined or left (`change`): the subscription's hash ranges by consumer,
     and the hashes that started or stopped draining (PIP-379) with the change."""
     if not log.isEnabledFor(logging.DEBUG):
@@ -95,7 +135,7 @@ def consumer_changed(subscription: PersistentSubscription, consumer: ServerConsu
     subscription.draining_logged = {h: c for h, (c, _ref) in now.items()}
 
 
-def draining_ended(subscription: PersistentSubscription) -> None:
+def draining_ended(subscription: _Subscription) -> None:
     """DEBUG, after any event while logged hashes drain: those that stopped (acked, consumer gone, or
     back with their consumer). Between consumer changes hashes only stop draining, so the count says
     whether anything changed."""
@@ -122,7 +162,7 @@ def _draining_now(dispatcher: Any) -> dict[int, tuple[Any, int]]:
 
 
 def _log_draining(
-    subscription: PersistentSubscription,
+    subscription: _Subscription,
     what: str,
     hashes: dict[int, Any],
     refs: dict[int, tuple[Any, int]] | None = None,
@@ -150,7 +190,7 @@ def _log_draining(
         )
 
 
-def _consumer_label(subscription: PersistentSubscription, core_consumer: Any) -> str:
+def _consumer_label(subscription: _Subscription, core_consumer: Any) -> str:
     """The consumer's name, with its connection and the client's id while it is attached."""
     consumer_id = getattr(core_consumer, "consumer_id", None)
     server = subscription.consumers.get(consumer_id) if consumer_id is not None else None
@@ -159,7 +199,7 @@ def _consumer_label(subscription: PersistentSubscription, core_consumer: Any) ->
     return f"{server.name} ({server.connection.remote_address}, consumerId={server.client_consumer_id})"
 
 
-def _describe_ranges(subscription: PersistentSubscription, ranges_by_consumer: dict[Any, list[tuple[int, int]]]) -> str:
+def _describe_ranges(subscription: _Subscription, ranges_by_consumer: dict[Any, list[tuple[int, int]]]) -> str:
     parts = []
     for core_consumer, ranges in ranges_by_consumer.items():
         shown = ", ".join(f"{start}-{end}" for start, end in ranges[:RANGES_SHOWN_MAX])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections import deque
 from functools import partial
 from typing import TYPE_CHECKING
@@ -56,7 +55,7 @@ class ServerProducer:
         # Counted per socket read of SENDs, not per message; the admin API turns them into rates.
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
-        self.connected_since_ms = int(time.time() * 1000)
+        self.connected_since_ms = topic.context.clock.time_ms()
         # A replicator's producer from another cluster (`pulsar.repl.<cluster>-->…`): its entries keep
         # their original producer's name and sequence ids, and deduplication goes by those (Pulsar's
         # replication dedup V1), so a resend after the replicator reconnected is dropped.
@@ -123,7 +122,7 @@ class ServerProducer:
             if self.remote_cluster is not None:
                 future.add_done_callback(partial(self._markers_stored, self.remote_cluster, marker_entries))
         if messages:
-            topic.last_data_ms = topic.service.now_ms()
+            topic.last_data_ms = topic.context.clock.time_ms()
         self.msg_in_counter += messages
         self.bytes_in_counter += size
         topic.msg_in_counter += messages

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.schema_compatibility import (
@@ -33,8 +32,10 @@ from magnetar.storage.metadata import BadVersionError
 from magnetar.storage.schemas import SchemaStorage, StoredSchema
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
-    from magnetar.broker.topic import PersistentTopic
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.broker.policies import PolicyStore
+    from magnetar.clock import Clock
+    from magnetar.storage.metadata import MetadataStore
 
 __all__ = [
     "EMPTY_VERSION",
@@ -144,36 +145,37 @@ def _data(stored: StoredSchema) -> SchemaData:
 
 
 class SchemaRegistry:
-    def __init__(self, service: BrokerService, clock_ms: Callable[[], int]) -> None:
-        self._service = service
-        self._clock_ms = clock_ms
+    def __init__(self, config: BrokerConfig, metadata: MetadataStore, policies: PolicyStore, clock: Clock) -> None:
+        self._config = config
+        self._metadata = metadata
+        self._policies = policies
+        self._clock = clock
 
     @property
     def _storage(self) -> SchemaStorage:
-        return SchemaStorage(self._service.metadata)
+        return SchemaStorage(self._metadata)
 
     # ------------------------------------------------------------------------------ policies
 
     def _namespace_policy(self, name: TopicName, key: str) -> Any:
-        record = self._service.metadata.get(f"/admin/policies/{name.namespace_name}")
-        return None if record is None else record[0].get(key)
+        return self._policies.namespace_policy(name.namespace_name, key)
 
     def strategy(self, name: TopicName) -> str:
         """The namespace's strategy unless UNDEFINED, else the broker's (AbstractTopic's hierarchy)."""
         strategy = self._namespace_policy(name, "schema_compatibility_strategy")
         if strategy in (None, "UNDEFINED"):
-            strategy = self._service.config["schemaCompatibilityStrategy"]
+            strategy = self._config["schemaCompatibilityStrategy"]
         return str(strategy)
 
     def allow_auto_update(self, name: TopicName) -> bool:
         allowed = self._namespace_policy(name, "is_allow_auto_update_schema")
         if allowed is None:
-            allowed = self._service.config["isAllowAutoUpdateSchemaEnabled"]
+            allowed = self._config["isAllowAutoUpdateSchemaEnabled"]
         return bool(allowed)
 
     def validation_enforced(self, name: TopicName) -> bool:
         """A producer without a schema is refused on a topic with one (ServerCnx.tryAddSchema)."""
-        return bool(self._service.config["isSchemaValidationEnforced"]) or bool(
+        return bool(self._config["isSchemaValidationEnforced"]) or bool(
             self._namespace_policy(name, "schema_validation_enforced")
         )
 
@@ -222,7 +224,13 @@ class SchemaRegistry:
             check_compatible([_data(v) for v in current], schema, strategy)
             try:
                 added = await self._storage.append(
-                    key, schema.type, schema.data, schema.properties, self._clock_ms(), user, expected=record_version
+                    key,
+                    schema.type,
+                    schema.data,
+                    schema.properties,
+                    self._clock.time_ms(),
+                    user,
+                    expected=record_version,
                 )
             except BadVersionError:
                 continue  # another registration landed first: decide again against it
@@ -268,21 +276,11 @@ class SchemaRegistry:
         else:
             check_compatible(versions, schema, strategy)
 
-    async def add_schema_if_idle_or_check_compatible(self, topic: PersistentTopic, schema: SchemaData) -> None:
+    async def add_schema_if_idle_or_check_compatible(self, name: TopicName, idle: bool, schema: SchemaData) -> None:
         """A consumer's schema (PersistentTopic.addSchemaIfIdleOrCheckCompatible): registered on a
-        topic that has no schema, no producer, no consumer (AUTO_CONSUME ones aside) and no data,
-        else checked against the versions."""
-        name = topic.name
-        busy = (
-            bool(topic.producers)
-            or topic.ledger.number_of_entries != 0
-            or any(
-                consumer.schema_type != "AUTO_CONSUME"
-                for subscription in topic.subscriptions.values()
-                for consumer in subscription.consumers.values()
-            )
-        )
-        if self.latest(name) is not None or busy:
+        topic that has no schema and is `idle` (PersistentTopic.idle_for_schema), else checked against
+        the versions."""
+        if self.latest(name) is not None or not idle:
             self.check_consumer(name, schema)
         else:
             await self.add_schema(name, schema)
@@ -296,7 +294,7 @@ class SchemaRegistry:
             _, record_version = self._storage.get_all(key)
             try:
                 marker = await self._storage.append(
-                    key, "NONE", b"", {}, self._clock_ms(), user, deleted=True, expected=record_version
+                    key, "NONE", b"", {}, self._clock.time_ms(), user, deleted=True, expected=record_version
                 )
             except BadVersionError:
                 continue
@@ -311,7 +309,7 @@ class SchemaRegistry:
     async def import_legacy_records(self) -> None:
         """Schemas kept by magnetar before the registry (one Schema per topic under
         `/schemas/{tenant}/{namespace}/{domain}/{topic}`) become version 0 of their schema id."""
-        metadata = self._service.metadata
+        metadata = self._metadata
         for tenant in metadata.children("/schemas"):
             for namespace in metadata.children(f"/schemas/{tenant}"):
                 for domain in ("persistent", "non-persistent"):
@@ -328,7 +326,7 @@ class SchemaRegistry:
                                 schema.type,
                                 schema.data,
                                 schema.properties,
-                                self._clock_ms(),
+                                self._clock.time_ms(),
                                 expected=-1,
                             )
                         await metadata.delete(path)

@@ -1,27 +1,28 @@
-"""The broker's binary listeners: the service, the pulsar:// (and pulsar+ssl://) ports, the live
-connections, and the broker's part of a staged shutdown.
+"""A broker built by the composition root (broker/root.py): its binary listeners, the pulsar:// (and
+pulsar+ssl://) ports, the live connections, its periodic checks, and its part of a staged shutdown.
 
-Owns: starting the service and its binary listeners, the set of live connections, the ports really
-bound (written back into the config that lookups answer with), and stopping in stages: stop accepting,
-close clients cleanly (bounded), flush cursors, close storage.
-Must not touch: protocol handling (connection.py), topics (service.py), or the admin HTTP API: the
-`magnetar standalone` command (cli/standalone.py) composes a broker with its admin servers.
+Owns: binding the binary ports, the set of live connections, the ports really bound (written back into
+the config that lookups answer with), the broker's background tasks, and stopping in stages: stop
+accepting, close clients cleanly (bounded), stop the background tasks, flush cursors, close storage.
+Must not touch: protocol handling (connection.py and commands/), topics (registry.py), or the admin HTTP
+API: the `magnetar standalone` command (cli/standalone.py) composes a broker with its admin servers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from magnetar.broker.config import BrokerConfig
+from magnetar.broker.commands import open_connection
 from magnetar.broker.connection import ServerConnection
-from magnetar.broker.service import BrokerService
 
 if TYPE_CHECKING:
     import ssl
+
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.broker.context import BrokerContext
+    from magnetar.broker.tasks import BackgroundTasks
 
 __all__ = ["Broker"]
 
@@ -29,27 +30,36 @@ log = logging.getLogger("magnetar.broker")
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, data_dir: str | Path) -> None:
-        self.config = config
-        self.service = BrokerService(config, data_dir)
+    def __init__(self, context: BrokerContext, tasks: BackgroundTasks) -> None:
+        self.context = context
+        self.config: BrokerConfig = context.config
         self.connections: set[ServerConnection] = set()
+        self._tasks = tasks
         self._binary: asyncio.Server | None = None
         self._binary_tls: asyncio.Server | None = None
         # Set by whoever composes the process once every listener serves; the admin API's /ready reads it.
         self.ready = False
         self.binary_port = 0
 
-    async def start(self) -> None:
-        """Start the service and bind brokerServicePort."""
-        started = time.perf_counter()
-        await self.service.start()
+    async def open(self) -> None:
+        """Resume replication of the topics that replicate, and start the periodic checks."""
+        registry = self.context.registry
+        await registry.load_replicated_topics()
+        self._tasks.spawn(registry.expire_periodically(), "message expiry")
+        self._tasks.spawn(registry.check_replication_periodically(), "replication check")
+        self._tasks.spawn(registry.compact_periodically(), "compaction check")
+
+    async def listen(self) -> None:
+        """Bind brokerServicePort."""
+        clock = self.context.clock
+        started = clock.monotonic()
         host = self.config["bindAddress"]
         self._binary = await asyncio.start_server(self._on_client, host, self.config["brokerServicePort"], limit=2**20)
         self.binary_port = self._binary.sockets[0].getsockname()[1]
         if self.config["brokerServicePort"] == 0:
             # The advertised URL must name the port really bound.
             self.advertise_ports({"brokerServicePort": self.binary_port})
-        log.info("binary port %s:%d serving in %.0f ms", host, self.binary_port, (time.perf_counter() - started) * 1000)
+        log.info("binary port %s:%d serving in %.0f ms", host, self.binary_port, (clock.monotonic() - started) * 1000)
 
     async def start_tls(self, port: int, context: ssl.SSLContext) -> int:
         """Bind brokerServicePortTls with `context`; returns the port really bound."""
@@ -60,11 +70,10 @@ class Broker:
 
     def advertise_ports(self, ports: dict[str, int | str]) -> None:
         """Write ports really bound (a setting of 0 picks a free one) into the config lookups answer with."""
-        self.config = type(self.config)(dict(self.config.values) | ports)
-        self.service.config = self.config
+        self.config.advertise(ports)
 
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = ServerConnection(self.service, reader, writer)
+        connection = open_connection(self.context, reader, writer)
         self.connections.add(connection)
         log.info("New connection from %s", connection.remote_address)
         try:
@@ -84,14 +93,20 @@ class Broker:
             self._binary_tls.close()
 
     async def stop(self) -> None:
-        """Staged shutdown: stop accepting, close clients, wait (bounded), flush cursors, close storage."""
+        """Staged shutdown: stop accepting, close clients, wait (bounded), stop the background tasks,
+        replicators and compactions, flush cursors, close storage."""
         self.stop_accepting()
         for connection in list(self.connections):
             connection.close_gracefully()
-        deadline = time.monotonic() + self.config["brokerShutdownTimeoutMs"] / 1000
-        while self.connections and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        clock = self.context.clock
+        deadline = clock.monotonic() + self.config["brokerShutdownTimeoutMs"] / 1000
+        while self.connections and clock.monotonic() < deadline:
+            await clock.sleep(0.01)
         for connection in list(self.connections):
             connection.abort()
-        await self.service.close()
+        await self._tasks.close()
+        await self.context.registry.close()
+        storage = self.context.storage
+        await storage.flush_cursors()
+        await storage.close()
         log.info("magnetar stopped")

@@ -116,7 +116,7 @@ class PersistentSubscription:
         self.name = name
         self.cursor = cursor
         # The dispatcher's clock: epoch milliseconds, the unit of a message's deliver_at_time.
-        self._now_ms = topic.service.now_ms
+        self._now_ms = topic.context.clock.time_ms
         self.dispatcher: Dispatcher | None = None
         self.subscription_type: str | None = None
         self.consumers: dict[int, ServerConsumer] = {}
@@ -163,7 +163,7 @@ class PersistentSubscription:
 
     def _new_snapshot_cache(self) -> ReplicatedSubscriptionSnapshotCache:
         return ReplicatedSubscriptionSnapshotCache(
-            self.topic.service.config["replicatedSubscriptionsSnapshotMaxCachedPerSubscription"]
+            self.topic.context.config["replicatedSubscriptionsSnapshotMaxCachedPerSubscription"]
         )
 
     async def set_replicated(self, replicated: bool) -> None:
@@ -193,7 +193,7 @@ class PersistentSubscription:
             self.cursor.rewind()
             self.dispatcher = new_dispatcher(
                 subscription_type,
-                self.topic.service.dispatcher_settings,
+                self.topic.context.dispatcher_settings,
                 self.cursor.mark_delete_position,
                 topic_name=str(self.topic.name),
                 partition_index=self.topic.name.partition_index,
@@ -285,7 +285,7 @@ class PersistentSubscription:
         ledger = self.topic.ledger
         if position[1] < 0:
             # (ledger, -1): the client acks "nothing of this ledger" (index 0 of a batch was acked
-            # cumulatively, reference §2.3): everything before the ledger's first entry.
+            # cumulatively; Pulsar's clients send entry -1 for that): everything before the ledger's first entry.
             position = ledger.previous_position(Position(position[0], 0))
         position = min(position, ledger.last_confirmed_entry)
         if position > before:
@@ -585,10 +585,10 @@ class PersistentSubscription:
         return (
             self.topic.uses_delayed_delivery
             and self.subscription_type in ("Shared", "Key_Shared")
-            and self.topic.service.config["delayedDeliveryEnabled"]
+            and self.topic.context.config["delayedDeliveryEnabled"]
         )
 
-    # ------------------------------------------------------------------ admin operations (issue 5)
+    # ------------------------------------------------------------------ admin operations
     # What an operator does to a subscription over the admin API. Each moves the cursor the way a
     # consumer's ack or seek would, so the dispatcher learns of it through the same events.
 

@@ -27,7 +27,7 @@ from magnetar.storage import Entry, ManagedLedger
 
 if TYPE_CHECKING:
     from magnetar.broker.producer import ServerProducer
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.topic_context import TopicContext
 
 __all__ = [
     "PersistentTopic",
@@ -89,15 +89,15 @@ class PersistentTopic:
     - every subscription's cursor belongs to this topic's ledger.
     """
 
-    def __init__(self, service: BrokerService, name: TopicName, ledger: ManagedLedger) -> None:
-        self.service = service
+    def __init__(self, context: TopicContext, name: TopicName, ledger: ManagedLedger) -> None:
+        self.context = context
         self.name = name
         self.ledger = ledger
         self.producers: dict[str, ServerProducer] = {}
         self.subscriptions: dict[str, PersistentSubscription] = {}
         # Set once a message with deliver_at_time is stored: from then on reads look for it (stored
         # entries do not index it, and parsing every entry's metadata for it would cost every topic).
-        self.uses_delayed_delivery = service.metadata.get(self._delayed_path) is not None
+        self.uses_delayed_delivery = context.metadata.get(self._delayed_path) is not None
         # Highest sequence id per producer name that is durable, and the highest accepted (appended or
         # appending): Pulsar's highestSequencedPersisted / highestSequencedPushed.
         self.sequence_persisted: dict[str, int] = {}
@@ -107,7 +107,7 @@ class PersistentTopic:
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
         # brokerDeduplicationEnabled, unless the namespace's or the topic's policy says otherwise.
-        self.deduplication_enabled = service.deduplication_enabled(name)
+        self.deduplication_enabled = context.policies.deduplication_enabled(name)
         self._exclusive_waiters: deque[asyncio.Future[None]] = deque()
         # PIP-68's topic epoch: each producer that gains exclusive access moves it on, and a producer that
         # comes back with an older one was fenced in between. None until the first exclusive producer.
@@ -253,13 +253,15 @@ class PersistentTopic:
     def _delayed_path(self) -> str:
         return delayed_delivery_path(self.name)
 
-    def note_delayed_delivery(self) -> asyncio.Future[int] | None:
+    def note_delayed_delivery(self) -> None:
         """A message with deliver_at_time arrived: reads look for it from now on (set before the append,
         so its own read sees it), and the fact is persisted for restarts."""
         if self.uses_delayed_delivery:
-            return None
+            return
         self.uses_delayed_delivery = True
-        return asyncio.ensure_future(self.service.metadata.put(self._delayed_path, {"used": True}))
+        self.context.tasks.spawn(
+            self.context.metadata.put(self._delayed_path, {"used": True}), f"[{self.name}] delayed delivery record"
+        )
 
     # ------------------------------------------------------------------------- subscriptions
 
@@ -378,8 +380,8 @@ class PersistentTopic:
         """Start a replicator for each cluster of `clusters` other than this one that has none, stop and
         forget (cursor included) those of clusters no longer listed. A topic of a namespace that does
         not list this cluster replicates nothing (Pulsar deletes such a topic; magnetar keeps it)."""
-        service = self.service
-        local = service.config["clusterName"]
+        context = self.context
+        local = context.config["clusterName"]
         if clusters and local not in clusters:
             log.warning(
                 "[%s] Replication clusters %s do not include this cluster %s: not replicating",
@@ -408,17 +410,22 @@ class PersistentTopic:
                 cluster,
                 self.ledger,
                 cursor,
-                service.broker_service_url,
-                service.config["replicationProducerQueueSize"],
-                service.partitions(self.name.partitioned_base) if self.name.partition_index >= 0 else 0,
-                service.admin_service_url,
+                context.clusters,
+                context.clock,
+                context.config["replicationProducerQueueSize"],
+                self._partitions_of_base(),
                 record_positions=self._acked_ranges_enabled(),
-                resolve_security=service.replication_security,
             )
             self.replicators[cluster] = replicator
             replicator.start()
             log.info("[%s] Started replicator to %s, backlog %d entries", self.name, cluster, replicator.backlog())
         await self.check_replicated_subscriptions()
+
+    def _partitions_of_base(self) -> int:
+        """The partitions of the partitioned topic this one is a partition of, 0 for a plain topic."""
+        if self.name.partition_index < 0:
+            return 0
+        return self.context.metadata.partitioned_topic_metadata(str(self.name.partitioned_base))
 
     async def stop_replicators(self) -> None:
         """The topic is unloaded or deleted: replicators and the replicated-subscription controller stop,
@@ -445,28 +452,28 @@ class PersistentTopic:
             log.info("[%s] Replicated subscriptions controller stopped", self.name)
 
     def _acked_ranges_enabled(self) -> bool:
-        config = self.service.config
+        config = self.context.config
         return bool(config["enableReplicatedSubscriptions"] and config["replicatedSubscriptionsAckedRangesEnabled"])
 
     def _controller_allowed(self) -> bool:
-        return bool(self.service.config["enableReplicatedSubscriptions"] and self.replicators)
+        return bool(self.context.config["enableReplicatedSubscriptions"] and self.replicators)
+
+    def replicator_states(self) -> dict[str, bool]:
+        """Each remote cluster this topic replicates to, and whether its replicator is connected."""
+        return {cluster: replicator.connected for cluster, replicator in self.replicators.items()}
 
     def _start_replicated_subscriptions(self) -> None:
         if self.replicated_subscriptions is not None or not self._controller_allowed():
             return
-        config = self.service.config
+        config = self.context.config
         controller = self.replicated_subscriptions = ReplicatedSubscriptionsController(
+            self,
             str(self.name),
             config["clusterName"],
             config["replicatedSubscriptionsSnapshotFrequencyMillis"],
             config["replicatedSubscriptionsSnapshotTimeoutSeconds"] * 1000,
-            self.service.now_ms,
-            self.append_marker,
-            lambda: {cluster: replicator.connected for cluster, replicator in self.replicators.items()},
-            lambda: self.last_data_ms,
-            self._apply_replicated_update,
-            acked_ranges_due=self._acked_ranges_due if self._acked_ranges_enabled() else None,
-            apply_acked_ranges=self._apply_acked_ranges if self._acked_ranges_enabled() else None,
+            self.context.clock,
+            self._acked_ranges_enabled(),
         )
         controller.start()
 
@@ -509,7 +516,7 @@ class PersistentTopic:
         if controller is not None:
             controller.marker_received(position, marker)
 
-    async def _apply_replicated_update(self, name: str, position: Position) -> None:
+    async def apply_replicated_update(self, name: str, position: Position) -> None:
         """Another cluster's replicated subscription `name` moved: this one moves to `position`
         (cumulatively, never back), created first at the earliest position if it does not exist here
         (Pulsar #20767)."""
@@ -519,7 +526,7 @@ class PersistentTopic:
             await self.set_subscription_replicated(subscription, True)
         subscription.skip_to(min(Position(*position), self.ledger.last_confirmed_entry))
 
-    def _acked_ranges_due(self) -> list[tuple[str, AckedRangesContent]]:
+    def acked_ranges_due(self) -> list[tuple[str, AckedRangesContent]]:
         """Every half snapshot period: the ACKED_RANGES content of each replicated subscription whose consumers
         acknowledged something since the last time and whose translation changed (magnetar, Pulsar
         #10054). Receipts below every replicated subscription's floor are forgotten on the way."""
@@ -530,7 +537,7 @@ class PersistentTopic:
             for translated in positions.values():
                 translated.forget_up_to(floor)
         due = []
-        local = self.service.config["clusterName"]
+        local = self.context.config["clusterName"]
         for subscription in replicated:
             if not subscription.acks_changed:
                 continue
@@ -541,13 +548,13 @@ class PersistentTopic:
                 due.append((subscription.name, content))
         return due
 
-    async def _apply_acked_ranges(self, name: str, source: str, content: AckedRangesContent) -> None:
+    async def apply_acked_ranges(self, name: str, source: str, content: AckedRangesContent) -> None:
         """Another cluster's replicated subscription `name` acknowledged `content` (ACKED_RANGES): this one
         acknowledges the copies of that cluster's entries and its own entries among them, created first
         at the earliest position if it does not exist here (as an UPDATE creates it, Pulsar #20767)."""
         replicator = self.replicators.get(source)
         ranges = ranges_to_acknowledge(
-            self.service.config["clusterName"],
+            self.context.config["clusterName"],
             source,
             content,
             replicator.positions if replicator is not None else None,
@@ -570,7 +577,20 @@ class PersistentTopic:
         replicator.cursor.rewind()
         return True
 
-    # ------------------------------------------------------------------ admin operations (issue 5)
+    # ------------------------------------------------------------------ admin operations
+
+    def idle_for_schema(self) -> bool:
+        """No producer, no consumer (AUTO_CONSUME ones aside) and no data: a consumer's schema may be
+        registered (PersistentTopic.addSchemaIfIdleOrCheckCompatible)."""
+        return (
+            not self.producers
+            and self.ledger.number_of_entries == 0
+            and all(
+                consumer.schema_type == "AUTO_CONSUME"
+                for subscription in self.subscriptions.values()
+                for consumer in subscription.consumers.values()
+            )
+        )
 
     def has_clients(self) -> bool:
         """Producers or consumers are connected: a topic Pulsar will not delete without `force`."""

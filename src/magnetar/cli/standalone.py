@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.server import Broker
+from magnetar.broker.root import open_broker
 from magnetar.broker.tls import server_context, tls_port
 
 if TYPE_CHECKING:
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from magnetar.admin import AdminServer
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.context import BrokerContext
+    from magnetar.broker.server import Broker
 
 __all__ = ["Standalone", "run_standalone"]
 
@@ -37,22 +38,24 @@ class Standalone:
     """A broker and its admin servers, sharing one event loop."""
 
     def __init__(self, config: BrokerConfig, data_dir: str | Path) -> None:
-        self.broker = Broker(config, data_dir)
+        self._config = config
+        self._data_dir = data_dir
+        self._broker: Broker | None = None
         self._http: AdminServer | None = None
         self._https: AdminServer | None = None
         self.http_port = 0
 
     async def start(self) -> None:
         started = time.perf_counter()
-        broker = self.broker
-        await broker.start()
+        broker = self._broker = await open_broker(self._config, self._data_dir)
+        await broker.listen()
         host = broker.config["bindAddress"]
         # The admin API's imports (FastAPI, its OpenAPI models, our routes' models) take about half a
         # second, more than everything before this line. On a worker thread they no longer hold back
         # the binary port: the loop serves clients meanwhile, winning the GIL back within a switch
         # interval (docs/performance.md, Broker: start-up).
         self._http = await asyncio.to_thread(
-            _admin_server, broker.service, lambda: broker.ready, host, broker.config["webServicePort"]
+            _admin_server, broker.context, lambda: broker.ready, host, broker.config["webServicePort"]
         )
         await self._http.start()
         self.http_port = self._http.port
@@ -67,7 +70,7 @@ class Standalone:
             broker.binary_port,
             host,
             self.http_port,
-            broker.service.data_dir,
+            broker.context.data_dir,
         )
 
     async def _start_tls(self, host: str) -> None:
@@ -85,7 +88,7 @@ class Standalone:
             bound["brokerServicePortTls"] = str(await broker.start_tls(binary_port, context))
         if web_port is not None:
             self._https = await asyncio.to_thread(
-                _admin_server, broker.service, lambda: broker.ready, host, web_port, context
+                _admin_server, broker.context, lambda: broker.ready, host, web_port, context
             )
             await self._https.start()
             bound["webServicePortTls"] = str(self._https.port)
@@ -97,8 +100,15 @@ class Standalone:
             broker.config.advertised_web_url_tls or "no https://",
         )
 
+    @property
+    def broker(self) -> Broker:
+        assert self._broker is not None, "not started"
+        return self._broker
+
     async def stop(self) -> None:
         """Staged shutdown: stop accepting, stop the HTTP servers, then the broker's clients and storage."""
+        if self._broker is None:
+            return
         self.broker.stop_accepting()
         if self._http is not None:
             await self._http.stop()
@@ -108,7 +118,7 @@ class Standalone:
 
 
 def _admin_server(
-    service: BrokerService,
+    context: BrokerContext,
     is_ready: Callable[[], bool],
     host: str,
     port: int,
@@ -117,7 +127,7 @@ def _admin_server(
     """Import the admin API and bind its port; runs on a worker thread (see Standalone.start)."""
     from magnetar.admin import AdminServer, create_app
 
-    return AdminServer(create_app(service, is_ready), host, port, ssl_context)
+    return AdminServer(create_app(context, is_ready), host, port, ssl_context)
 
 
 async def run_standalone(

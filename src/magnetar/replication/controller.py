@@ -4,10 +4,10 @@ Owns: the timer that starts a snapshot every `replicatedSubscriptionsSnapshotFre
 markers the pure code returns (REQUEST, RESPONSE, SNAPSHOT, UPDATE) into the topic in the order they were
 decided, answering the markers another cluster's replicator brought in (handed over by the replicator
 pointing back at that cluster), and the counts its metrics report.
-Must not touch: the topic's objects (it reaches the topic through the callables it is given), storage, or
-what a snapshot means (`snapshots.py`).
+Must not touch: the topic's objects (it reaches the topic through `ReplicatedTopic`, the narrow face the
+topic gives it), storage, or what a snapshot means (`snapshots.py`).
 
-Pulsar's ReplicatedSubscriptionsController; replication reference §2.2 and §2.4.
+Pulsar's ReplicatedSubscriptionsController (PIP-33: snapshots, then subscription updates).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from magnetar.positions import Position
 from magnetar.protocol import markers
@@ -30,9 +30,40 @@ from magnetar.protocol.pulsar_markers_pb2 import (
 from magnetar.replication.acked_ranges import AckedRangesContent, marker_content
 from magnetar.replication.snapshots import CachedSnapshot, SnapshotController, respond_to_request, update_target
 
-__all__ = ["ReplicatedSubscriptionsController"]
+if TYPE_CHECKING:
+    from magnetar.clock import Clock
+
+__all__ = ["ReplicatedSubscriptionsController", "ReplicatedTopic"]
 
 log = logging.getLogger(__name__)
+
+
+class ReplicatedTopic(Protocol):
+    """What the controller reaches of its topic."""
+
+    @property
+    def last_data_ms(self) -> int | None:
+        """When the last data entry (not a marker) was stored, None if never since the topic loaded."""
+        ...
+
+    def append_marker(self, entry: bytes) -> Awaitable[Position]: ...
+
+    def replicator_states(self) -> dict[str, bool]:
+        """Each remote cluster the topic replicates to, and whether its replicator is connected."""
+        ...
+
+    async def apply_replicated_update(self, subscription: str, position: Position) -> None:
+        """Move (or create, then move) a local subscription."""
+        ...
+
+    def acked_ranges_due(self) -> list[tuple[str, AckedRangesContent]]:
+        """The subscriptions whose consumers acknowledged something since the last call, with their
+        ACKED_RANGES content (magnetar's acked ranges)."""
+        ...
+
+    async def apply_acked_ranges(self, subscription: str, source: str, content: AckedRangesContent) -> None:
+        """Acknowledge on a local subscription what another cluster's acknowledged."""
+        ...
 
 
 class ReplicatedSubscriptionsController:
@@ -41,36 +72,24 @@ class ReplicatedSubscriptionsController:
 
     def __init__(
         self,
+        topic: ReplicatedTopic,
         topic_name: str,
         local_cluster: str,
         frequency_ms: int,
         timeout_ms: int,
-        now_ms: Callable[[], int],
-        append_marker: Callable[[bytes], Awaitable[Position]],
-        replicators: Callable[[], dict[str, bool]],
-        last_data_ms: Callable[[], int | None],
-        apply_update: Callable[[str, Position], Awaitable[None]],
+        clock: Clock,
+        acked_ranges: bool,
         new_snapshot_id: Callable[[], str] = lambda: str(uuid.uuid4()),
-        acked_ranges_due: Callable[[], list[tuple[str, AckedRangesContent]]] | None = None,
-        apply_acked_ranges: Callable[[str, str, AckedRangesContent], Awaitable[None]] | None = None,
     ) -> None:
-        """`replicators`: each remote cluster the topic replicates to, and whether its replicator is
-        connected; `last_data_ms`: when the last data entry (not a marker) was stored, None if never;
-        `apply_update(subscription, position)`: move (or create, then move) a local subscription.
-        magnetar's acked ranges (replicatedSubscriptionsAckedRangesEnabled, None when off):
-        `acked_ranges_due()`, at each tick, the subscriptions whose consumers acknowledged something
-        since the last one, with their ACKED_RANGES content; `apply_acked_ranges(subscription,
-        source cluster, content)`: acknowledge on a local subscription what another cluster's did."""
+        """`acked_ranges`: magnetar's acked ranges are on (replicatedSubscriptionsAckedRangesEnabled): at
+        each tick the subscriptions that acknowledged something send it, and what other clusters' sent is
+        applied here."""
+        self._topic = topic
         self.topic_name = topic_name
         self.local_cluster = local_cluster
         self.frequency_ms = frequency_ms
-        self._now_ms = now_ms
-        self._append_marker = append_marker
-        self._replicators = replicators
-        self._last_data_ms = last_data_ms
-        self._apply_update = apply_update
-        self._acked_ranges_due = acked_ranges_due
-        self._apply_acked_ranges = apply_acked_ranges
+        self._now_ms = clock.time_ms
+        self._acked_ranges = acked_ranges
         self.acked_ranges_written = 0
         self.snapshots = SnapshotController(local_cluster, timeout_ms, new_snapshot_id)
         # How long each completed snapshot took (ms), for pulsar_replicated_subscriptions_snapshot_ms.
@@ -92,7 +111,7 @@ class ReplicatedSubscriptionsController:
             loop.create_task(self._tick_loop(), name=f"snapshots {self.topic_name}"),
             loop.create_task(self._write_loop(), name=f"markers {self.topic_name}"),
         ]
-        if self._acked_ranges_due is not None:
+        if self._acked_ranges:
             self._tasks.append(loop.create_task(self._acked_ranges_loop(), name=f"acked ranges {self.topic_name}"))
         log.info("[%s] Replicated subscriptions controller started", self.topic_name)
 
@@ -113,7 +132,7 @@ class ReplicatedSubscriptionsController:
             await asyncio.sleep(self.frequency_ms / 1000)
             now = self._now_ms()
             timed_out = set(self.snapshots.pending)
-            builder = self.snapshots.tick(now, self._last_data_ms(), self._replicators())
+            builder = self.snapshots.tick(now, self._topic.last_data_ms, self._topic.replicator_states())
             timed_out.difference_update(self.snapshots.pending)
             if timed_out:
                 # A remote that did not answer in replicatedSubscriptionsSnapshotTimeoutSeconds: down, its
@@ -129,11 +148,10 @@ class ReplicatedSubscriptionsController:
         It needs no snapshot (the replicator's receipts translate it), so it keeps its own, shorter period:
         an acknowledgement reaches the other clusters within half a period plus the replication delay,
         not a whole period. A failure is logged and leaves the timer (and the snapshots) running."""
-        assert self._acked_ranges_due is not None
         while True:
             await asyncio.sleep(self.frequency_ms / 2000)
             try:
-                for subscription, content in self._acked_ranges_due():
+                for subscription, content in self._topic.acked_ranges_due():
                     self._write(markers.acked_ranges(subscription, self.local_cluster, content, self._now_ms()), None)
                     self.acked_ranges_written += 1
             except Exception:
@@ -170,7 +188,7 @@ class ReplicatedSubscriptionsController:
                 task = asyncio.get_running_loop().create_task(self._apply(name, target))
                 self._tasks.append(task)
                 task.add_done_callback(self._tasks.remove)
-        elif marker.marker_type == markers.ACKED_RANGES and self._apply_acked_ranges is not None:
+        elif marker.marker_type == markers.ACKED_RANGES and self._acked_ranges:
             assert isinstance(body, ReplicatedSubscriptionsAckedRanges)
             name, source, content = marker_content(body)
             if source != self.local_cluster:
@@ -180,7 +198,7 @@ class ReplicatedSubscriptionsController:
 
     async def _apply(self, subscription: str, position: Position) -> None:
         try:
-            await self._apply_update(subscription, position)
+            await self._topic.apply_replicated_update(subscription, position)
         except Exception:
             log.exception("[%s] Replicated subscription %s not moved to %s", self.topic_name, subscription, position)
         else:
@@ -188,7 +206,7 @@ class ReplicatedSubscriptionsController:
 
     async def _apply_ranges(self, subscription: str, source: str, content: AckedRangesContent) -> None:
         try:
-            await self._apply_acked_ranges(subscription, source, content)  # type: ignore[misc]
+            await self._topic.apply_acked_ranges(subscription, source, content)
         except Exception:
             log.exception("[%s] Acked ranges of %s from %s not applied", self.topic_name, subscription, source)
 
@@ -219,7 +237,7 @@ class ReplicatedSubscriptionsController:
         while True:
             entry, done = await self._queue.get()
             try:
-                position: Position | None = await self._append_marker(entry)
+                position: Position | None = await self._topic.append_marker(entry)
             except Exception as error:  # noqa: BLE001 - the writer outlives a failed append; done() learns of it
                 log.warning("[%s] Marker not stored: %s", self.topic_name, error)
                 position = None

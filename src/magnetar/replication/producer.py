@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import ssl
-import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -35,6 +34,7 @@ from typing import NamedTuple, NoReturn
 from urllib.parse import urlsplit
 
 from magnetar.client.security import ClientSecurity
+from magnetar.clock import Clock, system_time_ms
 from magnetar.protocol.commands import pong, signed_id
 from magnetar.protocol.framing import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -152,8 +152,12 @@ class RemoteProducer:
         on_receipts: Callable[[list[tuple[int, int]]], None] | None = None,
         on_disconnect: Callable[[RemoteUnavailable], None] | None = None,
         security: ClientSecurity | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        """`clock` stamps the sends (their age in the replicator's stats) and the connection: the broker's
+        when a replicator runs it, else the system's wall clock."""
         host, port, self._tls = _address(service_url)
+        self._time_ms = clock.time_ms if clock is not None else system_time_ms
         self._service_address = (host, port)
         self.service_url = service_url
         # TLS trust and credentials (none by default); the credentials are read at each CONNECT and challenge.
@@ -314,7 +318,7 @@ class RemoteProducer:
             )
         assert self._writer is not None
         self._writer.write(b"".join(frames))
-        pending.extend(map(_new_send, zip(sequence_ids, itertools.repeat(int(time.time() * 1000)))))
+        pending.extend(map(_new_send, zip(sequence_ids, itertools.repeat(self._time_ms()))))
 
     # ------------------------------------------------------------------------------ handshake
 
@@ -394,7 +398,7 @@ class RemoteProducer:
             "producer_access_mode": ProducerAccessMode.Shared,
         }
         await self._request(BaseCommand(type=BaseCommand.PRODUCER, producer=producer), request_id)
-        self.connected_since_ms = int(time.time() * 1000)
+        self.connected_since_ms = self._time_ms()
 
     async def _request(self, command: BaseCommand, request_id: int) -> BaseCommand:
         """Send a request and return its answer; ERROR raises RemoteError."""

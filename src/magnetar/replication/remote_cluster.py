@@ -10,6 +10,7 @@ with its `brokerClientTrustCertsFilePath`; with TLS the binary URL is `brokerSer
 back to `serviceUrlTls`, an https URL its client looks up over HTTP: magnetar's replicator speaks only the
 binary protocol, so it needs `brokerServiceUrlTls`) and the admin URL `serviceUrlTls`; without, they are
 `brokerServiceUrl` and `serviceUrl`.
+`RemoteClusters` reads the registrations for the broker and its admin API.
 Must not touch: connections (producer.py and remote_admin.py use what this returns) or the stored
 registration.
 """
@@ -20,8 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from magnetar.client.security import ClientSecurity
+from magnetar.storage.metadata import MetadataStore
 
-__all__ = ["remote_security", "remote_urls"]
+__all__ = ["RemoteClusters", "remote_security", "remote_urls"]
 
 
 def _tls(data: Mapping[str, Any], settings: Any) -> tuple[bool, str | None, bool]:
@@ -56,3 +58,31 @@ def remote_security(data: Mapping[str, Any], settings: Any) -> ClientSecurity:
         return ClientSecurity.from_options(plugin or None, params, trust, insecure)
     except OSError as error:
         raise ValueError(f"authentication parameters unreadable: {error}") from error
+
+
+class RemoteClusters:
+    """The other clusters as this broker reaches them: their registrations under `/admin/clusters/{c}`
+    read at each call (an update applies to the next connection), with the broker's `settings`."""
+
+    def __init__(self, metadata: MetadataStore, settings: Any) -> None:
+        self._metadata = metadata
+        self._settings = settings
+
+    def _registration(self, cluster: str) -> Mapping[str, Any] | None:
+        record = self._metadata.get(f"/admin/clusters/{cluster}")
+        return None if record is None else record[0]
+
+    def broker_service_url(self, cluster: str) -> str | None:
+        """Where a replicator reaches `cluster`: its brokerServiceUrl (brokerServiceUrlTls with TLS)."""
+        data = self._registration(cluster)
+        return None if data is None else remote_urls(data, self._settings)[0]
+
+    def admin_service_url(self, cluster: str) -> str | None:
+        """The serviceUrl (admin API) registered for `cluster` (serviceUrlTls with TLS)."""
+        data = self._registration(cluster)
+        return None if data is None else remote_urls(data, self._settings)[1]
+
+    def security(self, cluster: str) -> ClientSecurity:
+        """TLS trust and credentials for reaching `cluster`: its registration's, else this broker's
+        brokerClient* settings. Raises ValueError when they cannot be read."""
+        return remote_security(self._registration(cluster) or {}, self._settings)

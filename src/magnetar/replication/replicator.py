@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from magnetar.protocol.forwarding import forwarded_sends
 from magnetar.replication.acked_ranges import ReplicatedPositions
@@ -28,6 +26,7 @@ from magnetar.replication.remote_admin import RemoteAdminError, ensure_partition
 
 if TYPE_CHECKING:
     from magnetar.client.security import ClientSecurity
+    from magnetar.clock import Clock
     from magnetar.positions import Position
     from magnetar.storage import ManagedCursor, ManagedLedger
 
@@ -79,6 +78,16 @@ def remote_cluster_of(producer: str) -> str | None:
     return producer[len(prefix) :].split("-->", 1)[0]
 
 
+class ClusterDirectory(Protocol):
+    """Where the other clusters are and how to reach them (remote_cluster.RemoteClusters)."""
+
+    def broker_service_url(self, cluster: str) -> str | None: ...
+
+    def admin_service_url(self, cluster: str) -> str | None: ...
+
+    def security(self, cluster: str) -> ClientSecurity: ...
+
+
 class Replicator:
     """Invariants: at most one remote producer at a time; the cursor's mark-delete position only passes
     entries the remote confirmed or that are not for it; `_in_flight` holds, in read order, what was sent
@@ -93,30 +102,27 @@ class Replicator:
         remote_cluster: str,
         ledger: ManagedLedger,
         cursor: ManagedCursor,
-        resolve_url: Callable[[str], str | None],
+        clusters: ClusterDirectory,
+        clock: Clock,
         queue_size: int,
         partitions: int = 0,
-        resolve_admin_url: Callable[[str], str | None] | None = None,
         record_positions: bool = False,
-        resolve_security: Callable[[str], ClientSecurity] | None = None,
     ) -> None:
-        """`partitions`: how many partitions the topic this one is a partition of has (0 for a topic
-        that is not partitioned); the remote gets a partitioned topic with at least as many before
-        the first send (Pulsar 4.0's createTopicToRemoteClusterForReplication), through its admin API
-        at `resolve_admin_url(cluster)`. `record_positions`: keep where each entry landed in the remote topic (its
+        """`clusters` tells where the remote cluster is and how to reach it (asked at each connect, so that
+        a corrected registration is used). `partitions`: how many partitions the topic this one is a
+        partition of has (0 for a topic that is not partitioned); the remote gets a partitioned topic with
+        at least as many before the first send (Pulsar 4.0's createTopicToRemoteClusterForReplication),
+        through its admin API. `record_positions`: keep where each entry landed in the remote topic (its
         receipt), so that replicated subscriptions translate their acknowledgements (acked_ranges.py)."""
         self.topic_name = topic_name
         self.local_cluster = local_cluster
         self.remote_cluster = remote_cluster
         self.ledger = ledger
         self.cursor = cursor
-        self._resolve_url = resolve_url
+        self._clusters = clusters
+        self._clock = clock
         self.queue_size = queue_size
         self.partitions = partitions
-        self._resolve_admin_url = resolve_admin_url
-        # TLS trust and credentials for a remote cluster (remote_cluster.py), asked at each connect so that
-        # a corrected registration is used; ValueError when they cannot be read.
-        self._resolve_security = resolve_security
         self.positions = ReplicatedPositions() if record_positions else None
         self.producer: RemoteProducer | None = None
         # (position, payload bytes) of each entry sent, in send order; bytes -1 for an entry skipped
@@ -198,7 +204,7 @@ class Replicator:
                     await producer.close()
 
     async def _connect(self) -> RemoteProducer | None:
-        url = self._resolve_url(self.remote_cluster)
+        url = self._clusters.broker_service_url(self.remote_cluster)
         if not url:
             log.warning(
                 "[%s] Replicator to %s: the cluster has no brokerServiceUrl registered",
@@ -209,7 +215,7 @@ class Replicator:
         self.state = "Starting"
         name = producer_name(self.local_cluster, self.remote_cluster)
         try:
-            security = self._resolve_security(self.remote_cluster) if self._resolve_security else None
+            security = self._clusters.security(self.remote_cluster)
             producer = RemoteProducer(
                 url,
                 self.topic_name,
@@ -218,6 +224,7 @@ class Replicator:
                 on_receipts=self._on_receipts,
                 on_disconnect=lambda _error: self._progress.set(),
                 security=security,
+                clock=self._clock,
             )
             if self.partitions:
                 await self._ensure_remote_partitions(security)
@@ -228,7 +235,7 @@ class Replicator:
             return None
         self.producer = producer
         self.state = "Started"
-        self.connected_since_ms = int(time.time() * 1000)
+        self.connected_since_ms = self._clock.time_ms()
         # Everything not confirmed yet goes again: sends in flight when the last connection dropped
         # were never confirmed, and the cursor skips what was.
         self._in_flight.clear()
@@ -242,8 +249,8 @@ class Replicator:
         )
         return producer
 
-    async def _ensure_remote_partitions(self, security: ClientSecurity | None) -> None:
-        admin = self._resolve_admin_url(self.remote_cluster) if self._resolve_admin_url else None
+    async def _ensure_remote_partitions(self, security: ClientSecurity) -> None:
+        admin = self._clusters.admin_service_url(self.remote_cluster)
         if not admin:
             raise RemoteUnavailable(f"cluster {self.remote_cluster} has no serviceUrl for its admin API")
         base = self.topic_name.rsplit(PARTITION_SUFFIX, 1)[0]
@@ -264,7 +271,7 @@ class Replicator:
         read_ahead = self._read_ahead
         # A backlog found at connect time is logged once it is all confirmed.
         catching_up = self.backlog() > 0
-        started = time.monotonic()
+        started = self._clock.monotonic()
         read_max = max(1, self.queue_size // READS_PER_QUEUE)
         self._sender = producer
         try:
@@ -292,7 +299,7 @@ class Replicator:
                             "[%s] Replicator to %s caught up in %.1f s",
                             self.topic_name,
                             self.remote_cluster,
-                            time.monotonic() - started,
+                            self._clock.monotonic() - started,
                         )
                     await self._wait_for_entries()
         finally:
@@ -441,7 +448,7 @@ class Replicator:
         """What Pulsar's ReplicatorStats says of the outbound side; rates are the admin API's."""
         producer = self.producer
         oldest = producer.oldest_pending_since_ms if producer is not None else None
-        delay_s = max(0, (int(time.time() * 1000) - oldest) // 1000) if oldest is not None else 0
+        delay_s = max(0, (self._clock.time_ms() - oldest) // 1000) if oldest is not None else 0
         return {
             "msgOutCount": self.msg_out_counter,
             "bytesOutCount": self.bytes_out_counter,

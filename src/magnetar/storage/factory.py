@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from magnetar.storage.clock import Clock, LoopClock
+from magnetar.clock import Clock, LoopClock
 from magnetar.storage.config import StorageConfig
 from magnetar.storage.cursor import decode_ranges
 from magnetar.storage.entry_cache import EntryCache
@@ -62,7 +62,7 @@ class ManagedLedgerFactory:
         ledger timestamps and the periodic cursor flush read."""
         factory = cls(data_dir, config or StorageConfig(), engine, clock)
         await asyncio.to_thread(factory._open_blocking)
-        factory.engine.start(factory.loop, factory._on_commit, factory.clock.time_ms)
+        factory.engine.start(factory.loop, factory._on_commit, factory.clock)
         await factory.metadata.ensure_defaults(factory.config.clusterName)
         factory._background = factory.loop.create_task(factory._run_background())
         return factory

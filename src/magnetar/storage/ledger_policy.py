@@ -14,7 +14,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from itertools import accumulate
 
-from magnetar.storage.clock import Clock, TimerHandle
+from magnetar.clock import Clock, TimerHandle
 from magnetar.storage.config import StorageConfig
 
 __all__ = ["RolloverPolicy", "ledgers_to_trim"]

@@ -40,7 +40,6 @@ import queue
 import sqlite3
 import struct
 import threading
-import time
 import zlib
 from array import array
 from bisect import bisect_left
@@ -54,6 +53,7 @@ from typing import Any, NamedTuple
 
 import crc32c
 
+from magnetar.clock import Clock
 from magnetar.positions import Position
 from magnetar.storage.errors import (
     LedgerFencedError,
@@ -217,10 +217,6 @@ class Run(NamedTuple):
     sequence_ids: Sequence[int]
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def segment_id(ledger_id: int, entry_id: int) -> int:
     return ledger_id << _ENTRY_SHIFT | entry_id
 
@@ -286,7 +282,7 @@ class SqliteEngine:
         self._committed_since_checkpoint = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_commit: Callable[[CommitReport], None] | None = None
-        self._time_ms: Callable[[], int] = _wall_clock_ms
+        self._clock: Clock | None = None
         self._fenced_ledgers: set[int] = set()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
@@ -436,23 +432,27 @@ class SqliteEngine:
         self,
         loop: asyncio.AbstractEventLoop,
         on_commit: Callable[[CommitReport], None],
-        time_ms: Callable[[], int] = _wall_clock_ms,
+        clock: Clock,
     ) -> None:
-        """Start the threads; `on_commit` gets each commit's report on `loop`, and `time_ms` (the
-        storage's clock, called on the commit thread) stamps the ledgers a commit appends to."""
+        """Start the threads; `on_commit` gets each commit's report on `loop`, and `clock` (the broker's,
+        read on the commit thread) stamps the ledgers a commit appends to and times the group wait."""
         self._loop = loop
         self._on_commit = on_commit
-        self._time_ms = time_ms
+        self._clock = clock
         self._read_pool = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="magnetar-storage-read")
         self._thread = threading.Thread(target=self._commit_loop, name="magnetar-group-commit", daemon=True)
         self._thread.start()
         self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="magnetar-checkpoint", daemon=True)
         self._checkpointer.start()
 
+    def _monotonic(self) -> float:
+        assert self._clock is not None, "engine not started"
+        return self._clock.monotonic()
+
     def close(self) -> None:
         """Stop the commit thread after it drained the queue, checkpoint, close. Blocking."""
         if self._thread is not None:
-            self._queue.put((time.monotonic(), _STOP))
+            self._queue.put((self._monotonic(), _STOP))
             self._thread.join()
             self._thread = None
         if self._checkpointer is not None:
@@ -518,7 +518,7 @@ class SqliteEngine:
     def submit(self, item: Any) -> None:
         """Queue `(owner, runs, payload bytes, entries)` (appends, in position order) or a
         `WriteOp`; called on the event loop."""
-        self._queue.put((time.monotonic(), item))
+        self._queue.put((self._monotonic(), item))
 
     def _write(self, apply: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         assert self._loop is not None, "engine not started"
@@ -592,7 +592,7 @@ class SqliteEngine:
                     if len(batch) >= GROUP_WAIT_ITEMS_MIN or entries >= GROUP_WAIT_ENTRIES_MIN or not self.group_wait_s:
                         break
                     # A small commit waits a little for company (journalMaxGroupWaitMSec).
-                    remaining = deadline - time.monotonic()
+                    remaining = deadline - self._monotonic()
                     if remaining <= 0:
                         break
                     try:
@@ -639,7 +639,8 @@ class SqliteEngine:
                     owners[ledger_id] = owner
                 else:
                     ledger_runs.append(run)
-        now_ms = self._time_ms()
+        assert self._clock is not None, "engine not started"
+        now_ms = self._clock.time_ms()
         segments: list[tuple[Any, ...]] = []
         ledgers: list[tuple[int, int, int, int, int]] = []
         topic_ids: list[int] = []  # per segment row, for the one-statement commit

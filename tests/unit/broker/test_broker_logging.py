@@ -15,7 +15,7 @@ import pytest
 from magnetar.broker.config import ConfigError, load_config
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.logs import consumer_changed, parse_log_level, remote_address
-from magnetar.broker.service import BrokerService
+from magnetar.broker.root import open_broker
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.events import KeySharedMeta
 from magnetar.core.sticky_key import key_hash
@@ -74,10 +74,9 @@ def test_key_shared_debug_lines_follow_ranges_and_draining(tmp_path: Path, caplo
     the hashes that start draining are logged; acking them ends the draining, and that is logged too."""
 
     async def scenario() -> None:
-        service = BrokerService(load_config(), tmp_path / "data")
-        await service.start()
+        broker = await open_broker(load_config(), tmp_path / "data")
         try:
-            topic = await service.get_topic(TopicName.parse("logged"))
+            topic = await broker.context.registry.get_topic(TopicName.parse("logged"))
             subscription = await topic.subscribe("sub", True, "earliest", None)
             hashes = [key_hash(key) for key in KEYS]
             count = len(KEYS)
@@ -108,7 +107,7 @@ def test_key_shared_debug_lines_follow_ranges_and_draining(tmp_path: Path, caplo
             second.detach()
             first.detach()
         finally:
-            await service.close()
+            await broker.stop()
 
     with caplog.at_level(logging.DEBUG, logger="magnetar"):
         asyncio.run(scenario())
@@ -133,10 +132,9 @@ def test_no_key_shared_details_are_gathered_at_info(tmp_path: Path, caplog: pyte
     """At INFO the subscription remembers no draining hashes, so the dispatch path checks nothing more."""
 
     async def scenario() -> None:
-        service = BrokerService(load_config(), tmp_path / "data")
-        await service.start()
+        broker = await open_broker(load_config(), tmp_path / "data")
         try:
-            topic = await service.get_topic(TopicName.parse("quiet"))
+            topic = await broker.context.registry.get_topic(TopicName.parse("quiet"))
             subscription = await topic.subscribe("sub", True, "earliest", None)
             consumer = ServerConsumer(_Connection(1), subscription, 0, "only", -1)
             consumer.consumer_id = subscription.add_consumer(consumer, "Key_Shared", 0, KeySharedMeta())
@@ -144,7 +142,7 @@ def test_no_key_shared_details_are_gathered_at_info(tmp_path: Path, caplog: pyte
             assert subscription.draining_logged == {}
             consumer.detach()
         finally:
-            await service.close()
+            await broker.stop()
 
     with caplog.at_level(logging.INFO, logger="magnetar"):
         asyncio.run(scenario())

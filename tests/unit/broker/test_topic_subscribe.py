@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from magnetar.broker.config import load_config
-from magnetar.broker.service import BrokerService
+from magnetar.broker.registry import TopicRegistry
+from magnetar.broker.root import open_broker
 from magnetar.broker.topic import SubscriptionExistsError
 from magnetar.broker.topic_name import TopicName
 from magnetar.positions import Position
@@ -16,12 +17,11 @@ from magnetar.positions import Position
 
 def _run(tmp_path: Path, scenario) -> None:
     async def main() -> None:
-        service = BrokerService(load_config(), tmp_path / "data")
-        await service.start()
+        broker = await open_broker(load_config(), tmp_path / "data")
         try:
-            await scenario(service)
+            await scenario(broker.context.registry)
         finally:
-            await service.close()
+            await broker.stop()
 
     asyncio.run(main())
 
@@ -30,8 +30,8 @@ def test_consumers_subscribing_at_once_share_one_subscription(tmp_path: Path) ->
     """Ten consumers subscribe to a new subscription together: each waits for the cursor to be
     persisted, and all must end on one subscription (two would be two dispatchers on one cursor)."""
 
-    async def scenario(service: BrokerService) -> None:
-        topic = await service.get_topic(TopicName.parse("together"))
+    async def scenario(registry: TopicRegistry) -> None:
+        topic = await registry.get_topic(TopicName.parse("together"))
         subscriptions = await asyncio.gather(*(topic.subscribe("sub", True, "earliest", None) for _ in range(10)))
         assert all(s is subscriptions[0] for s in subscriptions)
         assert topic.subscriptions["sub"] is subscriptions[0]
@@ -40,8 +40,8 @@ def test_consumers_subscribing_at_once_share_one_subscription(tmp_path: Path) ->
 
 
 def test_admin_create_racing_a_consumer_is_refused(tmp_path: Path) -> None:
-    async def scenario(service: BrokerService) -> None:
-        topic = await service.get_topic(TopicName.parse("racing"))
+    async def scenario(registry: TopicRegistry) -> None:
+        topic = await registry.get_topic(TopicName.parse("racing"))
         created, subscribed = await asyncio.gather(
             topic.create_subscription("sub", Position(0, 0)),
             topic.subscribe("sub", True, "earliest", None),
@@ -59,8 +59,8 @@ def test_admin_create_racing_a_consumer_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("durable", [True, False])
 def test_a_second_subscribe_returns_the_existing_subscription(tmp_path: Path, durable: bool) -> None:
-    async def scenario(service: BrokerService) -> None:
-        topic = await service.get_topic(TopicName.parse("again"))
+    async def scenario(registry: TopicRegistry) -> None:
+        topic = await registry.get_topic(TopicName.parse("again"))
         first = await topic.subscribe("sub", durable, "latest", None)
         assert await topic.subscribe("sub", durable, "latest", None) is first
 

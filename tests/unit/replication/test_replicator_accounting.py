@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from magnetar.client.security import ClientSecurity
+from magnetar.clock import LoopClock
 from magnetar.positions import Position
 from magnetar.protocol import markers
 from magnetar.protocol.forwarding import forwarded_sends
@@ -21,6 +23,22 @@ from magnetar.replication.replicator import Replicator, cursor_name
 from magnetar.storage import ManagedLedgerFactory, StorageConfig
 
 CONFIG = StorageConfig(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=-1)
+
+
+class _Nowhere:
+    """No cluster registered: these replicators never connect; the tests drive their sends by hand."""
+
+    def broker_service_url(self, cluster: str) -> str | None:
+        return None
+
+    def admin_service_url(self, cluster: str) -> str | None:
+        return None
+
+    def security(self, cluster: str) -> ClientSecurity:
+        return ClientSecurity()
+
+
+NOWHERE = _Nowhere()
 
 
 class RecordingProducer:
@@ -78,7 +96,8 @@ def _run(
                 "r2",
                 ledger,
                 cursor,
-                lambda _cluster: None,
+                NOWHERE,
+                LoopClock(asyncio.get_running_loop()),
                 1000,
             )
             producer = RecordingProducer(max_frame_bytes)
@@ -167,7 +186,16 @@ def _pass_scenario(tmp_path: Path, local_before: int, answered: bool) -> dict[st
         try:
             ledger = await factory.open_ledger("persistent://t/ns/topic")
             cursor = await ledger.open_cursor(cursor_name("r2"), "latest")
-            replicator = Replicator("persistent://t/ns/topic", "r1", "r2", ledger, cursor, lambda _c: None, 1000)
+            replicator = Replicator(
+                "persistent://t/ns/topic",
+                "r1",
+                "r2",
+                ledger,
+                cursor,
+                NOWHERE,
+                LoopClock(asyncio.get_running_loop()),
+                1000,
+            )
             producer = RecordingProducer()
             for sequence_id in range(local_before):
                 await ledger.append(_data(sequence_id), 0, 1, 1, "p", sequence_id)
@@ -278,7 +306,16 @@ def test_reads_run_ahead_of_the_sends_within_twice_the_queue(tmp_path: Path) -> 
     async def scenario() -> None:
         factory, ledger, cursor = await _topic_with(tmp_path, count)
         try:
-            replicator = Replicator("persistent://t/ns/topic", "r1", "r2", ledger, cursor, lambda _c: None, queue_size)
+            replicator = Replicator(
+                "persistent://t/ns/topic",
+                "r1",
+                "r2",
+                ledger,
+                cursor,
+                NOWHERE,
+                LoopClock(asyncio.get_running_loop()),
+                queue_size,
+            )
             producer = WindowProducer(queue_size)
             reads: list[tuple[int, int]] = []  # (entries asked, sends unanswered) at each read
             in_progress = 0
@@ -347,7 +384,16 @@ def test_receipts_send_the_entries_read_ahead_at_once(tmp_path: Path) -> None:
     async def scenario() -> None:
         factory, ledger, cursor = await _topic_with(tmp_path, 200)
         try:
-            replicator = Replicator("persistent://t/ns/topic", "r1", "r2", ledger, cursor, lambda _c: None, queue_size)
+            replicator = Replicator(
+                "persistent://t/ns/topic",
+                "r1",
+                "r2",
+                ledger,
+                cursor,
+                NOWHERE,
+                LoopClock(asyncio.get_running_loop()),
+                queue_size,
+            )
             producer = WindowProducer(queue_size)
             task = asyncio.create_task(replicator._forward(producer))  # type: ignore[arg-type]
             while len(replicator._read_ahead) < queue_size:
@@ -381,7 +427,16 @@ def test_sends_wait_for_the_socket_when_its_unsent_bytes_reach_the_bound(tmp_pat
     async def scenario() -> None:
         factory, ledger, cursor = await _topic_with(tmp_path, 50)
         try:
-            replicator = Replicator("persistent://t/ns/topic", "r1", "r2", ledger, cursor, lambda _c: None, 100)
+            replicator = Replicator(
+                "persistent://t/ns/topic",
+                "r1",
+                "r2",
+                ledger,
+                cursor,
+                NOWHERE,
+                LoopClock(asyncio.get_running_loop()),
+                100,
+            )
             frame_bytes = len(forwarded_sends(0, [_data(0)], "r1", "r2")[0][0])  # type: ignore[index]
             producer = WindowProducer(100, unsent_max=frame_bytes * 5)
             task = asyncio.create_task(replicator._forward(producer))  # type: ignore[arg-type]

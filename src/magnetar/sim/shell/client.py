@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from magnetar.broker.connection import ServerConnection
-from magnetar.broker.service import BrokerService
+from magnetar.broker.commands import open_connection
+from magnetar.broker.context import BrokerContext
 from magnetar.positions import Position
 from magnetar.protocol.commands import signed_id
 from magnetar.protocol.framing import FrameDecoder, encode_frame
@@ -136,7 +136,7 @@ class _ServerWriter:
 class SimClient:
     """One client connection: the broker's `ServerConnection` runs on the other end of it."""
 
-    def __init__(self, name: str, service: BrokerService, network: Network, listener: Listener, number: int) -> None:
+    def __init__(self, name: str, context: BrokerContext, network: Network, listener: Listener, number: int) -> None:
         self.name = name
         self.listener = listener
         self.loop = network.loop
@@ -145,7 +145,7 @@ class SimClient:
         to_client = network.pipe(self._on_data, self._on_eof)
         # The connection writes through `_ServerWriter`, the StreamWriter calls it makes, to the network.
         writer = cast(asyncio.StreamWriter, _ServerWriter(to_client, ("sim", number)))
-        self.connection = ServerConnection(service, reader, writer)
+        self.connection = open_connection(context, reader, writer)
         self.task = self.loop.create_task(self.connection.run())
         self._decoder = FrameDecoder()
         self._requests: dict[int, asyncio.Future[BaseCommand]] = {}

@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from magnetar.clock import Clock
 from magnetar.storage.sqlite_engine import CommitReport, SqliteEngine
 
 __all__ = ["SimEngine"]
@@ -33,12 +34,11 @@ class SimEngine(SqliteEngine):
         self,
         loop: asyncio.AbstractEventLoop,
         on_commit: Callable[[CommitReport], None],
-        time_ms: Callable[[], int] | None = None,
+        clock: Clock,
     ) -> None:
         self._loop = loop
         self._on_commit = on_commit
-        if time_ms is not None:
-            self._time_ms = time_ms
+        self._clock = clock
 
     def submit(self, item: Any) -> None:
         """Everything submitted before the commit fires goes into it, as a group commit takes what queued

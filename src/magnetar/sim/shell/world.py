@@ -31,8 +31,10 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from magnetar.broker.config import load_config
-from magnetar.broker.service import BrokerService
+from magnetar.broker.root import open_broker
+from magnetar.broker.server import Broker
 from magnetar.broker.subscription import PersistentSubscription
+from magnetar.clock import LoopClock
 from magnetar.core.events import Event
 from magnetar.positions import Position
 from magnetar.sim.shell.client import ClientClosed, Delivery, Network, SimClient, SimConsumer, SimProducer
@@ -180,7 +182,7 @@ class ShellWorld:
         self.seen_by: dict[str, set[int]] = {}  # consumer -> indexes it received
         self.holders: dict[str, dict[str, set[int]]] = {}  # key -> consumer -> indexes held
         self.liveness = False
-        self.service: BrokerService | None = None
+        self.broker: Broker | None = None
         self.subscription: PersistentSubscription | None = None
 
     # --------------------------------------------------------------------------------- reporting
@@ -276,9 +278,9 @@ class ShellWorld:
     # ------------------------------------------------------------------------------------ actors
 
     def _new_client(self, name: str) -> SimClient:
-        assert self.service is not None
+        assert self.broker is not None
         self.clients += 1
-        return SimClient(name, self.service, self.network, self, self.clients)
+        return SimClient(name, self.broker.context, self.network, self, self.clients)
 
     async def _connect(self, slot: _Slot, shared: SimClient | None) -> None:
         """Subscribe the slot's next incarnation; on its own client unless one is shared."""
@@ -313,14 +315,14 @@ class ShellWorld:
             self.note(f"{label} subscribe failed: {error}")
             slot.consumer = None
             return
-        if self.service is not None and self.subscription is None:
+        if self.broker is not None and self.subscription is None:
             self._watch_subscription()
         slot.app = self.loop.create_task(self._app(slot, consumer))
 
     def _watch_subscription(self) -> None:
         """Trace the subscription's events and the dispatcher's decisions (an instance-level wrapper)."""
-        assert self.service is not None
-        topic = self.service.topics.get(TOPIC)
+        assert self.broker is not None
+        topic = self.broker.context.registry.topics.get(TOPIC)
         if topic is None or SUBSCRIPTION not in topic.subscriptions:
             return
         subscription = self.subscription = topic.subscriptions[SUBSCRIPTION]
@@ -413,17 +415,16 @@ class ShellWorld:
         }
         engine = SimEngine(self.data_dir, random.Random(self.seed * 17 + 3), options.commit_ms, options.read_ms)
         loop = self.loop
-        self.service = BrokerService(
+        self.broker = await open_broker(
             load_config(overrides=overrides),
             self.data_dir,
-            clock_ms=lambda: EPOCH_MS + int(loop.time() * 1000),
+            clock=LoopClock(loop, lambda: EPOCH_MS + int(loop.time() * 1000)),
             storage_engine=engine,
         )
-        await self.service.start()
         try:
             await self._run_clients()
         finally:
-            await self.service.close()
+            await self.broker.stop()
 
     async def _run_clients(self) -> None:
         options = self.options

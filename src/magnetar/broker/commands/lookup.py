@@ -1,0 +1,125 @@
+"""The lookup commands: PARTITIONED_METADATA, LOOKUP and GET_TOPICS_OF_NAMESPACE.
+
+Owns: checking that the client's role may look a topic up or list a namespace, and answering with what
+the broker's lookup (broker/lookup.py) and topic registry say, or with Pulsar's error codes.
+Must not touch: loaded topics.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from magnetar.broker.config import UnknownListener
+from magnetar.broker.connection import CommandHandler, ServerConnection
+from magnetar.broker.registry import TOPIC_DOMAINS
+from magnetar.broker.topic_name import InvalidTopicName, TopicName
+from magnetar.protocol import commands
+from magnetar.protocol.pulsar_api_pb2 import (
+    BaseCommand,
+    CommandGetTopicsOfNamespace,
+    CommandLookupTopic,
+    CommandPartitionedTopicMetadata,
+)
+
+__all__ = ["handlers"]
+
+log = logging.getLogger("magnetar.broker.connection")
+
+# GET_TOPICS_OF_NAMESPACE modes: PERSISTENT (the default), NON_PERSISTENT, ALL.
+_NAMESPACE_MODE_DOMAINS = {0: ("persistent",), 1: ("non-persistent",), 2: TOPIC_DOMAINS}
+
+
+def handlers(connection: ServerConnection) -> dict[int, CommandHandler]:
+    return {
+        BaseCommand.PARTITIONED_METADATA: lambda command: connection.spawn(
+            on_partitioned_metadata(connection, command.partitionMetadata), "partitioned metadata"
+        ),
+        BaseCommand.LOOKUP: lambda command: on_lookup(connection, command.lookupTopic),
+        BaseCommand.GET_TOPICS_OF_NAMESPACE: lambda command: on_get_topics_of_namespace(
+            connection, command.getTopicsOfNamespace
+        ),
+    }
+
+
+async def on_partitioned_metadata(connection: ServerConnection, request: CommandPartitionedTopicMetadata) -> None:
+    try:
+        name = TopicName.parse(request.topic)
+        if connection.context.authorization.enabled and not connection.context.authorization.can_lookup(
+            name, connection.auth.role
+        ):
+            log.info(
+                "[%s] Role %s may not get partition metadata of %s",
+                connection.remote_address,
+                connection.auth.role,
+                name,
+            )
+            connection.write(
+                commands.partitioned_metadata_response(
+                    request.request_id,
+                    error_code="AuthorizationError",
+                    message="Client is not authorized to Get Partition Metadata",
+                )
+            )
+            return
+        partitions = await connection.context.lookup.partitions(name)
+    except InvalidTopicName as error:
+        log.info("[%s] Request %d failed: InvalidTopicName: %s", connection.remote_address, request.request_id, error)
+        connection.write(
+            commands.partitioned_metadata_response(
+                request.request_id, error_code="InvalidTopicName", message=str(error)
+            )
+        )
+        return
+    connection.write(commands.partitioned_metadata_response(request.request_id, partitions))
+
+
+def on_lookup(connection: ServerConnection, request: CommandLookupTopic) -> None:
+    try:
+        name = TopicName.parse(request.topic)
+    except InvalidTopicName as error:
+        log.info("[%s] Request %d failed: InvalidTopicName: %s", connection.remote_address, request.request_id, error)
+        connection.write(
+            commands.lookup_response(request.request_id, error_code="InvalidTopicName", message=str(error))
+        )
+        return
+    if connection.context.authorization.enabled and not connection.context.authorization.can_lookup(
+        name, connection.auth.role
+    ):
+        log.info("[%s] Role %s is not authorized to Lookup %s", connection.remote_address, connection.auth.role, name)
+        connection.write(
+            commands.lookup_response(
+                request.request_id, error_code="AuthorizationError", message="Client is not authorized to Lookup"
+            )
+        )
+        return
+    try:
+        # The listener the client names (Java's listenerName, Go's ListenerName, Python's listener_name),
+        # else the internal one; Pulsar answers a name it does not have with ServiceNotReady.
+        url, url_tls = connection.context.lookup.broker_urls(request.advertised_listener_name)
+    except UnknownListener as error:
+        log.info("[%s] Request %d failed: ServiceNotReady: %s", connection.remote_address, request.request_id, error)
+        connection.write(commands.lookup_response(request.request_id, error_code="ServiceNotReady", message=str(error)))
+        return
+    # TLS clients read brokerServiceUrlTls (the C++ client's BinaryProtoLookupService); both are answered, as Pulsar does.
+    connection.write(commands.lookup_response(request.request_id, url, broker_service_url_tls=url_tls))
+
+
+# ---------------------------------------------------------------------------- producers
+
+
+def on_get_topics_of_namespace(connection: ServerConnection, request: CommandGetTopicsOfNamespace) -> None:
+    authorization = connection.context.authorization
+    if authorization.enabled and not authorization.can_list_topics(request.namespace, connection.auth.role):
+        log.info(
+            "[%s] Role %s may not list the topics of %s",
+            connection.remote_address,
+            connection.auth.role,
+            request.namespace,
+        )
+        connection.write(
+            commands.error(request.request_id, "AuthorizationError", "Client is not authorized to GetTopicsOfNamespace")
+        )
+        return
+    registry = connection.context.registry
+    topics = registry.topics_of_namespace(request.namespace, _NAMESPACE_MODE_DOMAINS[request.mode])
+    connection.write(commands.get_topics_of_namespace_response(request.request_id, topics))

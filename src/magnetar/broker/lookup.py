@@ -1,0 +1,48 @@
+"""What LOOKUP and PARTITIONED_METADATA answer: which broker serves a topic, and how many partitions it has.
+
+Owns: the URLs a lookup answers (the listener a client names, else the internal one; Pulsar answers a
+name it does not have with ServiceNotReady), and the partition count a client is told, creating a
+partitioned topic when `allowAutoTopicCreationType=partitioned` says so. A broker alone serves every
+topic, so a lookup answers Connect to itself.
+Must not touch: the wire (the lookup commands write the answers) or loaded topics.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.registry import TopicRegistry
+from magnetar.broker.topic_name import TopicName
+
+__all__ = ["Lookup"]
+
+log = logging.getLogger(__name__)
+
+
+class Lookup:
+    def __init__(self, config: BrokerConfig, registry: TopicRegistry) -> None:
+        self._config = config
+        self._registry = registry
+
+    def broker_urls(self, listener_name: str) -> tuple[str, str | None]:
+        """The pulsar:// and pulsar+ssl:// URLs for a client of `listener_name` (Java's listenerName, Go's
+        ListenerName, Python's listener_name; empty for none). Raises UnknownListener."""
+        return self._config.lookup_urls(listener_name.strip())
+
+    async def partitions(self, name: TopicName) -> int:
+        """PARTITIONED_METADATA: auto-creates a partitioned topic when configured to."""
+        registry = self._registry
+        partitions = registry.partitions(name)
+        if partitions or name.partition_index >= 0:
+            return partitions
+        config = self._config
+        if (
+            config["allowAutoTopicCreation"]
+            and config["allowAutoTopicCreationType"] == "partitioned"
+            and str(name) not in registry.storage.topics()
+        ):
+            partitions = int(config["defaultNumPartitions"])
+            await registry.context.metadata.create_partitioned_topic(str(name), partitions)
+            log.info("[%s] Created partitioned topic with %d partitions (auto-created)", name, partitions)
+        return partitions

@@ -1,0 +1,83 @@
+"""The composition root: the one function that builds a broker from its configuration.
+
+Owns: which parts a broker is made of and how they are wired: one clock, the storage (and its metadata
+store) with its engine, the policy store, the remote clusters, the schema registry, the topics'
+context, the topic registry, lookup, admin operations, authentication and authorization. `magnetar
+standalone` (cli/standalone.py), the tests and the shell simulator all build a broker here, each passing
+its own parts: the simulator its virtual clock and its event-loop storage engine.
+Must not touch: what any part decides; a part never builds another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from magnetar.broker.auth import AuthenticationService
+from magnetar.broker.authorization import AuthorizationService
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.context import BrokerContext
+from magnetar.broker.lookup import Lookup
+from magnetar.broker.operations import AdminOperations
+from magnetar.broker.policies import PolicyStore
+from magnetar.broker.registry import TopicRegistry
+from magnetar.broker.schemas import SchemaRegistry
+from magnetar.broker.server import Broker
+from magnetar.broker.tasks import BackgroundTasks
+from magnetar.broker.topic_context import TopicContext
+from magnetar.clock import Clock, LoopClock
+from magnetar.replication.remote_cluster import RemoteClusters
+from magnetar.storage import ManagedLedgerFactory
+from magnetar.storage.sqlite_engine import SqliteEngine
+
+__all__ = ["open_broker"]
+
+
+async def open_broker(
+    config: BrokerConfig,
+    data_dir: str | Path,
+    *,
+    clock: Clock | None = None,
+    storage_engine: SqliteEngine | None = None,
+) -> Broker:
+    """A broker on `data_dir`, its storage open and its periodic checks running, its listeners not yet
+    bound (`Broker.listen`). `clock` is the event loop's with the system's wall clock unless given;
+    `storage_engine` the threaded SQLite engine unless given. Raises what opening storage raises (a data
+    directory another process holds, a damaged one) and ConfigError for settings it cannot use."""
+    clock = clock or LoopClock(asyncio.get_running_loop())
+    data_dir = Path(data_dir)
+    # Before storage opens: settings it cannot use are refused without touching the data directory.
+    authentication = AuthenticationService(config)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    storage = await ManagedLedgerFactory.open(str(data_dir), config.storage_config(), storage_engine, clock)
+    try:
+        metadata = storage.metadata
+        policies = PolicyStore(config, metadata)
+        clusters = RemoteClusters(metadata, config)
+        schemas = SchemaRegistry(config, metadata, policies, clock)
+        await schemas.import_legacy_records()
+        tasks = BackgroundTasks("broker")
+        topics = TopicContext(config, clock, metadata, policies, clusters, config.dispatcher_settings(), tasks)
+        registry = TopicRegistry(topics, storage)
+        context = BrokerContext(
+            config=config,
+            clock=clock,
+            data_dir=data_dir,
+            storage=storage,
+            metadata=metadata,
+            policies=policies,
+            clusters=clusters,
+            schemas=schemas,
+            registry=registry,
+            lookup=Lookup(config, registry),
+            operations=AdminOperations(registry, schemas, tasks),
+            authentication=authentication,
+            authorization=AuthorizationService(config, metadata),
+            topics=topics,
+        )
+        broker = Broker(context, tasks)
+        await broker.open()
+    except BaseException:
+        await storage.close()
+        raise
+    return broker
