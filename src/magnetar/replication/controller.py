@@ -7,7 +7,8 @@ pointing back at that cluster), and the counts its metrics report.
 Must not touch: the topic's objects (it reaches the topic through the callables it is given), storage, or
 what a snapshot means (`snapshots.py`).
 
-Pulsar's ReplicatedSubscriptionsController; replication reference §2.2 and §2.4.
+Pulsar's ReplicatedSubscriptionsController; the topic starts and stops it as Pulsar's
+`PersistentTopic.checkReplicatedSubscriptionControllerState` does.
 """
 
 from __future__ import annotations
