@@ -1,8 +1,10 @@
 """Pulsar frames: how one command and its optional payload sit on the wire, and the limits a peer must keep.
 
 Owns: the frame layout, the frame-size bound, `ProtocolError`, `Frame`, `FrameDecoder` (a byte stream in,
-whole frames out) and `encode_frame`. Must not touch: connection state (connection.py), the inside of a
-SEND/MESSAGE payload section (messages.py), sockets, asyncio or clocks.
+whole frames out; a SEND or a SEND_RECEIPT of the usual shape read byte by byte into a `SendFrame` or a
+`SendReceipt` instead of parsed by protobuf, for whoever asks), `encode_frame` and `command_field_name`.
+Must not touch: connection state (connection.py), the inside of a SEND/MESSAGE payload section
+(messages.py), sockets, asyncio or clocks.
 
 Layout (Pulsar's binary protocol specification; every integer big-endian):
 
