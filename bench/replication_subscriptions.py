@@ -1,4 +1,4 @@
-"""Replicated subscriptions (PIP-33, issue 17): sync lag, duplicates after a failover, marker overhead.
+"""Replicated subscriptions (PIP-33): sync lag, duplicates after a failover, marker overhead.
 
 Two `magnetar standalone` processes (clusters r1 and r2, fresh data directories, fsync on) wired as the
 other replication benchmarks wire them (namespace `bench/geo` replicating to [r1, r2]); one broker pair

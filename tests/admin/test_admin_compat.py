@@ -1,9 +1,10 @@
 """What the official admin clients and HTTP lookup need from `/admin/v2` and `/lookup/v2`, over plain HTTP.
 
-Regressions of issue 18 (each also shown with the Go client in tests/compat/test_go_admin.py): the
-non-persistent listings, the PartitionedTopicMetadata body of a partitioned topic's creation, the brokers
-endpoints, a null list in a tenant's body, a path that does not exist told apart from a missing resource,
-and the lookup an `http://` service URL makes (with the partition metadata it reads first).
+Regressions found with the official Java and Go clients (each also shown with the Go client in
+tests/compat/test_go_admin.py): the non-persistent listings, the PartitionedTopicMetadata body of a
+partitioned topic's creation, the brokers endpoints, a null list in a tenant's body, a path that does not
+exist told apart from a missing resource, and the lookup an `http://` service URL makes (with the partition
+metadata it reads first).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Topic stats and internal stats over HTTP, black-box against broker processes with the official client.
 
-Field names, types and nesting are Pulsar 4.0's (reference §3.1-3.3): TopicStats with publishers and
-subscriptions, SubscriptionStats, ConsumerStats with the Key_Shared fields of each ordering mode,
-partitioned stats and internal stats; counters are checked against what the test sent and received.
-One broker per ordering mode serves the module; each test has its own topic.
+Field names, types and nesting are Pulsar 4.0's (its TopicStatsImpl, SubscriptionStatsImpl,
+ConsumerStatsImpl and PersistentTopicInternalStats): TopicStats with publishers and subscriptions,
+SubscriptionStats, ConsumerStats with the Key_Shared fields of each ordering mode, partitioned stats and
+internal stats; counters are checked against what the test sent and received. One broker per ordering mode
+serves the module; each test has its own topic.
 """
 
 from __future__ import annotations

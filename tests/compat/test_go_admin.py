@@ -1,7 +1,7 @@
 """The official Go admin client (pulsaradmin, in github.com/apache/pulsar-client-go v0.19.0) against a
 broker process, and the Go client looking topics up over HTTP.
 
-Regressions of issue 18: topic listing failed because `/admin/v2/non-persistent/...` answered 404; the
+Regressions it found: topic listing failed because `/admin/v2/non-persistent/...` answered 404; the
 create-partitioned-topic body pulsaradmin sends was refused with 400; the `brokers` endpoints answered
 404; a tenant without admin roles (pulsaradmin sends `"adminRoles": null`) was refused with 400; an
 `http://` service URL could not be used for lack of `/lookup/v2/topic/...`.

@@ -1,4 +1,4 @@
-"""The official Go client v0.19.0 with schemas (issue 18): JSON and AVRO producers and consumers, whose
+"""The official Go client v0.19.0 with schemas: JSON and AVRO producers and consumers, whose
 first send asks for the schema's version with GET_OR_CREATE_SCHEMA; a message with an evolved schema
 decoded by its version; an incompatible schema refused on send, on subscribe and on producer creation;
 pulsaradmin's Schemas(); records the Python client produced.
@@ -31,7 +31,7 @@ def go(module_broker):
 
 @pytest.mark.parametrize("scenario", ["schema-json", "schema-avro", "schema-partitioned", "schema-non-persistent"])
 def test_producer_and_consumer_with_a_schema(go, scenario):
-    # Issue 18: the Go client's first send with a schema failed (GET_OR_CREATE_SCHEMA); the
+    # A regression: the Go client's first send with a schema failed (GET_OR_CREATE_SCHEMA); the
     # scenario exits with an error if a send does. On a partitioned topic it names a partition.
     seen = go(scenario)
     if scenario == "schema-partitioned":

@@ -78,7 +78,7 @@ def test_negative_ack_redelivers_with_a_count(java, topic):
 
 
 def test_dead_letter_topic_gets_the_message_after_max_redeliveries(java, topic):
-    # Issue 18: the dead-letter producer hung like every Java producer.
+    # A regression: the dead-letter producer hung like every Java producer.
     seen = java("dead_letter", topic=topic)
     assert seen["deliveries"] == ["poison#0", "fine#0", "poison#1", "poison#2"]
     [dead] = seen["deadLetters"]

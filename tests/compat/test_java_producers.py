@@ -8,7 +8,7 @@ import pytest
 
 
 def test_producer_is_created_and_its_messages_read_back(java, topic):
-    # Issue 18: create() never returned (PRODUCER_SUCCESS without schema_version).
+    # A regression: create() never returned (PRODUCER_SUCCESS without schema_version).
     seen = java("produce_consume", topic=topic, count=10)
     assert seen["producerName"].startswith("standalone-")
     assert seen["lastSequenceId"] == 9
@@ -35,7 +35,7 @@ def test_exclusive_producer_keeps_others_out_until_it_closes(java, topic):
 
 
 def test_exclusive_with_fencing_fences_the_producer_it_replaces(java, topic):
-    # Issue 18: ExclusiveWithFencing was refused like Exclusive instead of fencing the old producer.
+    # A regression: ExclusiveWithFencing was refused like Exclusive instead of fencing the old producer.
     seen = java("access_fencing", topic=topic)
     assert seen["oldSendAfterFencing"] == "ProducerFencedException"
     assert seen["oldConnected"] is False

@@ -27,7 +27,7 @@ def test_readers_started_inside_a_batch(java, topic):
 
 @pytest.mark.parametrize("batched", [False, True])
 def test_inclusive_reader_from_latest_reads_the_last_message(java, topic, batched):
-    # Issue 18: on a batched topic GET_LAST_MESSAGE_ID had no batch index, and this reader read nothing.
+    # A regression: on a batched topic GET_LAST_MESSAGE_ID had no batch index, and this reader read nothing.
     seen = java("reader_latest_inclusive", topic=topic, batched=batched)
     assert seen["values"] == ["m-4"]
     assert seen["availableAfter"] is False
@@ -44,7 +44,7 @@ def test_consumer_seeks_by_message_id(java, topic, batched):
 
 
 def test_consumer_and_reader_seek_by_time(java, topic):
-    # Issue 18: SEEK was answered before the consumers were closed; the reader's hasMessageAvailable()
+    # A regression: SEEK was answered before the consumers were closed; the reader's hasMessageAvailable()
     # then asked the broker about a consumer it had just closed ("unknown consumer").
     seen = java("seek_time", topic=topic)
     assert seen["consumerAfterSeek"] == [f"m-{i}" for i in range(5, 10)]

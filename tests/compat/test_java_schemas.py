@@ -1,4 +1,4 @@
-"""The official Java client 4.0.x with schemas (issue 18): JSON and AVRO POJOs, evolution under the default
+"""The official Java client 4.0.x with schemas: JSON and AVRO POJOs, evolution under the default
 strategy, incompatible producers and consumers refused (and accepted once the namespace's strategy allows),
 AUTO_CONSUME and AUTO_PRODUCE_BYTES, records shared with the official Python client, and the schema admin
 API through PulsarAdmin.
@@ -74,7 +74,7 @@ def test_pojo_producer_and_consumer_on_a_partitioned_topic(java, topic):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_evolved_schema_registers_a_version_and_both_versions_read_each_other(java, topic, kind):
-    # Issue 18: a message from an evolved AVRO schema could not be decoded.
+    # A regression: a message from an evolved AVRO schema could not be decoded.
     seen = java("schema_evolution", topic=topic, type=kind)
     assert seen["v2Consumer"] == [
         {"name": "ada", "age": 36, "email": None, "version": 0},
@@ -109,7 +109,7 @@ def test_incompatible_schema_refused_until_the_namespace_strategy_allows_it(java
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_auto_consume_and_auto_produce_bytes(java, topic, kind):
-    # Issue 18: "AUTO_CONSUME decodes nulls". The AUTO_CONSUME consumer subscribes before the topic has
+    # A regression: AUTO_CONSUME decoded nulls. The AUTO_CONSUME consumer subscribes before the topic has
     # a schema; it learns it from the messages' versions.
     seen = java("schema_auto", topic=topic, type=kind)
     assert [(r["fields"], r["schemaType"], r["version"]) for r in seen["autoConsumed"]] == [
@@ -127,7 +127,7 @@ def test_auto_consume_and_auto_produce_bytes(java, topic, kind):
 def test_java_consumers_read_records_the_python_client_produced(
     java, topic, kind, batched, module_broker, client_factory
 ):
-    # Issue 18: "a Java AVRO consumer of Python-produced messages throws". The Python client's
+    # A regression: a Java AVRO consumer of Python-produced messages threw. The Python client's
     # definition has no namespace and no defaults; the Java consumer's is checked against it (BACKWARD).
     schema = AvroSchema(User) if kind == "AVRO" else JsonSchema(User)
     producer = client_factory(module_broker.url).create_producer(

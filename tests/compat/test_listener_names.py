@@ -1,4 +1,4 @@
-"""Advertised listeners (issue 18): a broker with `advertisedListeners` answers a lookup naming a
+"""Advertised listeners: a broker with `advertisedListeners` answers a lookup naming a
 listener with that listener's URL, one naming no listener with the internal listener's, and one naming a
 listener it does not have with Pulsar's error (ServiceNotReady, "the broker do not have X listener"),
 over the binary protocol and over HTTP. Checked with the Python, Java and Go clients.

@@ -457,7 +457,7 @@ class Publisher:
         )
         options: dict[str, object] = {"batching_enabled": False}
         if batching:
-            # A batch takes its first message's key (key-shared-behaviour.md §1.3): KeyBased keeps keys apart.
+            # A batch takes its first message's key (Pulsar's Commands.peekStickyKey): KeyBased keeps keys apart.
             options = {
                 "batching_enabled": True,
                 "batching_type": pulsar.BatchingType.KeyBased,

@@ -1,8 +1,9 @@
 """Shared helpers for the Key_Shared end-to-end tests (test_e2e_key_shared*.py).
 
 Routing is computed here independently of magnetar's code, from Pulsar's formulas
-(key-shared-behaviour.md §1.3, §1.4; pulsar-wire-protocol.md §6.1): Murmur3 x86_32 seed 0 masked to
-31 bits; the consistent-hashing ring over [1, 65535] with 100 points per consumer at
+(Commands.resolveStickyKey, Murmur3_32Hash, ConsistentHashingStickyKeyConsumerSelector,
+StickyKeyConsumerSelectorUtils.makeStickyKeyHash): Murmur3 x86_32 seed 0 masked to 31 bits; the
+consistent-hashing ring over [1, 65535] with 100 points per consumer at
 `name + "\\0" + nameIndex + "\\0" + pointIndex`; STICKY slots `hash % 65536` (0 becomes 1).
 Consumer and producer names are fixed in the tests so every scenario is deterministic.
 """

@@ -46,7 +46,7 @@ def _frames_for_subscribe(url: str, topic: str, sub_type: int) -> list[BaseComma
     [(CommandSubscribe.Exclusive, []), (CommandSubscribe.Failover, [(1, True)])],
 )
 def test_active_consumer_change_only_for_failover(module_broker, topic: str, sub_type: int, changes: list) -> None:
-    # Issue 18: an Exclusive consumer was told too (the Go client logged "Consumer not found while active
+    # A regression: an Exclusive consumer was told too (the Go client logged "Consumer not found while active
     # consumer change" for its readers and compacted consumers).
     seen = _frames_for_subscribe(module_broker.url, topic, sub_type)
     told = [

@@ -1,4 +1,5 @@
-"""Every flow of the wire-protocol reference §2, driven by the official client against a broker process.
+"""The official client's flows, driven against a broker process: producing and consuming, Key_Shared,
+batching, acks, seek, readers, partitioned topics, schemas, dead letters, reconnects.
 
 Black-box: only `pulsar-client`, the `magnetar admin` CLI and broker restarts. Timeouts bound waits; no
 assertion depends on how long anything took.
@@ -57,7 +58,8 @@ def wait_backlog(broker, topic: str, subscription: str, backlog: int, timeout_s:
 
 
 def sticky_slot(key: str) -> int:
-    """Pulsar's STICKY slot of a key: murmur3_x86_32 seed 0, 31 bits, mod 65536 (reference §0)."""
+    """Pulsar's STICKY slot of a key (StickyKeyConsumerSelectorUtils.makeStickyKeyHash): murmur3_x86_32 seed 0,
+    31 bits, mod 65536."""
     return ((mmh3.hash(key.encode(), 0, signed=False) & 0x7FFFFFFF) % 65536) or 1
 
 
@@ -88,7 +90,7 @@ def create_partitioned(broker, name: str, partitions: int) -> None:
     assert result.returncode == 0, result.stderr
 
 
-# ------------------------------------------------------------------------------------------- §2.1
+# ---------------------------------------------------------------- produce, Key_Shared, ack, close
 
 
 @pytest.fixture
@@ -117,7 +119,7 @@ def test_produce_subscribe_key_shared_receive_ack_close(client, topic) -> None:
     assert drain(again) == []
 
 
-# ------------------------------------------------------------------------------------------- §2.2
+# ------------------------------------------------------------------------- batching, STICKY, nack
 
 
 def test_key_based_batching_sticky_consumers_and_nack_redelivery(client, topic) -> None:
@@ -260,7 +262,7 @@ def test_sticky_range_conflict_is_refused(client, topic) -> None:
         client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.KeyShared, key_shared_policy=overlapping)
 
 
-# ------------------------------------------------------------------------------------------- §2.3
+# ------------------------------------ batch-index ack, ack timeout, cumulative ack, seek, readers
 
 
 def test_batch_index_ack_then_ack_timeout_redelivers_only_unacked_indexes(client, topic) -> None:
@@ -437,7 +439,7 @@ def test_get_last_message_id(client, topic) -> None:
     assert ids(last) == ids(sent[-1])
 
 
-# ------------------------------------------------------------------------------------------- §2.4
+# ---------------------------------------------------- partitioned topics, regex subscribe, schema
 
 
 def test_partitioned_topic_produce_and_consume(broker, client_factory, topic) -> None:
@@ -501,7 +503,7 @@ def test_string_schema_producer_and_consumer(client, topic) -> None:
     assert message.data() == "héllo".encode()
 
 
-# ------------------------------------------------------------------------------------------- §2.5
+# ------------------------------------------------------------ dead letters, reconnect, keep-alive
 
 
 def test_dead_letter_queue_after_max_redeliveries(client, topic) -> None:

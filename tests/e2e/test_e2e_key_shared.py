@@ -1,4 +1,4 @@
-"""Pulsar's Key_Shared scenarios (KeySharedSubscriptionTest, key-shared-behaviour.md §4.1), black-box:
+"""Pulsar's Key_Shared scenarios (KeySharedSubscriptionTest), black-box:
 the official Python client against a `magnetar standalone` process, for each ordering mode
 (`keySharedOrderingMode` = pip379 | pip282 | classic) where the scenario applies, as Pulsar's suite runs
 DEFAULT and CLASSIC.
@@ -68,7 +68,7 @@ def start(module_broker_factory, client_factory, mode: str, **settings: object) 
 
 
 def test_ring_helper_reproduces_pulsar_golden_vector() -> None:
-    """The routing helper every scenario relies on reproduces testGetConsumerKeyHashRanges (§1.4)."""
+    """The routing helper every scenario relies on reproduces Pulsar's testGetConsumerKeyHashRanges."""
     ring = Ring(["consumer1", "consumer2", "consumer3"], points=3)
     points = {n: sorted(s for s, o in zip(ring.slots, ring.owners) if o == n) for n in set(ring.owners)}
     assert points == {

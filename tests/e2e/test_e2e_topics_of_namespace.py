@@ -1,6 +1,6 @@
-"""GET_TOPICS_OF_NAMESPACE by mode, as the official client's regex subscriptions ask it: persistent
-topics only (the default), non-persistent only, or all. Before issue 18 the non-persistent mode
-answered nothing, so a regex subscription never saw a non-persistent topic."""
+"""GET_TOPICS_OF_NAMESPACE by mode, as the official client's regex subscriptions ask it: persistent topics
+only (the default), non-persistent only, or all. Before a fix the non-persistent mode answered nothing, so a
+regex subscription never saw a non-persistent topic."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Replicated subscriptions (PIP-33) between broker processes, with the official client: Pulsar's
-ReplicatedSubscriptionTest scenarios (replication reference §3) with its expected values, and the position a
+ReplicatedSubscriptionTest scenarios with its expected values, and the position a
 consumer group finds in the other cluster after failing over.
 
 Snapshots every 100 ms (Pulsar's tests use small frequencies too), so that a test waits fractions of a

@@ -248,12 +248,12 @@ def test_skip_all_on_replicator_clears_its_backlog_while_remote_down(geo_factory
 
 
 def test_retention_keeps_what_the_replicator_has_not_sent(geo_factory, client_factory) -> None:
-    """The replicator's cursor holds back retention as a subscription does (reference §1: it is a durable
-    cursor). r1 keeps no consumed ledgers (retention 0) in ledgers of 2 entries, and r2 is down before the
-    topic exists. On a topic of a namespace that does not replicate, 20 messages published and
-    acknowledged by its only subscription lose their ledgers; on a replicated topic, the same 20 stay (its
-    earliest message is still the first) and r2, started again, gets all of them; once the replicator
-    has sent them, r1 deletes those ledgers too."""
+    """The replicator's cursor holds back retention as a subscription does (in Pulsar it is a durable
+    managed-ledger cursor, `pulsar.repl.<cluster>`). r1 keeps no consumed ledgers (retention 0) in ledgers of
+    2 entries, and r2 is down before the topic exists. On a topic of a namespace that does not replicate, 20
+    messages published and acknowledged by its only subscription lose their ledgers; on a replicated topic,
+    the same 20 stay (its earliest message is still the first) and r2, started again, gets all of them; once
+    the replicator has sent them, r1 deletes those ledgers too."""
     small_ledgers = {"managedLedgerMaxEntriesPerLedger": "2", "managedLedgerMinLedgerRolloverTimeMinutes": "0"}
     geo = geo_factory({"r1": small_ledgers, "r2": {}}, {"ns": ["r1", "r2"], "solo": ["r1"]})
     for namespace in ("ns", "solo"):

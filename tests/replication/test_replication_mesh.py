@@ -1,5 +1,5 @@
 """Geo-replication between three running clusters, as Pulsar's ReplicatorTest / OneWayReplicatorTest
-check it (reference replication.md §3), with the official client and the admin API only.
+check it, with the official client and the admin API only.
 
 All tests share one mesh of three broker processes (r1, r2, r3); each uses its own topic, and the one that
 changes a namespace policy has a namespace of its own (`geo/policy`). Namespaces: `geo/ns` replicates to

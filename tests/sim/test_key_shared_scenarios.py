@@ -1,4 +1,4 @@
-"""Pulsar's Key_Shared scenarios (KeySharedSubscriptionTest, reference §4.1) at the level of the core.
+"""Pulsar's Key_Shared scenarios (KeySharedSubscriptionTest) at the level of the core.
 
 Each runs against the ordering modes it applies to, as Pulsar's suite runs DEFAULT and CLASSIC. The
 end-to-end versions with the official client come with the broker; these pin the dispatcher's part.

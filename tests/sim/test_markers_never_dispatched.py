@@ -1,8 +1,8 @@
-"""Marker entries in a topic never reach consumers or readers (issue 17, replication reference §2.3): the real
-broker, its topic and managed ledger, driven over the wire by the shell simulator's clients on virtual time.
-Markers go in between and after data; consumers of every type receive the data alone, and acking it leaves
-no backlog; GET_LAST_MESSAGE_ID names the last data entry, so a reader's has_message_available() loop ends
-(Pulsar #22571)."""
+"""Marker entries in a topic never reach consumers or readers (Pulsar's
+AbstractBaseDispatcher.filterEntriesForConsumer): the real broker, its topic and managed ledger, driven over
+the wire by the shell simulator's clients on virtual time. Markers go in between and after data; consumers
+of every type receive the data alone, and acking it leaves no backlog; GET_LAST_MESSAGE_ID names the last
+data entry, so a reader's has_message_available() loop ends (Pulsar #22571)."""
 
 from __future__ import annotations
 

@@ -164,7 +164,7 @@ def test_a_redelivery_of_everything_moves_the_consumer_epoch(tmp_path: Path) -> 
 
 def test_producer_success_always_names_a_schema_version(tmp_path: Path) -> None:
     """Pulsar always sends schema_version in PRODUCER_SUCCESS, and the Java client cannot create a
-    producer without it (issue 18): empty for a producer without a schema, the topic's version else."""
+    producer without it: empty for a producer without a schema, the topic's version else."""
 
     async def scenario(harness: Harness) -> None:
         client = await harness.client("client")

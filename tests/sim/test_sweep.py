@@ -1,4 +1,4 @@
-"""Random schedules of the ordering core, many seeds per mode (the issue asks for >= 10,000 per mode).
+"""Random schedules of the ordering core, many seeds per mode.
 
 `MAGNETAR_SIM_SCHEDULES` sets the count per Key_Shared mode (default 10,000; `make soak` runs 200,000);
 the other subscription types run a fifth of it. Schedules are spread over every core. A failure prints

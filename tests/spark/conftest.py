@@ -1,5 +1,5 @@
 """One local SparkSession (local[2]) for the whole run: a cold session and the first Python data source
-job cost 12-15 s on this machine (reference §1), so every Spark test shares them."""
+job cost 12-15 s on this machine (pyspark 4.3.0), so every Spark test shares them."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from array import array
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.perf import percentiles
+from magnetar.client.perf import percentiles
 
 latencies = st.floats(min_value=0, max_value=1e4, allow_nan=False)
 

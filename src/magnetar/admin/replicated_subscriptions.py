@@ -3,7 +3,8 @@
 `POST replicatedSubscriptionStatus` (body `true` or `false`) and `GET replicatedSubscriptionStatus`.
 
 Owns: turning a status change into `PersistentTopic.set_subscription_replicated` on the topic or on every
-partition of a partitioned topic, and Pulsar's answers when it cannot be done (replication reference §2.6).
+partition of a partitioned topic, and Pulsar's answers when it cannot be done (PersistentTopicsBase's
+replicated-subscription status operations; the refusal when replicated subscriptions are off is apache/pulsar#21510).
 Must not touch: what a replicated subscription does (broker/topic.py, broker/subscription.py); creating a
 replicated subscription (`PUT …/subscription/{subName}?replicated=true`, topics.py); stats (stats.py).
 

@@ -98,7 +98,7 @@ def sim(ctx: typer.Context) -> None:
 @app.command(context_settings=_PASS_THROUGH, add_help_option=False)
 def perf(ctx: typer.Context) -> None:
     """Load a broker like pulsar-perf (magnetar perf produce|consume --help)."""
-    from magnetar.perf import main as perf_main
+    from magnetar.client.perf import main as perf_main
 
     raise typer.Exit(perf_main(ctx.args))
 

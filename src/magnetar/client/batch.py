@@ -1,8 +1,9 @@
 """Batch entries from pre-encoded metadata fields: what a producer sends, at a cost per batch, not per message.
 
-Owns: the bytes of a batch payload (`[u32 size][SingleMessageMetadata][payload]` per message, reference
-§4) written from `SingleMessageMetadata` fields encoded once per distinct value (a key, a payload size),
-and the payload section of an entry (its `MessageMetadata`, checksum) around such a payload.
+Owns: the bytes of a batch payload (`[u32 size][SingleMessageMetadata][payload]` per message, as the C++
+client's `Commands.cc` serializes a batch) written from `SingleMessageMetadata` fields encoded once per
+distinct value (a key, a payload size), and the payload section of an entry (its `MessageMetadata`,
+checksum) around such a payload.
 Must not touch: sockets, clocks (publish times are parameters) or anything about sending.
 
 Why not `protocol.messages.encode_batch`: it builds and serializes a protobuf object per message, which

@@ -53,7 +53,8 @@ __all__ = [
 
 CLIENT_VERSION = "magnetar-spark-0.1.0"
 PROTOCOL_VERSION = 20
-# Pulsar's sentinels for "before the first entry" and "after the last one" (reference §2.3).
+# Pulsar's sentinels for "before the first entry" and "after the last one" (`MessageId.earliest` and
+# `MessageId.latest` of its clients).
 EARLIEST = (-1, -1)
 LATEST = (2**63 - 1, 2**63 - 1)
 FULL_HASH_RANGE = ((0, 65535),)

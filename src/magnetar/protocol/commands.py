@@ -1,10 +1,11 @@
 """Ready-to-write frames for every command the broker sends, and the signed view of Pulsar's 64-bit ids.
 
-Owns: one builder per command in the list the official C++ client accepts from a broker (reference §3:
-anything else, REACHED_END_OF_TOPIC included, makes pulsar-client 4.2.0 drop the connection), and the
-conversion between the uint64 wire form and the signed ids magnetar uses. Must not touch: decoding
-(framing.py, messages.py), connection state, sockets or clocks. Builders take plain values, so callers
-never handle protobuf objects; MESSAGE, sent once per dispatched entry, is encoded by hand.
+Owns: one builder per command in the list the official C++ client accepts from a broker (its
+`ClientConnection::handleIncomingCommand`: anything else, REACHED_END_OF_TOPIC included, makes pulsar-client
+4.2.0 drop the connection), and the conversion between the uint64 wire form and the signed ids magnetar
+uses. Must not touch: decoding (framing.py, messages.py), connection state, sockets or clocks. Builders
+take plain values, so callers never handle protobuf objects; MESSAGE, sent once per dispatched entry, is
+encoded by hand.
 
 Ids: ledger, entry and request ids are uint64 on the wire, but clients mean -1 by 2^64-1 (cumulative ack
 of "nothing", seek to earliest, empty GetLastMessageId, broker-initiated CLOSE_*). Builders accept signed
@@ -109,7 +110,8 @@ def connected(server_version: str, protocol_version: int, max_message_size: int)
     )
 
 
-# PING and PONG carry an empty sub-message, which the client expects to be present (reference §5).
+# PING and PONG carry an empty sub-message (fields 18 and 19 of BaseCommand), which the client expects to
+# be present: the C++ client sets it on its own PINGs.
 _PING = encode_frame(BaseCommand(type=BaseCommand.PING, ping={}))
 _PONG = encode_frame(BaseCommand(type=BaseCommand.PONG, pong={}))
 
@@ -391,7 +393,7 @@ def close_producer(
 def close_consumer(
     consumer_id: int, request_id: int = BROKER_REQUEST_ID, assigned_broker_service_url: str | None = None
 ) -> bytes:
-    """CLOSE_CONSUMER from the broker (after SEEK, reference §2.3): the client re-subscribes."""
+    """CLOSE_CONSUMER from the broker (after SEEK, as Pulsar's broker does): the client re-subscribes."""
     fields: dict[str, object] = {"consumer_id": consumer_id, "request_id": wire_id(request_id)}
     if assigned_broker_service_url is not None:
         fields["assignedBrokerServiceUrl"] = assigned_broker_service_url

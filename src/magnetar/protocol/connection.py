@@ -24,11 +24,13 @@ from magnetar.protocol.pulsar_api_pb2 import BaseCommand
 __all__ = ["PROTOCOL_VERSION_MAX", "ConnectionState", "ServerProtocol"]
 
 # The newest protocol version whose commands magnetar understands; pulsar-client 3.13 (C++ 4.2.0) sends
-# it, and later clients may send 21 (reference §4), which is answered with min(client, this).
+# it, and later clients may send 21 (pulsar-client-cpp's proto after 4.2.0 has v21), which is answered with
+# min(client, this), as Pulsar's `Commands.newConnectedCommand` does.
 PROTOCOL_VERSION_MAX = 20
 
 # Commands only a broker sends. A client that sends one has lost track of the protocol; the C++ client's
-# own dispatcher treats the mirror case the same way (reference §3: unknown command, connection closed).
+# own dispatcher treats the mirror case the same way (`ClientConnection::handleIncomingCommand`: an unknown
+# command closes the connection).
 _BROKER_ONLY_TYPES = frozenset(
     {
         BaseCommand.CONNECTED,

@@ -9,12 +9,13 @@ Must not touch: what a replicator does with an entry that does not go (its curso
 producer's queue and its frame limit, sockets or clocks.
 
 `replicated_from` is what stops the remote from forwarding the entry again, and an entry that already
-carries it, even empty, is never forwarded (replication reference §1.5, loop prevention); nor is one whose
-`replicate_to` leaves the remote out (a client's `replication_clusters`, a SNAPSHOT marker meant for its
-own cluster). A checksummed section (every client's) keeps its metadata bytes as they are, with the field
-appended: protobuf reads fields in any order and keeps the last occurrence of a singular one, so nothing is
-serialised again. Its stored checksum is not verified again: it was when the SEND arrived (`index_send`), and
-a segment read back from disk is verified by its own checksum.
+carries it, even empty, is never forwarded (loop prevention, as in Pulsar's
+`GeoPersistentReplicator.replicateEntries`); nor is one whose `replicate_to` leaves the remote out (a
+client's `replication_clusters`, a SNAPSHOT marker meant for its own cluster). A checksummed section (every
+client's) keeps its metadata bytes as they are, with the field appended: protobuf reads fields in any order
+and keeps the last occurrence of a singular one, so nothing is serialised again. Its stored checksum is not
+verified again: it was when the SEND arrived (`index_send`), and a segment read back from disk is verified
+by its own checksum.
 
 Why in one piece: during a catch-up a replicator forwards ~100,000 entries a second, one SEND each, on its
 topic's event loop. Reading the metadata, building the section and the SEND around it as three calls cost

@@ -1,10 +1,12 @@
 """Pulsar frames: how one command and its optional payload sit on the wire, and the limits a peer must keep.
 
 Owns: the frame layout, the frame-size bound, `ProtocolError`, `Frame`, `FrameDecoder` (a byte stream in,
-whole frames out) and `encode_frame`. Must not touch: connection state (connection.py), the inside of a
-SEND/MESSAGE payload section (messages.py), sockets, asyncio or clocks.
+whole frames out; a SEND or a SEND_RECEIPT of the usual shape read byte by byte into a `SendFrame` or a
+`SendReceipt` instead of parsed by protobuf, for whoever asks), `encode_frame` and `command_field_name`.
+Must not touch: connection state (connection.py), the inside of a SEND/MESSAGE payload section
+(messages.py), sockets, asyncio or clocks.
 
-Layout (reference §4; every integer big-endian):
+Layout (Pulsar's binary protocol specification; every integer big-endian):
 
     [u32 total_size][u32 command_size][BaseCommand][payload section, SEND and MESSAGE only]
 
@@ -52,8 +54,8 @@ _SEND = BaseCommand.SEND
 _MESSAGE = BaseCommand.MESSAGE
 _SEND_RECEIPT = BaseCommand.SEND_RECEIPT
 
-# Each Type value names the BaseCommand field of the same number (reference §5); built from the schema so a
-# new command needs no edit here.
+# Each Type value names the BaseCommand field of the same number, as in Pulsar's PulsarApi.proto; built from
+# the schema so a new command needs no edit here.
 _FIELD_NAME_BY_TYPE: dict[int, str] = {
     value.number: BaseCommand.DESCRIPTOR.fields_by_number[value.number].name
     for value in BaseCommand.DESCRIPTOR.enum_types_by_name["Type"].values

@@ -1,10 +1,10 @@
 """Marker entries: what the broker writes into a topic for its own use, never for consumers.
 
-Owns: the bytes of Pulsar's replicated-subscription markers (PIP-33; replication reference §2.3) and of
-magnetar's acked-ranges marker, as whole payload sections (checksummed MessageMetadata + marker payload,
-what Pulsar's `Commands.serializeMetadataAndPayload(Crc32c, ...)` writes), and reading them back.
-Must not touch: when markers are written or what they cause (replication.snapshots decides, the broker
-appends), storage, clocks (the publish time is a parameter) or sockets.
+Owns: the bytes of Pulsar's replicated-subscription markers (PIP-33; Pulsar's `PulsarMarkers.proto` and
+`Markers.java`) and of magnetar's acked-ranges marker, as whole payload sections (checksummed
+MessageMetadata + marker payload, what Pulsar's `Commands.serializeMetadataAndPayload(Crc32c, ...)` writes),
+and reading them back. Must not touch: when markers are written or what they cause (replication.snapshots
+decides, the broker appends), storage, clocks (the publish time is a parameter) or sockets.
 
 Metadata as Pulsar's `Markers.newMessage` writes it: `producer_name = pulsar.marker`, `sequence_id = 0`,
 `publish_time`, `marker_type`, and `replicate_to` by type:

@@ -7,7 +7,7 @@ ack sets. The section a replicator forwards to another cluster is forwarding.py'
 Must not touch: frames and their size limits (framing.py), storage, dispatch, sockets or clocks.
 The sticky key rules belong to `magnetar.core.sticky_key`; this module only feeds them the fields.
 
-Layout (reference §4; big-endian):
+Layout (Pulsar's binary protocol specification and the C++ client's `Commands.cc`; big-endian):
 
     [u16 0x0e02][u32 size][BrokerEntryMetadata]     optional, written by a broker, never by a client
     [u16 0x0e01][u32 crc32c]                        present whenever the server speaks protocol >= 6
@@ -275,7 +275,8 @@ def full_ack_set(batch_size: int) -> list[int]:
 
 
 def and_ack_sets(left: Sequence[int], right: Sequence[int]) -> list[int]:
-    """The messages unacked in both sets (reference §2.3: the broker ANDs successive ack sets).
+    """The messages unacked in both sets: a client acks batch indexes with a new set each time, and the
+    broker ANDs it with the set it holds.
 
     Words missing from the shorter set count as zero, as in Java's `BitSet.and`; trailing zero words are
     dropped, as `BitSet.toLongArray` does, so an empty result means every message is acked.

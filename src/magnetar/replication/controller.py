@@ -7,7 +7,8 @@ pointing back at that cluster), and the counts its metrics report.
 Must not touch: the topic's objects (it reaches the topic through `ReplicatedTopic`, the narrow face the
 topic gives it), storage, or what a snapshot means (`snapshots.py`).
 
-Pulsar's ReplicatedSubscriptionsController (PIP-33: snapshots, then subscription updates).
+Pulsar's ReplicatedSubscriptionsController; the topic starts and stops it as Pulsar's
+`PersistentTopic.checkReplicatedSubscriptionControllerState` does.
 """
 
 from __future__ import annotations

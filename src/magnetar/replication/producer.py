@@ -2,11 +2,12 @@
 
 Owns: one TCP connection to a remote Pulsar or magnetar cluster for one topic (TLS for a `pulsar+ssl://`
 URL), CONNECT with the credentials given (`ClientSecurity`, as remote_cluster.py decides them), the answer
-to an AUTH_CHALLENGE (the credentials read again: a token file rewritten since is what goes), LOOKUP (following
-one redirect), PRODUCER under the replicator's name (`pulsar.repl.<local>--><remote>`, replication
-reference §1.4), SENDs of stored entries as they are (one entry, one SEND, a batch with its message count:
-the replicator's producer never batches and never times out), their receipts, handed to the replicator a
-socket read at a time, PING/PONG, and forgetting every unanswered send when the connection goes.
+to an AUTH_CHALLENGE (the credentials read again: a token file rewritten since is what goes), LOOKUP
+(following one redirect), PRODUCER under the replicator's name (`pulsar.repl.<local>--><remote>`, Pulsar's
+`GeoPersistentReplicator.getProducerName`), SENDs of stored entries as they are (one entry, one SEND, a
+batch with its message count: the replicator's producer never batches and never times out), their receipts,
+handed to the replicator a socket read at a time, PING/PONG, and forgetting every unanswered send when the
+connection goes.
 Must not touch: the local topic, its cursor or any storage file (the replicator reads the entries and moves
 its cursor on the positions handed back here), the SEND frames (built by
 `protocol.forwarding.forwarded_sends`), reconnection and its backoff (the replicator's: it starts a new

@@ -16,12 +16,13 @@ Must not touch: asyncio, the wall clock, random ids, storage or sockets. The bro
 and appends the marker entries these return (`magnetar.protocol.markers`), and tells them where each one
 landed.
 
-The protocol, message by message (replication reference §2.4): A's tick writes REQUEST; A's replicators
-carry it to B and C; on B the replicator pointing back at A hands it to B's controller, which writes a
-RESPONSE for A only; it comes back into A's topic at some position p, and A's builder files it. When
-every remote answered (twice with more than one remote), A writes SNAPSHOT {local p of the last
-response, every remote's first-round position}. A subscription reading SNAPSHOT caches it; when its
-mark-delete position passes one, an UPDATE carries that snapshot's remote positions to the others.
+The protocol, message by message (Pulsar's ReplicatedSubscriptionsController and
+ReplicatedSubscriptionsSnapshotBuilder): A's tick writes REQUEST; A's replicators carry it to B and C; on B
+the replicator pointing back at A hands it to B's controller, which writes a RESPONSE for A only; it comes
+back into A's topic at some position p, and A's builder files it. When every remote answered (twice with
+more than one remote), A writes SNAPSHOT {local p of the last response, every remote's first-round
+position}. A subscription reading SNAPSHOT caches it; when its mark-delete position passes one, an UPDATE
+carries that snapshot's remote positions to the others.
 """
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ class OrderingChecker:
             del self.holders[sticky_hash]
 
     def on_read_issued(self, world: World, read: object) -> None:
-        """Look-ahead (§1.5.7): a normal read starts only below the limit and never reads past it."""
+        """Look-ahead (getEffectiveLookAheadLimit): a normal read starts only below the limit, never reads past it."""
         dispatcher = world.dispatcher
         if not (self.ordered and isinstance(read, ReadEntries) and isinstance(dispatcher, KeySharedDispatcher)):
             return

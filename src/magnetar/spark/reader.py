@@ -6,9 +6,10 @@ maxRecordsPerTrigger, Trigger.AvailableNow), moving the durable subscription on 
 `read_task`, which runs on executors and turns one task's entries into Arrow record batches.
 Must not touch: broker internals (everything goes over the network), or decoding details (rows.py).
 
-Where each method runs (reference §2.1): `partitions`, `initialOffset`, `latestOffset`, `commit` in a
-planner process (one long-lived process per streaming query); `read` in executor worker processes,
-with the reader object pickled to them, so it holds options and never a connection.
+Where each method runs (seen from the process ids in a trace, pyspark 4.3.0): `partitions`, `initialOffset`,
+`latestOffset`, `commit` in a planner process (one long-lived process per streaming query); `read` in
+executor worker processes, with the reader object pickled to them, so it holds options and never a
+connection.
 """
 
 from __future__ import annotations

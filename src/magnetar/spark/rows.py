@@ -10,7 +10,8 @@ its payloads cut out and its varints assembled by Arrow, a few calls per run wha
 Must not touch: the network (the client package) or Spark (the reader hands the batches over).
 
 Why Arrow: the Python Data Source API moves tuples at about 0.5M rows/s and Arrow record batches at
-about 1.1M on this machine (reference §3), and the read target is 0.5M rows/s.
+about 1.1M on this machine (measured with pyspark 4.3.0 before this reader was written: 1M rows of a
+string key, a 100-byte value and two longs, 2 partitions), and the read target is 0.5M rows/s.
 """
 
 from __future__ import annotations

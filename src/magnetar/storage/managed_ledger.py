@@ -222,7 +222,7 @@ class ManagedLedger:
         Positions are assigned here, in call order, so entries of one producer keep their order.
         """
         # This is the hottest path of the broker: attributes are read once, tuples are built with
-        # C constructors, and the roll-over check is inlined (see docs/performance.md).
+        # C constructors, and the roll-over check is inlined (see docs/performance-history.md, Storage).
         if self.state == "Closed":
             raise StorageClosedError(f"managed ledger {self.name} is closed")
         factory = self.factory

@@ -1,4 +1,4 @@
-"""DrainingHashesTracker, one test per bullet of Pulsar's DrainingHashesTrackerTest (§4.3), then the
+"""DrainingHashesTracker, one test per bullet of Pulsar's DrainingHashesTrackerTest, then the
 dense representation, the statistics, and a state machine checked against a dict model."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""PendingAcks, one test per bullet of Pulsar's PendingAcksMapTest (key-shared-behaviour.md §4.4)."""
+"""PendingAcks, one test per bullet of Pulsar's PendingAcksMapTest."""
 
 from __future__ import annotations
 

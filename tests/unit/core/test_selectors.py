@@ -1,4 +1,5 @@
-"""Key_Shared selectors, mirroring Pulsar's selector tests (key-shared-behaviour.md §1.4, §4.1, §4.2).
+"""Key_Shared selectors, mirroring Pulsar's selector tests (ConsistentHashingStickyKeyConsumerSelectorTest and
+the selector cases of KeySharedSubscriptionTest).
 
 Every structural claim is checked against brute force: `select` evaluated on every slot of the space,
 before and after each change.
@@ -165,7 +166,7 @@ class TestConsistentHashingSelector:
             for point in points:
                 assert selector.select(point) is consumer
                 assert selector.select(point + 1) is not consumer
-        # §1.4 sample message hashes.
+        # Sample message hashes of testGetConsumerKeyHashRanges' keys.
         samples = {
             b"0": (4850, c2),
             b"1": (49322, c2),

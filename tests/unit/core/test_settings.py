@@ -1,4 +1,4 @@
-"""Dispatcher settings: Pulsar's names and defaults (key-shared-behaviour.md §2)."""
+"""Dispatcher settings: Pulsar's names and defaults (ServiceConfiguration, Pulsar 4.x)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from magnetar.core.settings import ORDERING_MODES, PULSAR_KEYS, DispatcherSettings
 
-# Pulsar 4.x ServiceConfiguration defaults (§2).
+# Pulsar 4.x ServiceConfiguration defaults.
 PULSAR_DEFAULTS = {
     "subscriptionKeySharedUseConsistentHashing": True,
     "subscriptionKeySharedConsistentHashingReplicaPoints": 100,

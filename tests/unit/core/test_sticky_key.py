@@ -1,7 +1,7 @@
 """Sticky key resolution and hashing against Pulsar's golden vectors.
 
-Vectors: reference/pulsar-wire-protocol.md §6.1 (C++ client HashTest.cc) and
-reference/key-shared-behaviour.md §1.4 (ConsistentHashingStickyKeyConsumerSelectorTest).
+Vectors: pulsar-client-cpp's tests/HashTest.cc and Pulsar's ConsistentHashingStickyKeyConsumerSelectorTest
+(testGetConsumerKeyHashRanges).
 """
 
 from __future__ import annotations

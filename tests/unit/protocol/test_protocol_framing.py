@@ -26,7 +26,7 @@ from magnetar.protocol.framing import (
 from magnetar.protocol.messages import encode_entry
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand, MessageMetadata
 
-# reference §1: pulsar-client 3.13 (C++ 4.2.0), the first bytes it ever sends.
+# pulsar-client 3.13 (C++ 4.2.0): the first bytes it ever sends, recorded from a raw TCP listener.
 CLIENT_CONNECT = bytes.fromhex(
     "0000002900000025080212210a1150756c7361722d4350502d76342e322e3020142a046e6f6e65520408011001"
 )

@@ -245,7 +245,7 @@ def test_malformed_batches_raise_protocol_error(count: int, cut: int, message: s
         split_batch(payload[: len(payload) - cut], count)
 
 
-# --- ack sets (reference §2.3: bit i set = index i still unacked)
+# --- ack sets (Java BitSet words: bit i set = index i still unacked)
 
 
 def test_reference_ack_set_sequence() -> None:

@@ -1,8 +1,8 @@
 """The committed pulsar_api_pb2 matches pulsar_api.proto, and the schema carries Pulsar's field numbers.
 
-The field numbers below are the facts of reference/pulsar-wire-protocol.md §5, checked independently of
-how the module was generated; the full descriptor comparison uses protoc from grpcio-tools (a test
-dependency: only the .proto's parse is compared, so any protoc version will do).
+The field numbers below are those of Pulsar's PulsarApi.proto (pulsar-client-cpp v4.2.0), written out again
+and checked independently of how the module was generated; the full descriptor comparison uses protoc from
+grpcio-tools (a test dependency: only the .proto's parse is compared, so any protoc version will do).
 """
 
 from __future__ import annotations

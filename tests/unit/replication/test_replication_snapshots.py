@@ -1,6 +1,6 @@
 """Snapshots of replicated subscriptions as pure state: Pulsar's ReplicatedSubscriptionsSnapshotBuilderTest and
 ReplicatedSubscriptionSnapshotCacheTest with their numbers, the controller's rules for starting a snapshot
-(replication reference §2.4), the responder, and properties against small reference models."""
+(ReplicatedSubscriptionsController.startNewSnapshot), the responder, and properties against small reference models."""
 
 from __future__ import annotations
 

@@ -207,7 +207,8 @@ class KeySharedDispatcher(SharedDispatcher):
                 self.recently_joined = dict(sorted(self.recently_joined.items(), key=lambda item: item[1]))
 
     def _detach(self, consumer: Consumer) -> None:
-        # Selector first, then the pending acks, then draining for the moved ranges: PIP-379 §1.5.2.
+        # Selector first, then the pending acks, then draining for the moved ranges, in the order of Pulsar's
+        # PersistentStickyKeyDispatcherMultipleConsumers.removeConsumer (PIP-379).
         impacted = self.selector.remove_consumer(consumer)
         self._membership_changes += 1
         self.recently_joined.pop(consumer, None)
@@ -397,7 +398,7 @@ class KeySharedDispatcher(SharedDispatcher):
     # ---------------------------------------------------------------------------------- reading
 
     def look_ahead_limit(self) -> int:
-        """How many entries the replay queue may hold before normal reads stop (§1.5.7)."""
+        """How many entries the replay queue may hold before normal reads stop (getEffectiveLookAheadLimit)."""
         s = self.settings
         per_consumer = s.look_ahead_msg_in_replay_threshold_per_consumer * len(self.consumers)
         per_subscription = s.look_ahead_msg_in_replay_threshold_per_subscription

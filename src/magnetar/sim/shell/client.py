@@ -1,12 +1,17 @@
-"""Simulated Pulsar clients on a simulated network, talking to the broker's real `ServerConnection`.
+"""Simulated Pulsar clients on a simulated network, each talking to a real `ServerConnection` of the broker.
 
 Owns: the network (each direction of a connection delivers bytes in order after seeded delays; a
-close arrives after the bytes sent before it), and clients that do what the official ones do on the
-wire: CONNECT, PRODUCER and SEND with receipts, SUBSCRIBE then FLOW of the receiver queue, more FLOW
-each time the application has taken half of it, acknowledgements grouped for a while then sent,
-negative acks sent as REDELIVER of those ids, CLOSE_CONSUMER after flushing acks, and connections
-that drop. Everything a client sees or does is reported to a `Listener` (the world's checker).
-Must not touch: the broker's objects. A client knows the broker only through the bytes it exchanges.
+close arrives after the bytes sent before it); for each client, the broker's `ServerConnection` at the
+far end of its pipe, started as the broker's listener starts one for an accepted socket; and clients
+that do what the official ones do on the wire: CONNECT, PRODUCER and SEND (one message, or a batch of
+one key) with receipts, SUBSCRIBE (durable, or a reader's non-durable subscription) then FLOW of the
+receiver queue, more FLOW each time the application has taken half of it, acknowledgements of whole
+entries grouped for a while then sent, negative acks sent as REDELIVER of those ids (on Failover and
+Exclusive a REDELIVER of everything, in the next consumer epoch: PIP-84), PONG to PING, CLOSE_CONSUMER
+after flushing acks, and connections that drop. Everything a client sees or does is reported to a
+`Listener` (the world's checker).
+Must not touch: the broker's objects beyond starting those connections: a client knows the broker only
+through the bytes it exchanges.
 """
 
 from __future__ import annotations
