@@ -29,10 +29,9 @@ ALLOWED: dict[str, set[str]] = {
     "admin": {"broker", "core", "protocol", "replication", "storage"},
     # A network client: the broker's code is out of its reach.
     "spark": {"client", "core", "protocol"},
-    "perf": {"client", "protocol"},
     # The simulator runs the real core and shell, with storage and transport injected.
     "sim": {"broker", "core", "protocol", "replication", "storage"},
-    "cli": {"admin", "broker", "client", "perf", "protocol", "sim", "storage"},
+    "cli": {"admin", "broker", "client", "protocol", "sim", "storage"},
 }
 # The position type and the clock every layer shares.
 SHARED = {"magnetar.positions", "magnetar.clock"}
@@ -234,7 +233,7 @@ def test_no_import_circle_inside_a_package(package):
 
 
 # The clients are network programs, not parts of a broker: they read the system's clocks themselves.
-CLOCK_READERS_ALLOWED = {"client", "cli", "perf", "spark", "sim"}
+CLOCK_READERS_ALLOWED = {"client", "cli", "spark", "sim"}
 _CLOCK_READS = ("time.time", "time.time_ns", "time.monotonic", "time.perf_counter", "datetime.now", "loop.time")
 
 

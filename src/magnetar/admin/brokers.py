@@ -46,7 +46,7 @@ def _context(request: Request) -> BrokerContext:
 
 
 def broker_id(context: BrokerContext) -> str:
-    """Pulsar's broker id: the host and port of the broker's web context."""
+    """Pulsar's broker id: the host and port of the broker's web service."""
     return urlsplit(context.config.advertised_web_url).netloc
 
 

@@ -188,18 +188,18 @@ def check_namespace(context: BrokerContext, tenant: str, namespace: str) -> str:
 def _check_cluster_data(data: ClusterData) -> None:
     """ClusterData.checkPropertiesIfPresent: each URL given must use its scheme (400 otherwise)."""
     rules = (
-        (data.serviceUrl, ("http",), "Illegal context url, example: http://pulsar.example.com:8080"),
-        (data.serviceUrlTls, ("https",), "Illegal context tls url, example: https://pulsar.example.com:8443"),
-        (data.brokerServiceUrl, ("pulsar",), "Illegal broker context url, example: pulsar://pulsar.example.com:6650"),
+        (data.serviceUrl, ("http",), "Illegal service url, example: http://pulsar.example.com:8080"),
+        (data.serviceUrlTls, ("https",), "Illegal service tls url, example: https://pulsar.example.com:8443"),
+        (data.brokerServiceUrl, ("pulsar",), "Illegal broker service url, example: pulsar://pulsar.example.com:6650"),
         (
             data.brokerServiceUrlTls,
             ("pulsar+ssl",),
-            "Illegal broker context tls url, example: pulsar+ssl://pulsar.example.com:6651",
+            "Illegal broker service tls url, example: pulsar+ssl://pulsar.example.com:6651",
         ),
         (
             data.proxyServiceUrl,
             ("pulsar", "pulsar+ssl"),
-            "Illegal proxy context url, example: pulsar+ssl://ats-proxy.example.com:4443 "
+            "Illegal proxy service url, example: pulsar+ssl://ats-proxy.example.com:4443 "
             "or pulsar://ats-proxy.example.com:4080",
         ),
     )

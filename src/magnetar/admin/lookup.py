@@ -1,6 +1,6 @@
 """HTTP lookup: Pulsar's `/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}`.
 
-A client whose context URL is `http://host:8080` asks here which broker serves a topic (and reads
+A client whose service URL is `http://host:8080` asks here which broker serves a topic (and reads
 partition metadata from the admin API), then talks the binary protocol to the broker it was given.
 Owns: the lookup answer (this broker: a standalone owns every topic) and when Pulsar refuses one.
 Must not touch: state; a lookup creates nothing.
