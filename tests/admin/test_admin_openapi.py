@@ -27,7 +27,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from magnetar.admin import create_app
+from magnetar.admin.app import create_app
 
 if TYPE_CHECKING:
     from conftest import BrokerProcess

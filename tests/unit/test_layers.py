@@ -111,23 +111,27 @@ def _module_name(path: Path) -> str:
 
 
 def _imports_by_module() -> dict[str, set[str]]:
-    """Each module's imports of other magnetar modules, TYPE_CHECKING ones included (`from package import
-    module` counts as importing the module)."""
+    """Each module's imports of other magnetar modules, TYPE_CHECKING ones and those inside functions
+    included. `from package import module` imports the module; `from package import name` the package."""
     names = {_module_name(path): path for path in SOURCE.rglob("*.py")}
     imports: dict[str, set[str]] = {}
     for name, path in names.items():
         found = set()
-        for _line, imported in imported_modules(ast.parse(path.read_text(), str(path))):
-            while imported and imported not in names:
-                imported = imported.rpartition(".")[0]
-            if imported and imported != name:
-                found.add(imported)
-        tree = ast.parse(path.read_text(), str(path))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module in names and node.level == 0:
-                found.update(
-                    f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in names
-                )
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+                targets = [
+                    f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in names else node.module
+                    for alias in node.names
+                ]
+            else:
+                continue
+            for imported in targets:
+                while imported and imported not in names:
+                    imported = imported.rpartition(".")[0]
+                if imported.startswith("magnetar.") and imported != name:
+                    found.add(imported)
         imports[name] = found
     return imports
 
@@ -179,46 +183,6 @@ def test_circle_finder_finds_a_circle():
     assert _circles({"a": {"b"}, "b": set()}) == []
 
 
-# The circles not yet taken apart, each to be removed (docs/codebase.md says how): the test fails on a new
-# circle, on a circle that grows, and on one that is gone until it is struck off here.
-REMAINING_CIRCLES = {
-    "admin": [["magnetar.admin", "magnetar.admin.app", "magnetar.admin.security"]],
-    # A topic and what it owns still name each other's classes (under TYPE_CHECKING): producers and
-    # subscriptions their topic, consumers their subscription and connection, compaction its topic.
-    "broker": [
-        [
-            "magnetar.broker.compactor",
-            "magnetar.broker.connection",
-            "magnetar.broker.consumer",
-            "magnetar.broker.context",
-            "magnetar.broker.lookup",
-            "magnetar.broker.operations",
-            "magnetar.broker.producer",
-            "magnetar.broker.registry",
-            "magnetar.broker.subscription",
-            "magnetar.broker.topic",
-        ]
-    ],
-    "spark": [
-        [
-            "magnetar.spark",
-            "magnetar.spark.planning",
-            "magnetar.spark.reader",
-            "magnetar.spark.source",
-            "magnetar.spark.writer",
-        ]
-    ],
-    "storage": [
-        [
-            "magnetar.storage.cursor",
-            "magnetar.storage.factory",
-            "magnetar.storage.managed_ledger",
-            "magnetar.storage.metadata",
-        ]
-    ],
-}
-
-
 @pytest.mark.parametrize("package", sorted(p.name for p in SOURCE.iterdir() if p.is_dir() and p.name != "__pycache__"))
 def test_no_import_circle_inside_a_package(package):
     """A package's modules form layers of their own: each imports only modules below it."""
@@ -229,7 +193,7 @@ def test_no_import_circle_inside_a_package(package):
         for name, found in imports.items()
         if name == prefix or name.startswith(f"{prefix}.")
     }
-    assert _circles(inside) == REMAINING_CIRCLES.get(package, [])
+    assert _circles(inside) == []
 
 
 # The clients are network programs, not parts of a broker: they read the system's clocks themselves.

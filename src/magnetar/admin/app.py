@@ -7,7 +7,6 @@ brokers; lookup; metrics). Handlers find the broker context as `request.app.stat
 from __future__ import annotations
 
 import asyncio
-import html
 import socket
 import ssl
 from typing import TYPE_CHECKING, Any
@@ -30,7 +29,7 @@ from magnetar.admin import (
     stats,
     topics,
 )
-from magnetar.admin.errors import RestError
+from magnetar.admin.errors import RestError, error_page
 from magnetar.admin.permissions import router as permissions_router
 from magnetar.admin.security import SecurityMiddleware
 
@@ -59,7 +58,7 @@ def create_app(context: BrokerContext, is_ready: object = lambda: True) -> FastA
         # method it lacks. Pulsar's web server answers those with its HTML error page, not the JSON
         # {"reason"} of a missing resource, so a client tells "no such endpoint" from "no such topic".
         if error.status_code in (404, 405):
-            page = _error_page(error.status_code, str(error.detail), request.url.path)
+            page = error_page(error.status_code, str(error.detail), request.url.path)
             return HTMLResponse(page, status_code=error.status_code, headers=error.headers)
         return JSONResponse({"reason": str(error.detail)}, status_code=error.status_code, headers=error.headers)
 
@@ -93,21 +92,6 @@ def create_app(context: BrokerContext, is_ready: object = lambda: True) -> FastA
     app.include_router(schemas.router)
     app.include_router(schemas.namespace_router)
     return app
-
-
-def _error_page(status: int, message: str, path: str) -> str:
-    """The shape of the error page Pulsar's web server (Jetty) writes for a path it does not serve."""
-    title = f"{status} {html.escape(message)}"
-    return (
-        "<html>\n<head>\n"
-        '<meta http-equiv="Content-Type" content="text/html;charset=utf-8"/>\n'
-        f"<title>Error {title}</title>\n</head>\n"
-        f"<body><h2>HTTP ERROR {title}</h2>\n<table>\n"
-        f"<tr><th>URI:</th><td>{html.escape(path)}</td></tr>\n"
-        f"<tr><th>STATUS:</th><td>{status}</td></tr>\n"
-        f"<tr><th>MESSAGE:</th><td>{html.escape(message)}</td></tr>\n"
-        "</table>\n</body>\n</html>\n"
-    )
 
 
 class _InLoopServer(uvicorn.Server):

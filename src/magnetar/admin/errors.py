@@ -3,6 +3,7 @@ answer for a policy that was never set."""
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from fastapi import Response
@@ -15,6 +16,7 @@ __all__ = [
     "RestError",
     "bad_request",
     "conflict",
+    "error_page",
     "error_responses",
     "not_found",
     "precondition_failed",
@@ -70,3 +72,18 @@ UNSET_POLICY: dict[str, Any] = {"x-magnetar-empty-when-unset": True}
 def unset_policy() -> Response:
     """The answer for a policy that was never set, as Pulsar 4.0.7 gives it: 200 and no body."""
     return Response(status_code=200)
+
+
+def error_page(status: int, message: str, path: str) -> str:
+    """The shape of the error page Pulsar's web server (Jetty) writes for a path it does not serve."""
+    title = f"{status} {html.escape(message)}"
+    return (
+        "<html>\n<head>\n"
+        '<meta http-equiv="Content-Type" content="text/html;charset=utf-8"/>\n'
+        f"<title>Error {title}</title>\n</head>\n"
+        f"<body><h2>HTTP ERROR {title}</h2>\n<table>\n"
+        f"<tr><th>URI:</th><td>{html.escape(path)}</td></tr>\n"
+        f"<tr><th>STATUS:</th><td>{status}</td></tr>\n"
+        f"<tr><th>MESSAGE:</th><td>{html.escape(message)}</td></tr>\n"
+        "</table>\n</body>\n</html>\n"
+    )

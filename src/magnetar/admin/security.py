@@ -17,6 +17,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from magnetar.admin.errors import error_page
 from magnetar.broker.auth import AuthenticationError
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
@@ -93,9 +94,7 @@ async def _answer_json(send: Any, status: int, body: dict[str, str]) -> None:
 
 async def _answer_page(send: Any, status: int, message: str, path: str) -> None:
     """Pulsar's AuthenticationFilter answers with its web server's HTML error page."""
-    from magnetar.admin.app import _error_page  # app.py installs this middleware
-
-    await _answer(send, status, _error_page(status, message, path).encode(), b"text/html;charset=utf-8")
+    await _answer(send, status, error_page(status, message, path).encode(), b"text/html;charset=utf-8")
 
 
 async def _answer(send: Any, status: int, body: bytes, content_type: bytes) -> None:

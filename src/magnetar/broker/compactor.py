@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from magnetar.broker.compaction import compact_entry, compacted_out_indexes, latest_for_keys
 from magnetar.positions import Position
@@ -30,12 +30,43 @@ from magnetar.storage.compaction import read_compacted, read_horizon, read_last_
 from magnetar.storage.sqlite_engine import Entry, new_entry
 
 if TYPE_CHECKING:
-    from magnetar.broker.topic import PersistentTopic
-    from magnetar.storage import ManagedCursor
+    from magnetar.broker.topic_context import TopicContext
+    from magnetar.broker.topic_name import TopicName
+    from magnetar.storage import ManagedCursor, ManagedLedger
+
+
+class _CompactionSubscription(Protocol):
+    @property
+    def cursor(self) -> ManagedCursor: ...
+
+    def skip_to(self, position: Position) -> None: ...
+
+
+class CompactedTopic(Protocol):
+    """What compaction reaches of its topic (topic.PersistentTopic, which names this module's class, not
+    the other way round)."""
+
+    @property
+    def name(self) -> TopicName: ...
+
+    @property
+    def context(self) -> TopicContext: ...
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    def subscriptions(self) -> Mapping[str, _CompactionSubscription]: ...
+
+    async def subscribe(
+        self, name: str, durable: bool, initial_position: str, start_message_id: Position | None
+    ) -> _CompactionSubscription: ...
+
 
 __all__ = [
     "COMPACTION_SUBSCRIPTION",
     "CompactionAlreadyRunning",
+    "CompactedTopic",
     "TopicCompaction",
 ]
 
@@ -61,7 +92,7 @@ class TopicCompaction:
       replaced together, durably, before `horizon` moves).
     """
 
-    def __init__(self, topic: PersistentTopic) -> None:
+    def __init__(self, topic: CompactedTopic) -> None:
         self.topic = topic
         self.horizon: Position | None = None
         self._horizon_known = False
@@ -263,7 +294,7 @@ def _last_kept_index(entry: Entry) -> int:
     return entry.message_count - 1
 
 
-def _backlog_size(topic: PersistentTopic, mark_delete: Position) -> int:
+def _backlog_size(topic: CompactedTopic, mark_delete: Position) -> int:
     """Pulsar's estimate of the bytes after a mark-delete position: whole ledgers after it and its own
     ledger's share."""
     size = 0

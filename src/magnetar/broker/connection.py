@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.connection_auth import ConnectionAuthentication
 from magnetar.broker.consumer import ServerConsumer
@@ -27,6 +27,10 @@ from magnetar.protocol import commands, messages
 from magnetar.protocol.connection import ServerProtocol
 from magnetar.protocol.framing import ProtocolError, SendFrame, command_field_name
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand
+
+if TYPE_CHECKING:
+    from magnetar.broker.subscription import PersistentSubscription
+    from magnetar.broker.topic import PersistentTopic
 
 __all__ = ["CommandHandler", "ServerConnection"]
 
@@ -53,7 +57,7 @@ class ServerConnection:
         # Command type -> handler, installed by commands.open_connection; a type without one is refused.
         self.handlers: dict[int, CommandHandler] = {}
         self.producers: dict[int, ServerProducer] = {}
-        self.consumers: dict[int, ServerConsumer] = {}
+        self.consumers: dict[int, ServerConsumer[PersistentSubscription[PersistentTopic]]] = {}
         self.peer = writer.get_extra_info("peername")
         self.remote_address = remote_address(self.peer)  # `/host:port`, the prefix of its log lines
         self.close_reason: str | None = None  # for the log; None when the client closed it

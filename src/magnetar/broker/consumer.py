@@ -13,7 +13,8 @@ lastMarkDeleteAdvancedTimestamp) and acknowledges only through the subscription.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from magnetar.broker.logs import consumer_changed
 from magnetar.core.events import Entry
@@ -22,19 +23,83 @@ from magnetar.protocol import commands
 from magnetar.protocol.messages import ack_set_of, and_ack_sets
 
 if TYPE_CHECKING:
-    from magnetar.broker.connection import ServerConnection
-    from magnetar.broker.subscription import PersistentSubscription
+    from magnetar.broker.compactor import TopicCompaction
+    from magnetar.broker.peer import ClientConnection
+    from magnetar.broker.topic_context import TopicContext
+    from magnetar.broker.topic_name import TopicName
+    from magnetar.storage import ManagedCursor
 
-__all__ = ["ServerConsumer"]
+__all__ = ["ConsumerSubscription", "ServerConsumer"]
+
+
+class _ConsumerTopic(Protocol):
+    @property
+    def name(self) -> TopicName: ...
+
+    @property
+    def context(self) -> TopicContext: ...
+
+    @property
+    def compaction(self) -> TopicCompaction: ...
+
+
+class ConsumerSubscription(Protocol):
+    """What a consumer reaches of its subscription (subscription.PersistentSubscription, which names this
+    module's class, not the other way round)."""
+
+    # Pulsar's stats of a subscription that consumers update: the counters of consumers that left,
+    # when the last FLOW came, when an ack last moved the mark-delete position.
+    msg_out_from_removed_consumers: int
+    bytes_out_from_removed_consumers: int
+    last_consumed_flow_ms: int
+    last_mark_delete_advanced_ms: int
+    # The hashes the DEBUG lines reported draining (logs.py).
+    draining_logged: dict[int, Any]
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topic(self) -> _ConsumerTopic: ...
+
+    @property
+    def cursor(self) -> ManagedCursor: ...
+
+    @property
+    def read_compacted(self) -> bool: ...
+
+    @property
+    def subscription_type(self) -> str | None: ...
+
+    @property
+    def dispatcher(self) -> Any: ...
+
+    @property
+    def consumers(self) -> Mapping[int, Any]: ...
+
+    def flow(self, consumer_id: int, permits: int) -> None: ...
+
+    def acknowledge(
+        self, consumer_id: int, positions: list[Position], batch_acks: list[tuple[Position, int, list[int]]]
+    ) -> None: ...
+
+    def acknowledge_cumulative(self, consumer_id: int, position: Position) -> None: ...
+
+    def redeliver(self, consumer_id: int, positions: list[Position] | None) -> None: ...
+
+    def remove_consumer(self, consumer_id: int) -> None: ...
+
+
+S = TypeVar("S", bound=ConsumerSubscription)
 
 log = logging.getLogger(__name__)
 
 
-class ServerConsumer:
+class ServerConsumer(Generic[S]):
     def __init__(
         self,
-        connection: ServerConnection,
-        subscription: PersistentSubscription,
+        connection: ClientConnection,
+        subscription: S,
         client_consumer_id: int,
         name: str,
         partition_index: int,

@@ -12,15 +12,59 @@ import asyncio
 import itertools
 import logging
 from collections import deque
+from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from magnetar.protocol import commands
 from magnetar.replication.replicator import remote_cluster_of
 
 if TYPE_CHECKING:
-    from magnetar.broker.connection import ServerConnection
-    from magnetar.broker.topic import PersistentTopic
+    from magnetar.broker.peer import ClientConnection
+    from magnetar.broker.topic_context import TopicContext
+    from magnetar.broker.topic_name import TopicName
+    from magnetar.positions import Position
+    from magnetar.storage import ManagedLedger
+
+
+class ProducerTopic(Protocol):
+    """What a producer reaches of its topic (topic.PersistentTopic, which names this module's class, not
+    the other way round)."""
+
+    # Pulsar's msgInCounter and bytesInCounter, and when the last data entry was stored (epoch ms).
+    msg_in_counter: int
+    bytes_in_counter: int
+    last_data_ms: int | None
+
+    @property
+    def name(self) -> TopicName: ...
+
+    @property
+    def context(self) -> TopicContext: ...
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    def deduplication_enabled(self) -> bool: ...
+
+    @property
+    def sequence_pushed(self) -> dict[str, int]: ...
+
+    @property
+    def sequence_persisted(self) -> dict[str, int]: ...
+
+    @property
+    def replicators(self) -> Mapping[str, object]: ...
+
+    def replicated_entries_stored(self, first: Position, last: Position) -> None: ...
+
+    def replicated_marker_stored(self, origin: str, position: Position, data: bytes) -> None: ...
+
+    def remove_producer(self, producer: ServerProducer) -> None: ...
+
+    def note_delayed_delivery(self) -> None: ...
+
 
 __all__ = ["Send", "ServerProducer"]
 
@@ -40,7 +84,7 @@ class ServerProducer:
     """Invariants: receipts leave in the order the SENDs arrived; a closed producer appends nothing."""
 
     def __init__(
-        self, connection: ServerConnection, topic: PersistentTopic, producer_id: int, name: str, access_mode: str
+        self, connection: ClientConnection, topic: ProducerTopic, producer_id: int, name: str, access_mode: str
     ) -> None:
         self.connection = connection
         self.topic = topic

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, assert_never
 
 from magnetar.broker.logs import draining_ended
 from magnetar.core.dispatchers import Dispatcher, new_dispatcher
@@ -55,7 +55,41 @@ from magnetar.storage import ManagedCursor
 
 if TYPE_CHECKING:
     from magnetar.broker.consumer import ServerConsumer
-    from magnetar.broker.topic import PersistentTopic
+    from magnetar.broker.topic_context import TopicContext
+    from magnetar.broker.topic_name import TopicName
+    from magnetar.replication.controller import ReplicatedSubscriptionsController
+    from magnetar.storage import Entry as StoredEntry
+    from magnetar.storage import ManagedLedger
+
+
+class _CompactedReads(Protocol):
+    async def read_entries(self, cursor: ManagedCursor, count: int) -> list[StoredEntry] | None: ...
+
+
+class SubscriptionTopic(Protocol):
+    """What a subscription reaches of its topic (topic.PersistentTopic, which names this module's class,
+    not the other way round)."""
+
+    @property
+    def name(self) -> TopicName: ...
+
+    @property
+    def context(self) -> TopicContext: ...
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    def compaction(self) -> _CompactedReads: ...
+
+    @property
+    def replicated_subscriptions(self) -> ReplicatedSubscriptionsController | None: ...
+
+    @property
+    def uses_delayed_delivery(self) -> bool: ...
+
+
+T = TypeVar("T", bound=SubscriptionTopic)
 
 __all__ = ["PersistentSubscription", "MARKER_PRODUCER_NAME", "REPLICATED_PROPERTY", "entry_after", "is_marker_entry"]
 
@@ -105,13 +139,13 @@ class _ReadCancelledBeforeWaiting(Exception):
     """A normal read found nothing new after the dispatcher asked to cancel it."""
 
 
-class PersistentSubscription:
+class PersistentSubscription(Generic[T]):
     """Invariants:
     - a dispatcher exists exactly while consumers are attached;
     - at most one read task runs, and only while the dispatcher has a read in flight.
     """
 
-    def __init__(self, topic: PersistentTopic, name: str, cursor: ManagedCursor) -> None:
+    def __init__(self, topic: T, name: str, cursor: ManagedCursor) -> None:
         self.topic = topic
         self.name = name
         self.cursor = cursor

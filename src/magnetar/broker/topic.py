@@ -94,7 +94,7 @@ class PersistentTopic:
         self.name = name
         self.ledger = ledger
         self.producers: dict[str, ServerProducer] = {}
-        self.subscriptions: dict[str, PersistentSubscription] = {}
+        self.subscriptions: dict[str, PersistentSubscription[PersistentTopic]] = {}
         # Set once a message with deliver_at_time is stored: from then on reads look for it (stored
         # entries do not index it, and parsing every entry's metadata for it would cost every topic).
         self.uses_delayed_delivery = context.metadata.get(self._delayed_path) is not None

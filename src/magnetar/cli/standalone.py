@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import Callable
 
-    from magnetar.admin import AdminServer
+    from magnetar.admin.app import AdminServer
     from magnetar.broker.context import BrokerContext
     from magnetar.broker.server import Broker
 
@@ -125,7 +125,7 @@ def _admin_server(
     ssl_context: ssl.SSLContext | None = None,
 ) -> AdminServer:
     """Import the admin API and bind its port; runs on a worker thread (see Standalone.start)."""
-    from magnetar.admin import AdminServer, create_app
+    from magnetar.admin.app import AdminServer, create_app
 
     return AdminServer(create_app(context, is_ready), host, port, ssl_context)
 

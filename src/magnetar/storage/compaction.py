@@ -23,30 +23,28 @@ from magnetar.positions import Position
 from magnetar.storage.sqlite_engine import Entry
 
 if TYPE_CHECKING:
-    from magnetar.storage.factory import ManagedLedgerFactory
+    from magnetar.storage.access import StorageAccess
 
 __all__ = ["read_compacted", "read_horizon", "read_last_compacted", "replace_compacted"]
 
 
-async def read_horizon(factory: ManagedLedgerFactory, topic_id: int) -> Position | None:
+async def read_horizon(factory: StorageAccess, topic_id: int) -> Position | None:
     """The horizon of the topic's compacted view, None if it was never compacted."""
     return await factory.engine.read_horizon(topic_id)
 
 
-async def read_compacted(
-    factory: ManagedLedgerFactory, topic_id: int, start: tuple[int, int], count: int
-) -> list[Entry]:
+async def read_compacted(factory: StorageAccess, topic_id: int, start: tuple[int, int], count: int) -> list[Entry]:
     """Up to `count` entries of the compacted view at or after `start`, in position order."""
     return await factory.engine.read_compacted(topic_id, start, count)
 
 
-async def read_last_compacted(factory: ManagedLedgerFactory, topic_id: int) -> Entry | None:
+async def read_last_compacted(factory: StorageAccess, topic_id: int) -> Entry | None:
     """The last entry of the compacted view, None when it holds none."""
     return await factory.engine.read_last_compacted(topic_id)
 
 
 def replace_compacted(
-    factory: ManagedLedgerFactory, topic_id: int, horizon: tuple[int, int], entries: Sequence[Entry], now_ms: int
+    factory: StorageAccess, topic_id: int, horizon: tuple[int, int], entries: Sequence[Entry], now_ms: int
 ) -> asyncio.Future[None]:
     """Replace the topic's view with `entries` (Entry tuples, their `data` the compacted bytes) and its
     horizon, in one transaction; the future resolves once that is durable."""

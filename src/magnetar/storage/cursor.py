@@ -26,12 +26,12 @@ from __future__ import annotations
 import asyncio
 import json
 from array import array
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from magnetar.positions import Position, PositionRangeSet
 
 if TYPE_CHECKING:
-    from magnetar.storage.managed_ledger import ManagedLedger
+    from magnetar.storage.config import StorageConfig
     from magnetar.storage.sqlite_engine import Entry
 
 __all__ = ["ManagedCursor", "CursorRecord", "encode_ranges", "decode_ranges"]
@@ -79,10 +79,41 @@ def decode_ranges(raw: bytes) -> PositionRangeSet:
     return PositionRangeSet.from_sorted_bounds(lowers, uppers)
 
 
+class CursorLedger(Protocol):
+    """What a cursor reaches of its managed ledger (managed_ledger.ManagedLedger, which names this
+    module's class, not the other way round)."""
+
+    @property
+    def config(self) -> StorageConfig: ...
+
+    @property
+    def last_confirmed_entry(self) -> Position: ...
+
+    @property
+    def entries_added_counter(self) -> int: ...
+
+    @property
+    def last_ledger_created_timestamp_ms(self) -> int: ...
+
+    def next_valid_position(self, position: tuple[int, int]) -> Position: ...
+
+    def previous_position(self, position: tuple[int, int]) -> Position: ...
+
+    def count_entries(self, lower: tuple[int, int], upper: tuple[int, int]) -> int: ...
+
+    async def read_entries(self, start: tuple[int, int], count: int) -> list[Entry]: ...
+
+    async def find_first_published_at_or_after(self, publish_time_ms: int) -> Position: ...
+
+    def persist_cursor(self, cursor: ManagedCursor, record: CursorRecord) -> asyncio.Future[None]: ...
+
+    def cursor_moved(self, cursor: ManagedCursor) -> None: ...
+
+
 class ManagedCursor:
     def __init__(
         self,
-        ledger: ManagedLedger,
+        ledger: CursorLedger,
         name: str,
         durable: bool,
         mark_delete_position: Position,

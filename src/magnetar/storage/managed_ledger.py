@@ -38,7 +38,7 @@ from magnetar.storage.sqlite_engine import Entry, Run, new_position, runs_of_rec
 from magnetar.storage.write_latency import LatencyBuckets
 
 if TYPE_CHECKING:
-    from magnetar.storage.factory import ManagedLedgerFactory
+    from magnetar.storage.access import LedgerStorage
 
 __all__ = ["BatchPositions", "ManagedLedger"]
 
@@ -154,7 +154,7 @@ class ManagedLedger:
 
     def __init__(
         self,
-        factory: ManagedLedgerFactory,
+        factory: LedgerStorage,
         name: str,
         topic_id: int,
         ledgers: list[LedgerInfo],

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from magnetar.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from magnetar.storage.factory import ManagedLedgerFactory
+    from magnetar.storage.access import StorageAccess
 
 __all__ = ["MetadataStore", "BadVersionError", "NotFoundError", "AlreadyExistsError"]
 
@@ -38,7 +38,7 @@ class AlreadyExistsError(StorageError):
 
 
 class MetadataStore:
-    def __init__(self, factory: ManagedLedgerFactory, rows: list[tuple[str, str, int]]) -> None:
+    def __init__(self, factory: StorageAccess, rows: list[tuple[str, str, int]]) -> None:
         self._factory = factory
         self._records: dict[str, tuple[Any, int]] = {
             path: (json.loads(value), version) for path, value, version in rows

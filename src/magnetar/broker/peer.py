@@ -1,0 +1,33 @@
+"""What a producer or a consumer reaches of the client connection it came on, and what the admin API
+reads of it: a narrow face of `connection.ServerConnection`, so that producers and consumers never name
+the connection's class (the connection is above them: it creates them and hands them its commands).
+
+Owns: nothing but the shape. Must not touch: anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from magnetar.broker.connection_auth import ConnectionAuthentication
+
+__all__ = ["ClientConnection"]
+
+
+class ClientConnection(Protocol):
+    # `/host:port`, the prefix of its log lines; the peer as the socket gave it (admin stats' address).
+    remote_address: str
+    peer: Any
+    client_version: str
+    auth: ConnectionAuthentication
+    closed: bool
+
+    def write(self, data: bytes) -> None: ...
+
+    def is_alive(self) -> bool: ...
+
+    async def check_liveness(self) -> bool: ...
+
+    def forget_producer(self, producer_id: int) -> None: ...
+
+    def forget_consumer(self, consumer_id: int) -> None: ...
