@@ -82,6 +82,15 @@ def _position(message_id: Any) -> Position:
     return Position(_signed(message_id.ledgerId), _signed(message_id.entryId))
 
 
+def _consumer_of(connection: ServerConnection, consumer_id: int, request_id: int) -> ServerConsumer | None:
+    """The connection's consumer of that id; None, with ConsumerNotFound answered, for an unknown one."""
+    consumer = connection.consumers.get(consumer_id)
+    if consumer is None:
+        log.info("[%s] Request %d failed: ConsumerNotFound: unknown consumer", connection.remote_address, request_id)
+        connection.write(commands.error(request_id, "ConsumerNotFound", "unknown consumer"))
+    return consumer
+
+
 def on_flow(connection: ServerConnection, request: CommandFlow) -> None:
     consumer = connection.consumers.get(request.consumer_id)
     if consumer is not None:
@@ -230,12 +239,8 @@ def on_ack(connection: ServerConnection, ack: CommandAck) -> None:
 
 
 async def on_unsubscribe(connection: ServerConnection, request: CommandUnsubscribe) -> None:
-    consumer = connection.consumers.get(request.consumer_id)
+    consumer = _consumer_of(connection, request.consumer_id, request.request_id)
     if consumer is None:
-        log.info(
-            "[%s] Request %d failed: ConsumerNotFound: unknown consumer", connection.remote_address, request.request_id
-        )
-        connection.write(commands.error(request.request_id, "ConsumerNotFound", "unknown consumer"))
         return
     subscription = consumer.subscription
     others = [c for c in subscription.consumers.values() if c is not consumer]
@@ -269,12 +274,8 @@ async def on_unsubscribe(connection: ServerConnection, request: CommandUnsubscri
 
 
 async def on_seek(connection: ServerConnection, request: CommandSeek) -> None:
-    consumer = connection.consumers.get(request.consumer_id)
+    consumer = _consumer_of(connection, request.consumer_id, request.request_id)
     if consumer is None:
-        log.info(
-            "[%s] Request %d failed: ConsumerNotFound: unknown consumer", connection.remote_address, request.request_id
-        )
-        connection.write(commands.error(request.request_id, "ConsumerNotFound", "unknown consumer"))
         return
     subscription = consumer.subscription
     cursor = subscription.cursor
@@ -310,12 +311,8 @@ async def on_seek(connection: ServerConnection, request: CommandSeek) -> None:
 
 
 async def on_get_last_message_id(connection: ServerConnection, request: CommandGetLastMessageId) -> None:
-    consumer = connection.consumers.get(request.consumer_id)
+    consumer = _consumer_of(connection, request.consumer_id, request.request_id)
     if consumer is None:
-        log.info(
-            "[%s] Request %d failed: ConsumerNotFound: unknown consumer", connection.remote_address, request.request_id
-        )
-        connection.write(commands.error(request.request_id, "ConsumerNotFound", "unknown consumer"))
         return
     topic = consumer.subscription.topic
     try:
