@@ -74,7 +74,9 @@ def test_valid_token_and_basic_credentials_are_accepted(secured, client_factory)
 @pytest.mark.parametrize(
     ("authentication", "reason"),
     [
-        pytest.param(None, "method none failed: No anonymous role", id="none"),
+        pytest.param(
+            None, "method none failed: the client sent no credentials, and no anonymousUserRole is set", id="none"
+        ),
         pytest.param(
             lambda: pulsar.AuthenticationToken(token(SECRET, "admin", expires_in_s=-10)),
             "Failed to authentication token: JWT expired",
