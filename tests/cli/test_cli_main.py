@@ -119,3 +119,34 @@ def test_decode_a_single_message_prefers_the_json_properties_header() -> None:
     assert message["messageId"] == "1:2" and message["sequenceId"] == 3 and message["key"] == "k"
     assert message["properties"] == {"camelKey": "v"}
     assert message["payload"] == "body"
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    assert ok("--version").stdout == f"magnetar {version('magnetar')}\n"
+
+
+@pytest.mark.parametrize(
+    "command", [("produce",), ("consume",), ("admin", "topics", "reset-cursor"), ("standalone",), ("tokens", "create")]
+)
+def test_help_at_80_columns_keeps_option_names_whole_without_python_types(command: tuple[str, ...]) -> None:
+    """Plain help, as sim's and perf's argparse prints it: no box that cuts `--subscription-position` to
+    `--subscription-posi…`, and metavars in capitals instead of `<bool>` or `<list[str]>`."""
+    help_text = magnetar(*command, "--help", env={"COLUMNS": "80", "TERM": "xterm"}).stdout
+    assert help_text.startswith(f"Usage: magnetar {' '.join(command)} [OPTIONS]"), help_text
+    assert "…" not in help_text and "╭" not in help_text, help_text
+    for python_type in ("<bool>", "<int>", "<float>", "<list[", "<Path>"):
+        assert python_type not in help_text, help_text
+    assert all(len(line) <= 80 for line in help_text.splitlines()), help_text
+
+
+def test_consume_help_names_every_option() -> None:
+    help_text = magnetar("consume", "--help", env={"COLUMNS": "80"}).stdout
+    for option in ("--subscription-name SUBSCRIPTION_NAME", "--subscription-position", "--num-messages NUM_MESSAGES"):
+        assert option in help_text, help_text
+
+
+def test_pulsar_admins_name_gets_a_did_you_mean() -> None:
+    stderr = fails("admin", "topics", "stats-internal", "orders", code=2)
+    assert "No such command 'stats-internal'. Did you mean 'internal-stats'?" in stderr

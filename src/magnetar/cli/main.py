@@ -15,11 +15,13 @@ import logging
 import os
 import re
 import sys
+from importlib.metadata import version
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from magnetar.cli import admin, client, tokens
+from magnetar.cli.help import SuggestingGroup, name_metavars
 from magnetar.cli.output import error
 from magnetar.cli.rest import AdminError
 
@@ -34,7 +36,27 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help, as the argparse of sim and perf prints it: rich's boxes cut option names at 80 columns.
+    rich_markup_mode=None,
+    cls=SuggestingGroup,
 )
+
+
+def _version(show: bool) -> None:
+    if show:
+        print(f"magnetar {version('magnetar')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _magnetar(
+    _show_version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print magnetar's version and exit")
+    ] = False,
+) -> None:
+    """A message broker that speaks Apache Pulsar's protocol, and the tools to run and operate it."""
+
+
 # sim and perf keep their own argparse parsers: every argument, --help included, goes to them as given.
 _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -158,6 +180,7 @@ def perf(ctx: typer.Context) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run one command and return its exit code: 0 done, 1 failed (reason on stderr), 2 bad usage."""
     command = typer.main.get_command(app)
+    name_metavars(command)
     try:
         command.main(args=argv, prog_name="magnetar", standalone_mode=True)
     except SystemExit as finished:
