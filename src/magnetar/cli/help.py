@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
 __all__ = ["SuggestingGroup", "name_metavars", "reordered_command"]
@@ -21,7 +20,7 @@ class SuggestingGroup(TyperGroup):
     """A command group that names the command an unknown one meant when it has the same words in another
     order; typer's own suggestion covers close spellings."""
 
-    def resolve_command(self, ctx: typer.Context, args: list[str]) -> Any:
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         if args and self.get_command(ctx, args[0]) is None:
             meant = reordered_command(args[0], self.list_commands(ctx))
             if meant is not None:
