@@ -115,9 +115,12 @@ def admin(
     auth_params: AuthParams = None,
     tls_trust_cert_path: TlsTrustCertPath = None,
     tls_allow_insecure: TlsAllowInsecure = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="tables show every item of a long list (key hash ranges)")
+    ] = False,
 ) -> None:
     credentials = Credentials(auth_plugin, auth_params, tls_trust_cert_path, tls_allow_insecure)
-    ctx.obj = Session(AdminClient(admin_url, credentials), Output(output))
+    ctx.obj = Session(AdminClient(admin_url, credentials), Output(output, verbose))
 
 
 def _session(ctx: typer.Context) -> Session:
