@@ -6,23 +6,40 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup run test check lint sim soak bench clean compat compat-java
 
-$(STAMP): pyproject.toml
+# Two stamps: `make run` installs magnetar and what the broker needs (RUN_STAMP); the tests, the lint, the
+# benchmarks and Spark add their extras (STAMP), so that running a broker does not download Spark.
+RUN_STAMP := $(VENV)/.installed-run
+
+$(BIN)/pip:
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: magnetar needs Python 3.11" >&2; exit 1; }
 	@echo "magnetar setup: creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/pip
+	@echo "magnetar setup: installing magnetar and what the broker needs into $(VENV)" \
+		"(about 20 seconds from a fresh clone; pip names each package as it goes)"
+	$(BIN)/pip install -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): pyproject.toml | $(BIN)/pip
 	@echo "magnetar setup: installing magnetar and its test, benchmark and Spark dependencies into $(VENV)" \
 		"(about a minute from a fresh clone; pip names each package as it goes)"
 	$(BIN)/pip install -e '.[test,bench,spark]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 	@echo "magnetar setup: done; the magnetar command is $(BIN)/magnetar (or magnetar after: source $(BIN)/activate)"
 
 setup: $(STAMP)
 
-# The broker on pulsar://127.0.0.1:6650 and http://127.0.0.1:8080, data in ./data. Ctrl-C stops it cleanly
-# (it exits 0); make, interrupted by the same Ctrl-C, waits for it and then exits 130, as GNU make does.
-run: setup
-	$(BIN)/magnetar standalone --data-dir data
+# The broker on pulsar://127.0.0.1:$(PORT) and http://127.0.0.1:$(HTTP_PORT), data in $(DATA); other ports
+# or another directory with `make run PORT=6651 HTTP_PORT=8081 DATA=data2`. Ctrl-C stops it cleanly (it
+# exits 0); make, interrupted by the same Ctrl-C, waits for it and then exits 130, as GNU make does.
+PORT ?= 6650
+HTTP_PORT ?= 8080
+DATA ?= data
+run: $(RUN_STAMP)
+	@echo "magnetar: the command is $(BIN)/magnetar (try $(BIN)/magnetar --help in another terminal)"
+	$(BIN)/magnetar standalone --data-dir $(DATA) --port $(PORT) --http-port $(HTTP_PORT)
 
 # The lint first: a finding fails the run (and CI) before the tests. The simulators' seed sweeps
 # (tests/sim, ~12 CPU-minutes) run on one core beside the rest of the suite, whose broker processes and

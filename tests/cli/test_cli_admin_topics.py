@@ -11,7 +11,7 @@ import uuid
 
 import pulsar
 import pytest
-from cli_runner import fails, ok, ok_json
+from cli_runner import fails, magnetar, ok, ok_json
 
 
 @pytest.fixture
@@ -219,3 +219,37 @@ def test_topic_deduplication_overrides_the_namespace_and_applied_shows_the_one_i
     assert ok_json(*admin("topics", "get-deduplication", topic, "--applied")) is True
     assert ok_json(*admin("namespaces", "get-deduplication", "public/default")) is None
     assert "exactly one" in fails(*admin("topics", "set-deduplication", topic), code=2)
+
+
+def test_key_shared_stats_table_keeps_hash_ranges_in_one_cell(module_broker, client_factory, topic) -> None:
+    """Two Key_Shared consumers with consistent hashing hold ~50 hash ranges each: a table shows each
+    consumer's in one cell (the first ones and the count; all with --verbose), not one boxed table per range."""
+    client = client_factory(module_broker.url)
+    for _ in range(2):
+        client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared)
+    consumers = ok_json("admin", "--admin-url", module_broker.http_url, "topics", "stats", topic)["subscriptions"][
+        "ks"
+    ]["consumers"]
+    ranges = [consumer["keyHashRangeArrays"] for consumer in consumers]
+    assert all(len(held) > 4 for held in ranges)
+    table = magnetar(
+        "admin", "--admin-url", module_broker.http_url, "-o", "table", "topics", "stats", topic, env={"COLUMNS": "400"}
+    ).stdout
+    assert "keyHashRangeArrays[" not in table
+    for held in ranges:
+        first = " ".join(f"[{low}, {high}]" for low, high in held[:4])
+        assert f"{first} … {len(held)} in all" in table
+    wide = magnetar(
+        "admin",
+        "--admin-url",
+        module_broker.http_url,
+        "-o",
+        "table",
+        "-v",
+        "topics",
+        "stats",
+        topic,
+        env={"COLUMNS": "100000"},
+    ).stdout
+    for held in ranges:
+        assert " ".join(f"[{low}, {high}]" for low, high in held) in wide

@@ -5,10 +5,11 @@ batches in peeked answers)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import typer
-from cli_runner import fails, magnetar, ok
+from cli_runner import COMMAND_TIMEOUT_S, fails, magnetar, ok
 
 from magnetar.cli.admin import parse_message_id, parse_relative_time_s, parse_size_bytes
 from magnetar.cli.client import split_messages
@@ -119,3 +120,83 @@ def test_decode_a_single_message_prefers_the_json_properties_header() -> None:
     assert message["messageId"] == "1:2" and message["sequenceId"] == 3 and message["key"] == "k"
     assert message["properties"] == {"camelKey": "v"}
     assert message["payload"] == "body"
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    assert ok("--version").stdout == f"magnetar {version('magnetar')}\n"
+
+
+@pytest.mark.parametrize(
+    "command", [("produce",), ("consume",), ("admin", "topics", "reset-cursor"), ("standalone",), ("tokens", "create")]
+)
+def test_help_at_80_columns_keeps_option_names_whole_without_python_types(command: tuple[str, ...]) -> None:
+    """Plain help, as sim's and perf's argparse prints it: no box that cuts `--subscription-position` to
+    `--subscription-posi…`, and metavars in capitals instead of `<bool>` or `<list[str]>`."""
+    help_text = magnetar(*command, "--help", env={"COLUMNS": "80", "TERM": "xterm"}).stdout
+    assert help_text.startswith(f"Usage: magnetar {' '.join(command)} [OPTIONS]"), help_text
+    assert "…" not in help_text and "╭" not in help_text, help_text
+    for python_type in ("<bool>", "<int>", "<float>", "<list[", "<Path>"):
+        assert python_type not in help_text, help_text
+    assert all(len(line) <= 80 for line in help_text.splitlines()), help_text
+
+
+def test_consume_help_names_every_option() -> None:
+    help_text = magnetar("consume", "--help", env={"COLUMNS": "80"}).stdout
+    for option in ("--subscription-name SUBSCRIPTION_NAME", "--subscription-position", "--num-messages NUM_MESSAGES"):
+        assert option in help_text, help_text
+
+
+def test_pulsar_admins_name_gets_a_did_you_mean() -> None:
+    stderr = fails("admin", "topics", "stats-internal", "orders", code=2)
+    assert "No such command 'stats-internal'. Did you mean 'internal-stats'?" in stderr
+
+
+def test_sim_sweep_ends_with_its_table() -> None:
+    """The examples first, the table last, so that a long sweep's table is what stays on the screen."""
+    lines = ok("sim", "--schedules", "20", "--processes", "1").stdout.rstrip().splitlines()
+    assert lines[-4].startswith("type        mode     schedules")
+    assert [line.split()[1] for line in lines[-3:]] == ["pip379", "pip282", "classic"]
+
+
+def test_sim_sweep_shows_progress_on_a_terminal() -> None:
+    """On a terminal (here a pseudo-terminal) a bar on stderr counts the schedules; piped, nothing."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    controller, terminal = pty.openpty()
+    args = [
+        sys.executable,
+        "-m",
+        "magnetar.cli.main",
+        "sim",
+        "--schedules",
+        "30",
+        "--processes",
+        "1",
+        "--mode",
+        "pip379",
+    ]
+    process = subprocess.Popen(
+        args, stdin=terminal, stdout=subprocess.PIPE, stderr=terminal, env=os.environ | {"COLUMNS": "100"}
+    )
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal's other side closed: the command ended
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    stdout = process.stdout.read().decode() if process.stdout else ""
+    assert process.wait(timeout=COMMAND_TIMEOUT_S) == 0
+    shown = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", shown)
+    assert b"sim pip379" in shown and b"30/30 schedules" in shown, shown
+    assert "schedules" in stdout and "sim pip379" not in stdout
+    assert "sim pip379" not in magnetar("sim", "--schedules", "10", "--processes", "1", "--mode", "pip379").stderr

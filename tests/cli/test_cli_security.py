@@ -69,6 +69,36 @@ def test_tokens_create_refuses_a_key_that_signs_no_token(tmp_path) -> None:
     assert "DSAPrivateKey signs no token" in fails("tokens", "create", "--private-key", str(dsa_key), "-s", "dave")
 
 
+def test_produce_and_consume_refused_credentials_are_one_line(broker, secret, certificates) -> None:
+    """The official client retries a refused CONNECT until its operation timeout and then says Timeout;
+    the command says at once that credentials are missing or were refused."""
+    for verb in (["produce", "-m", "x"], ["consume", "-s", "s"]):
+        stderr = fails(verb[0], "refused", *verb[1:], "--service-url", broker.url)
+        assert stderr.splitlines() == [
+            f"magnetar: AuthenticationError: the broker at {broker.url} requires credentials: give them with "
+            "--auth-plugin and --auth-params"
+        ]
+    wrong = _token(secret, "admin")[:-3] + "abc"
+    stderr = fails(
+        "produce",
+        "refused",
+        "-m",
+        "x",
+        "--service-url",
+        broker.url,
+        "--auth-plugin",
+        "token",
+        "--auth-params",
+        f"token:{wrong}",
+    )
+    assert stderr.splitlines() == [
+        f"magnetar: AuthenticationError: the broker at {broker.url} refused the credentials of --auth-plugin "
+        "and --auth-params (the broker's log says why)"
+    ]
+    assert "Failed to authentication token: Signature verification failed" in broker.output()
+    assert "method none failed: the client sent no credentials, and no anonymousUserRole is set" in broker.output()
+
+
 def test_admin_with_and_without_credentials(broker, secret, certificates) -> None:
     token = _token(secret, "admin")
     plugin = ["--auth-plugin", "org.apache.pulsar.client.impl.auth.AuthenticationToken"]

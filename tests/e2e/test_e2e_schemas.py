@@ -185,3 +185,30 @@ def test_schemas_survive_a_restart_and_go_with_their_topic(broker, client_factor
     admin_topic = f"{broker.http_url}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[-1]}"
     assert httpx.delete(admin_topic, params={"force": "true"}).status_code == 204
     assert httpx.get(path).status_code == 404
+
+
+def record_named(record_name: str, **fields: object) -> type[Record]:
+    """A pulsar.schema Record class called `record_name` (the Avro record's name) with the given fields."""
+    return type(record_name, (Record,), dict(fields))
+
+
+@pytest.mark.parametrize("strategy", ["FULL", "FORWARD", "BACKWARD"])
+def test_avro_record_names_do_not_count(mclient, admin, strategy: str) -> None:
+    """Pulsar's Avro validator (Avro's SchemaValidatorBuilder) resolves records field by field, whatever
+    their names: one-field records A and B with the same field are compatible, and a different field
+    type is still refused."""
+    namespace = f"public/names-{uuid.uuid4().hex[:6]}"
+    assert admin.put(f"/namespaces/{namespace}").status_code == 204
+    assert admin.put(f"/namespaces/{namespace}/schemaCompatibilityStrategy", json=strategy).status_code == 204
+    topic = f"persistent://{namespace}/t"
+    first = mclient.create_producer(topic, schema=AvroSchema(record_named("A", name=String())))
+    B = record_named("B", name=String())
+    second = mclient.create_producer(topic, schema=AvroSchema(B))
+    versions = admin.get(f"/schemas/{namespace}/t/schemas").json()["getSchemaResponses"]
+    assert [v["version"] for v in versions] == [0, 1]
+    with pytest.raises(IncompatibleSchema):
+        mclient.create_producer(topic, schema=AvroSchema(record_named("C", name=Integer())))
+    consumer = mclient.subscribe(topic, "sub", schema=AvroSchema(B), initial_position=pulsar.InitialPosition.Earliest)
+    second.send(B(name="carol"))
+    assert consumer.receive(RECEIVE_TIMEOUT_MS).value().name == "carol"
+    first.close()

@@ -74,7 +74,9 @@ def test_valid_token_and_basic_credentials_are_accepted(secured, client_factory)
 @pytest.mark.parametrize(
     ("authentication", "reason"),
     [
-        pytest.param(None, "method none failed: No anonymous role", id="none"),
+        pytest.param(
+            None, "method none failed: the client sent no credentials, and no anonymousUserRole is set", id="none"
+        ),
         pytest.param(
             lambda: pulsar.AuthenticationToken(token(SECRET, "admin", expires_in_s=-10)),
             "Failed to authentication token: JWT expired",
@@ -236,3 +238,28 @@ def test_listing_a_namespace_needs_a_namespace_permission(secured, client_factor
     assert f"Role erin may not list the topics of {namespace}" in secured.output()
     assert _admin(secured, "POST", f"/admin/v2/namespaces/{namespace}/permissions/erin", ["consume"]).status_code == 204
     erin.subscribe(pattern, "sub").close()
+
+
+def test_http_service_url_works_for_a_role_that_may_produce_and_consume(secured, client_factory) -> None:
+    """A client with an http:// service URL asks GET …/partitions before it produces or consumes. Pulsar
+    checks TopicOperation.LOOKUP there, which a role with produce and consume permission passes although it
+    does not administer the tenant; a role without any permission is refused."""
+    namespace = f"public/http-{uuid.uuid4().hex[:6]}"
+    assert _admin(secured, "PUT", f"/admin/v2/namespaces/{namespace}").status_code == 204
+    path = f"/admin/v2/namespaces/{namespace}/permissions/carol"
+    assert _admin(secured, "POST", path, ["produce", "consume"]).status_code == 204
+    topic = f"persistent://{namespace}/orders"
+    carol = token(SECRET, "carol")
+    client = client_factory(
+        secured.http_url, authentication=pulsar.AuthenticationToken(carol), operation_timeout_seconds=5
+    )
+    consumer = client.subscribe(topic, "sub")
+    client.create_producer(topic).send(b"over http lookup")
+    assert consumer.receive(timeout_millis=5000).data() == b"over http lookup"
+    partitions = f"{secured.http_url}/admin/v2/persistent/{namespace}/orders/partitions"
+    assert httpx.get(partitions, headers={"Authorization": f"Bearer {carol}"}, timeout=10).status_code == 200
+    refused = httpx.get(partitions, headers={"Authorization": f"Bearer {token(SECRET, 'dave')}"}, timeout=10)
+    assert refused.status_code == 401
+    assert refused.json() == {
+        "reason": f"Unauthorized to validateTopicOperation for operation [LOOKUP] on topic [{topic}]"
+    }

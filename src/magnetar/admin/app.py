@@ -141,7 +141,11 @@ class AdminServer:
     """The HTTP listener on webServicePort, sharing the broker's loop."""
 
     def __init__(self, app: FastAPI, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> None:
-        self._socket = socket.create_server((host, port), reuse_port=False)
+        try:
+            self._socket = socket.create_server((host, port), reuse_port=False)
+        except OSError as error:
+            # Named as asyncio names the binary port's, so that one message tells which port failed.
+            raise OSError(error.errno, f"error while attempting to bind on address {(host, port)!r}") from error
         # Accepted connections inherit it. Without it a keep-alive request waits ~40 ms: h11 writes the
         # headers and the body separately, and Nagle holds the body until the client's delayed ACK.
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -4,7 +4,8 @@ checks: one ASGI middleware in front of every route.
 Owns: who makes a call (`Authorization: Bearer|Basic`, else on HTTPS the common name of a trusted client
 certificate when AuthenticationProviderTls is on, else the anonymous role, else 401 "Authentication
 required") and whether the role may make it, when authorizationEnabled is also set: super users anything;
-a tenant's admins the tenant's calls (403 otherwise); lookups whoever may produce or consume the topic;
+a tenant's admins the tenant's calls (403 otherwise); lookups, and the partitions GET that is the HTTP
+lookup of partitioned metadata, whoever may produce or consume the topic;
 every other call (clusters, brokers, tenants' list and changes) super users only (401 "This operation
 requires super-user access", Pulsar's status for it). `/metrics` stays open (Pulsar's
 authenticateMetricsEndpoint=false).
@@ -52,11 +53,33 @@ def refusal(authorization: AuthorizationService, method: str, path: str, role: s
         except InvalidTopicName:
             return None  # the route answers 412
         return None if authorization.can_lookup(name, role) else Refusal(403, "Client is not authorized to Lookup")
+    if _is_partitions_lookup(method, parts):
+        # The HTTP lookup of partitions, which clients with an http:// service URL make before producing
+        # or consuming: Pulsar checks TopicOperation.LOOKUP (tenant admins and whoever may produce or
+        # consume), not the tenant's administration.
+        try:
+            name = TopicName.parse(f"{parts[2]}://{parts[3]}/{parts[4]}/{parts[5]}")
+        except InvalidTopicName:
+            return None  # the route answers 412
+        if authorization.is_tenant_admin(name.tenant, role) or authorization.can_lookup(name, role):
+            return None
+        return Refusal(401, f"Unauthorized to validateTopicOperation for operation [LOOKUP] on topic [{name}]")
     if parts[:2] == ["admin", "v2"] and len(parts) >= 4:
         tenant_call = parts[2] in _TENANT_AREAS or (parts[2] == "tenants" and method == "GET")
         if tenant_call:
             return None if authorization.is_tenant_admin(parts[3], role) else Refusal(403, _NOT_TENANT_ADMIN)
     return Refusal(401, _NOT_SUPER_USER)
+
+
+def _is_partitions_lookup(method: str, parts: list[str]) -> bool:
+    """GET /admin/v2/{persistent|non-persistent}/{tenant}/{namespace}/{topic}/partitions."""
+    return (
+        method == "GET"
+        and len(parts) == 7
+        and parts[:2] == ["admin", "v2"]
+        and parts[2] in ("persistent", "non-persistent")
+        and parts[6] == "partitions"
+    )
 
 
 class SecurityMiddleware:

@@ -195,7 +195,10 @@ class AuthenticationService:
         if provider is None:
             if self.anonymous_role is not None:
                 return Authenticated(self.anonymous_role, "none")
-            raise AuthenticationError("No anonymous role, and no authentication provider configured")
+            if method == "none":
+                raise AuthenticationError("the client sent no credentials, and no anonymousUserRole is set")
+            served = ", ".join(sorted(self.providers))
+            raise AuthenticationError(f"no authentication provider for method {method} (these serve {served})")
         if method == TLS:
             return provider.authenticate_certificate(ssl_object)
         return provider.authenticate(data)

@@ -9,6 +9,7 @@ Must not touch: sockets or files other than the configuration file it is given.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -340,6 +341,8 @@ class BrokerConfig:
     the ports really bound change after start (`advertise`)."""
 
     values: dict[str, Any]
+    # What the broker should warn about once its log is set up: keys of the file it does not know.
+    warnings: tuple[str, ...] = ()
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -424,10 +427,12 @@ _DISPATCHER_KEYS = {key for key, _doc, _dynamic in PULSAR_KEYS.values()}
 def load_config(
     path: str | Path | None = None, overrides: Iterable[tuple[str, str]] | Mapping[str, Any] = ()
 ) -> BrokerConfig:
-    """Defaults, then the file (if any), then overrides; unknown keys in the file are kept but unused,
-    as Pulsar tolerates keys of features it does not have."""
+    """Defaults, then the file (if any), then overrides. Unknown keys in the file are kept but unused, as
+    Pulsar tolerates keys of features it does not have, and named in the config's `warnings` (with the
+    known key a typo most likely meant); an unknown key among the overrides is refused."""
     defaults = _all_defaults()
     values = dict(defaults)
+    unknown: list[tuple[int, str]] = []
     if path is not None:
         for number, line in enumerate(Path(path).read_text().splitlines(), 1):
             line = line.strip()
@@ -437,17 +442,22 @@ def load_config(
             if not sep:
                 raise ConfigError(f"{path}:{number}: expected key=value, got {line!r}")
             key = key.strip()
-            values[key] = _parse(key, raw, defaults[key]) if key in defaults else raw.strip()
+            if key in defaults:
+                values[key] = _parse(key, raw, defaults[key])
+            else:
+                values[key] = raw.strip()
+                unknown.append((number, key))
     items = overrides.items() if isinstance(overrides, Mapping) else overrides
     for key, raw in items:
         if key not in defaults:
-            raise ConfigError(f"unknown setting {key!r}")
+            guess = _closest_key(key, defaults)
+            raise ConfigError(f"unknown setting {key!r}" + (f" (did you mean {guess}?)" if guess else ""))
         values[key] = _parse(key, raw, defaults[key])
     try:
         values["logLevel"] = parse_log_level(values["logLevel"])
     except ValueError as error:
         raise ConfigError(f"logLevel: {error}") from error
-    config = BrokerConfig(values)
+    config = BrokerConfig(values, _unknown_key_warnings(path, unknown, defaults))
     parse_advertised_listeners(values)
     try:
         config.dispatcher_settings()
@@ -459,3 +469,27 @@ def load_config(
             f"schemaCompatibilityStrategy: {values['schemaCompatibilityStrategy']!r} is not one of {', '.join(STRATEGIES[1:])}"
         )
     return config
+
+
+def _closest_key(key: str, known: Iterable[str]) -> str | None:
+    """The known key `key` is most likely a typo of, if any is close enough."""
+    by_lower = {k.lower(): k for k in known}
+    matches = difflib.get_close_matches(key.lower(), by_lower, n=1, cutoff=0.85)
+    return by_lower[matches[0]] if matches else None
+
+
+def _unknown_key_warnings(
+    path: str | Path | None, unknown: list[tuple[int, str]], known: Iterable[str]
+) -> tuple[str, ...]:
+    """One warning per unknown key that looks like a typo of a known one, and one for all the others (a
+    broker.conf copied from Pulsar holds many keys of features magnetar does not have)."""
+    warnings, others = [], []
+    for number, key in unknown:
+        guess = _closest_key(key, known)
+        if guess:
+            warnings.append(f"{path}:{number}: unknown setting {key} is ignored (did you mean {guess}?)")
+        else:
+            others.append(key)
+    if others:
+        warnings.append(f"{path}: settings magnetar does not have are ignored: {', '.join(others)}")
+    return tuple(warnings)

@@ -7,13 +7,15 @@ compatibility strategies with Pulsar's names, and which check each schema type g
 `JsonSchemaCompatibilityCheck`, `KeyValueSchemaCompatibilityCheck`, `SchemaCompatibilityCheck.DEFAULT`).
 Must not touch: storage, the wire, the clock. The registry (broker/schemas.py) hands it schemas.
 
-The resolution rules are Avro's `SchemaCompatibility.checkReaderWriterCompatibility`: same primitive
-types match, int/long/float promote to wider numbers, string and bytes to each other; a record reads
-another of the same (unqualified) name or an alias of it when every reader field is in the writer
-(by name or alias) with a readable type, or has a default; enums need every writer symbol unless the
-reader has a default symbol; fixed needs the same name and size; a union writer needs every branch
-readable; a union reader needs one branch that reads the writer. Recursive schemas are compared once
-per (reader, writer) pair, as Avro's memo does.
+The resolution rules are those of the validator Pulsar's `AvroSchemaBasedCompatibilityCheck` builds
+(Avro 1.11's `SchemaValidatorBuilder`, whose strategies ask `ResolvingGrammarGenerator` for a grammar
+without errors), not Avro's stricter `SchemaCompatibility`: same primitive types match, int/long/float
+promote to wider numbers, string and bytes to each other; a record reads any other record, whatever its
+name, when every reader field is in the writer (by name or alias) with a readable type, or has a
+default; an enum reads an enum of the same unqualified name (or an alias of it), whatever its symbols;
+a fixed needs the same name and size; a union writer needs every branch readable; a union reader needs
+one branch that reads the writer. Recursive schemas are compared once per (reader, writer) pair, as
+Avro's memo does.
 """
 
 from __future__ import annotations
@@ -302,14 +304,16 @@ class _Resolver:
             return isinstance(writer, _Map) and self.readable(reader.values, writer.values)
         if not isinstance(writer, _Named) or writer.kind != reader.kind:
             return False
-        # Avro compares unqualified names, or the writer's full name among the reader's aliases.
-        if reader.name != writer.name and writer.fullname not in reader.aliases:
+        # A record's name does not count: the validator resolves records field by field. An enum or a
+        # fixed needs the same unqualified name, or the writer's full name among the reader's aliases.
+        if reader.kind != "record" and reader.name != writer.name and writer.fullname not in reader.aliases:
             return False
         if reader.kind == "fixed":
             return reader.size == writer.size
         if reader.kind == "enum":
-            missing = set(writer.symbols) - set(reader.symbols)
-            return not missing or (reader.enum_default is not None and reader.enum_default in reader.symbols)
+            # A writer symbol the reader lacks becomes an adjustment in the grammar, which the validator
+            # does not count as an error: only decoding such a value fails.
+            return True
         writer_fields = {f.name: f for f in writer.fields}
         for reader_field in reader.fields:
             written = writer_fields.get(reader_field.name)

@@ -9,6 +9,7 @@ Must not touch: sockets (server.py binds them) or what a role may do (authorizat
 
 from __future__ import annotations
 
+import os
 import ssl
 from typing import Any
 
@@ -42,6 +43,11 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
     certificate, key = config["tlsCertificateFilePath"], config["tlsKeyFilePath"]
     if not certificate or not key:
         raise ConfigError("a TLS port needs tlsCertificateFilePath and tlsKeyFilePath")
+    # ssl's errors for a missing file name no file ("[Errno 2] No such file or directory").
+    for setting in ("tlsCertificateFilePath", "tlsKeyFilePath", "tlsTrustCertsFilePath"):
+        path = config[setting]
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"{setting}: no file {path}")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         context.load_cert_chain(certificate, key)

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from magnetar.cli.auth_options import AuthParams, AuthPlugin, Credentials, TlsAllowInsecure, TlsTrustCertPath
+from magnetar.cli.help import SuggestingGroup
 from magnetar.cli.output import Format, Output
 from magnetar.cli.rest import (
     AdminClient,
@@ -82,12 +83,17 @@ app = typer.Typer(
     name="admin",
     help="Administer a broker over its /admin/v2 API, as pulsar-admin does.",
     no_args_is_help=True,
+    cls=SuggestingGroup,
 )
-clusters = typer.Typer(help="Clusters known to the broker.", no_args_is_help=True)
-tenants = typer.Typer(help="Tenants: create, update, delete, list.", no_args_is_help=True)
-namespaces = typer.Typer(help="Namespaces and their policies.", no_args_is_help=True)
-topics = typer.Typer(help="Persistent topics, their subscriptions and messages.", no_args_is_help=True)
-schemas = typer.Typer(help="A topic's schema: get, upload, delete, test compatibility.", no_args_is_help=True)
+clusters = typer.Typer(help="Clusters known to the broker.", no_args_is_help=True, cls=SuggestingGroup)
+tenants = typer.Typer(help="Tenants: create, update, delete, list.", no_args_is_help=True, cls=SuggestingGroup)
+namespaces = typer.Typer(help="Namespaces and their policies.", no_args_is_help=True, cls=SuggestingGroup)
+topics = typer.Typer(
+    help="Persistent topics, their subscriptions and messages.", no_args_is_help=True, cls=SuggestingGroup
+)
+schemas = typer.Typer(
+    help="A topic's schema: get, upload, delete, test compatibility.", no_args_is_help=True, cls=SuggestingGroup
+)
 app.add_typer(clusters, name="clusters")
 app.add_typer(tenants, name="tenants")
 app.add_typer(namespaces, name="namespaces")
@@ -109,9 +115,12 @@ def admin(
     auth_params: AuthParams = None,
     tls_trust_cert_path: TlsTrustCertPath = None,
     tls_allow_insecure: TlsAllowInsecure = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="tables show every item of a long list (key hash ranges)")
+    ] = False,
 ) -> None:
     credentials = Credentials(auth_plugin, auth_params, tls_trust_cert_path, tls_allow_insecure)
-    ctx.obj = Session(AdminClient(admin_url, credentials), Output(output))
+    ctx.obj = Session(AdminClient(admin_url, credentials), Output(output, verbose))
 
 
 def _session(ctx: typer.Context) -> Session:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
+from urllib.parse import urlsplit
 
 import typer
 
@@ -107,6 +108,57 @@ def _unreachable(service_url: str) -> str | None:
     return reason
 
 
+def _check_broker(service_url: str, topic: str, credentials: Credentials) -> int | None:
+    """Ask the broker once whether it takes this command's credentials and topic, before the official
+    client meets it; return its maxMessageSize (None when the URL names several hosts or no answer came:
+    the client then judges). A refusal ends the command with the broker's answer in one line. The
+    official client retries a refused CONNECT and a refused lookup (AuthenticationError, InvalidTopicName,
+    AuthorizationError) until its operation timeout and then reports only a Timeout; magnetar's own
+    client asks once, with the same credentials, and reads the broker's answer."""
+    from magnetar.client.security import ClientSecurity
+    from magnetar.client.wire import BrokerError, Connection, ConnectionLost, ReadTimeout
+
+    url = urlsplit(service_url)
+    try:
+        if url.scheme not in ("pulsar", "pulsar+ssl") or "," in url.netloc or not url.port:
+            return None
+    except ValueError:
+        return None
+    try:
+        security = ClientSecurity.from_options(
+            credentials.plugin, credentials.params, credentials.trust_path, credentials.allow_insecure
+        )
+    except (OSError, ValueError) as failure:
+        raise typer.BadParameter(str(failure), param_hint="--auth-params") from None
+    try:
+        with Connection(service_url, timeout_s=OPERATION_TIMEOUT_S, security=security) as connection:
+            connection.partitions(topic)
+            return connection.max_message_size
+    except BrokerError as failure:
+        refusal = (
+            str(failure) if failure.code != "AuthenticationError" else _authentication_refusal(service_url, credentials)
+        )
+    except ConnectionLost as failure:
+        refusal = str(failure)
+    except (ReadTimeout, ValueError):
+        return None
+    error(refusal)
+    raise typer.Exit(1)
+
+
+def _authentication_refusal(service_url: str, credentials: Credentials) -> str:
+    # The broker keeps the reason in its log (Pulsar's ServerCnx answers only "Unable to authenticate").
+    if credentials.plugin:
+        return (
+            f"AuthenticationError: the broker at {service_url} refused the credentials of --auth-plugin "
+            "and --auth-params (the broker's log says why)"
+        )
+    return (
+        f"AuthenticationError: the broker at {service_url} requires credentials: give them with "
+        "--auth-plugin and --auth-params"
+    )
+
+
 def _client_cause(log_path: Path) -> str | None:
     """The first warning or error the client logged: the cause (the broker's answer, a refused connection),
     where the exception it raises names only the result (often just Timeout, after the retries)."""
@@ -121,17 +173,19 @@ def _client_cause(log_path: Path) -> str | None:
     return None
 
 
-def _with_client(service_url: str, work: Callable[[Any], T], credentials: Credentials) -> T:
-    """Run `work(client)` with an official client that is always closed; a client error ends the command
+def _with_client(service_url: str, topic: str, work: Callable[[Any, int | None], T], credentials: Credentials) -> T:
+    """Run `work(client, max_message_size)` with an official client that is always closed; a client error ends the command
     with one line on stderr (the error and its cause from the client's log) and exit code 1, never a
     traceback. The client logs to a file of its own, read only on failure: its console logger would print
-    every retry, on stdout, among the data."""
+    every retry, on stdout, among the data. A broker that is not there, or refuses the credentials or the
+    topic, is reported at once, before the client would retry it for its whole operation timeout."""
     import pulsar
 
     reason = _unreachable(service_url)
     if reason is not None:
         error(f"cannot connect to a broker at {service_url}: {reason}")
         raise typer.Exit(1)
+    max_message_size = _check_broker(service_url, topic, credentials)
     with tempfile.TemporaryDirectory(prefix="magnetar-client-") as log_dir:
         log_path = Path(log_dir) / "client.log"
         try:
@@ -145,7 +199,7 @@ def _with_client(service_url: str, work: Callable[[Any], T], credentials: Creden
             error(f"{service_url}: {failure}")
             raise typer.Exit(1) from None
         try:
-            return work(client)
+            return work(client, max_message_size)
         except pulsar.PulsarException as failure:
             error(f"{type(failure).__name__}: {_client_cause(log_path) or failure}")
             raise typer.Exit(1) from None
@@ -277,7 +331,7 @@ def produce(
     message_properties = _properties(properties or [])
     total = len(payloads) * num_produce
 
-    def send_all(client: Any) -> tuple[list[str], float]:
+    def send_all(client: Any, max_message_size: int | None) -> tuple[list[str], float, int | None]:
         import pulsar
 
         producer = client.create_producer(topic, batching_enabled=not disable_batching, block_if_queue_full=True)
@@ -302,10 +356,10 @@ def produce(
             while receipts[0] < total:
                 time.sleep(0.001)
         producer.close()
-        return failures, progress.seconds
+        return failures, progress.seconds, max_message_size
 
-    failures, seconds = _with_client(
-        service_url, send_all, Credentials(auth_plugin, auth_params, tls_trust_cert_path, tls_allow_insecure)
+    failures, seconds, max_message_size = _with_client(
+        service_url, topic, send_all, Credentials(auth_plugin, auth_params, tls_trust_cert_path, tls_allow_insecure)
     )
     produced = total - len(failures)
     if _wants_json(output):
@@ -313,7 +367,13 @@ def produce(
     else:
         print(f"{produced} messages successfully produced", flush=True)
     if failures:
-        error(f"{len(failures)} messages failed: {failures[0]}")
+        cause = failures[0]
+        if cause == "MessageTooBig" and max_message_size:
+            largest = max(len(payload) for payload in payloads)
+            cause += (
+                f": the largest message has {largest:,} bytes, the broker takes {max_message_size:,} (maxMessageSize)"
+            )
+        error(f"{len(failures)} messages failed: {cause}")
         raise typer.Exit(1)
 
 
@@ -387,7 +447,7 @@ def consume(
     as_json = _wants_json(output)
     render = _as_json if as_json else _as_text
 
-    def receive_all(client: Any) -> int:
+    def receive_all(client: Any, _max_message_size: int | None) -> int:
         import pulsar
 
         consumer = client.subscribe(
@@ -422,7 +482,7 @@ def consume(
         return received
 
     received = _with_client(
-        service_url, receive_all, Credentials(auth_plugin, auth_params, tls_trust_cert_path, tls_allow_insecure)
+        service_url, topic, receive_all, Credentials(auth_plugin, auth_params, tls_trust_cert_path, tls_allow_insecure)
     )
     if not as_json:
         print(f"{received} messages successfully consumed", file=sys.stderr, flush=True)

@@ -3,19 +3,30 @@
 Subcommands: `standalone` (the broker), `admin …` (pulsar-admin over the HTTP admin API, admin.py),
 `produce` and `consume` (pulsar-client over the official client, client.py), `sim` (the deterministic
 simulator) and `perf` (load generator), whose own argparse mains receive their arguments untouched.
-Must not touch: any logic of those packages; this module only parses and dispatches.
+It also turns a broker that cannot start (a port taken, its data directory locked, a TLS file missing)
+into one line that says what to do. Must not touch: any logic of those packages; this module only parses,
+dispatches and reports.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
+import re
 import sys
-from typing import Annotated
+from importlib.metadata import version
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from magnetar.cli import admin, client, tokens
+from magnetar.cli.help import SuggestingGroup, name_metavars
 from magnetar.cli.output import error
 from magnetar.cli.rest import AdminError
+
+if TYPE_CHECKING:
+    from magnetar.broker.config import BrokerConfig
 
 __all__ = ["app", "main"]
 
@@ -25,7 +36,27 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help, as the argparse of sim and perf prints it: rich's boxes cut option names at 80 columns.
+    rich_markup_mode=None,
+    cls=SuggestingGroup,
 )
+
+
+def _version(show: bool) -> None:
+    if show:
+        print(f"magnetar {version('magnetar')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _magnetar(
+    _show_version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print magnetar's version and exit")
+    ] = False,
+) -> None:
+    """A message broker that speaks Apache Pulsar's protocol, and the tools to run and operate it."""
+
+
 # sim and perf keep their own argparse parsers: every argument, --help included, goes to them as given.
 _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -53,6 +84,7 @@ def standalone(
     from magnetar.broker.logs import configure_logging, parse_log_level
     from magnetar.cli.standalone import run_standalone
     from magnetar.cli.tuning import tune_process
+    from magnetar.storage import DataDirectoryLockedError
 
     overrides = [(key, value) for key, equals, value in (item.partition("=") for item in settings or []) if equals]
     if len(overrides) != len(settings or []):
@@ -73,12 +105,54 @@ def standalone(
         error(str(failure))
         raise typer.Exit(2) from None
     configure_logging(broker_config["logLevel"])
+    for warning in broker_config.warnings:
+        logging.getLogger("magnetar.broker").warning("%s", warning)
     # libuv's event loop: the same asyncio API, with its socket reads and writes, callbacks and
     # wake-ups from the commit thread in C; the broker's event loop spends ~6% less CPU per message
     # (docs/broker.md, "The process").
     # The process-wide tuning (collector, GIL switch interval) is this command's, applied once the
     # broker serves: library code leaves the interpreter's settings alone (cli/tuning.py).
-    raise typer.Exit(uvloop.run(run_standalone(broker_config, data_dir, on_started=tune_process)))
+    try:
+        code = uvloop.run(run_standalone(broker_config, data_dir, on_started=tune_process))
+    except ConfigError as failure:
+        # A TLS file, found missing or unreadable only when the TLS ports start.
+        error(str(failure))
+        raise typer.Exit(2) from None
+    except DataDirectoryLockedError:
+        error(
+            f"the data directory {data_dir} is in use: another broker runs on it (it holds {data_dir}/LOCK); "
+            "stop that one, or start this one with another --data-dir (make run DATA=...)"
+        )
+        raise typer.Exit(1) from None
+    except OSError as failure:
+        bind = _BIND_FAILURE.search(str(failure))
+        if bind is None:
+            raise
+        error(_bind_failure(failure, bind[1], int(bind[2]), broker_config))
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
+
+
+# How asyncio and the admin server name the address a listener could not bind.
+_BIND_FAILURE = re.compile(r"error while attempting to bind on address \('([^']*)', (\d+)\)")
+# The option that moves each listener, as `make run` and `magnetar standalone` spell it.
+_PORT_OPTIONS = {
+    "brokerServicePort": "--port (make run PORT=...)",
+    "webServicePort": "--http-port (make run HTTP_PORT=...)",
+    "brokerServicePortTls": "-c brokerServicePortTls=...",
+    "webServicePortTls": "-c webServicePortTls=...",
+}
+
+
+def _bind_failure(failure: OSError, host: str, port: int, config: BrokerConfig) -> str:
+    """One line for a listener that could not bind: which port (and setting), why, and what to do."""
+    setting = next((key for key in _PORT_OPTIONS if str(config[key]).strip() == str(port)), None)
+    what = f"port {port} ({setting})" if setting else f"port {port}"
+    if failure.errno == errno.EADDRINUSE:
+        option = f" with {_PORT_OPTIONS[setting]}" if setting else ""
+        return f"{what} on {host} is in use by another program: stop it, or choose another port{option}"
+    reason = os.strerror(failure.errno) if failure.errno else str(failure)
+    return f"cannot listen on {host} {what}: {reason}"
 
 
 app.add_typer(admin.app, name="admin")
@@ -106,6 +180,7 @@ def perf(ctx: typer.Context) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run one command and return its exit code: 0 done, 1 failed (reason on stderr), 2 bad usage."""
     command = typer.main.get_command(app)
+    name_metavars(command)
     try:
         command.main(args=argv, prog_name="magnetar", standalone_mode=True)
     except SystemExit as finished:

@@ -22,6 +22,11 @@ __all__ = ["Format", "Output", "error"]
 # Past this many columns a list of objects (e.g. consumers in stats) is shown one object per table:
 # a terminal row cannot hold thirty fields legibly.
 TABLE_COLUMNS_MAX = 8
+# A list of short lists of scalars (a Key_Shared consumer's keyHashRangeArrays: ~100 ranges with consistent
+# hashing) is one cell, `[0, 16383] [16384, 32767]`; past this many, the first ones and the count, unless
+# --verbose asks for all.
+CELL_RANGES_MAX = 4
+RANGE_ITEMS_MAX = 4
 
 
 class Format(str, Enum):
@@ -36,8 +41,9 @@ def error(message: str) -> None:
 class Output:
     """Where one command's result goes. `fmt` None picks by whether stdout is a terminal."""
 
-    def __init__(self, fmt: Format | None) -> None:
+    def __init__(self, fmt: Format | None, verbose: bool = False) -> None:
         self.json = fmt == Format.json or (fmt is None and not sys.stdout.isatty())
+        self.verbose = verbose
         self._console: Console | None = None
 
     @property
@@ -55,7 +61,7 @@ class Output:
         if self.json:
             print(json.dumps(data, indent=2), flush=True)
         else:
-            _render(self.console, table_view(data) if table_view else data, title)
+            _render(self.console, table_view(data) if table_view else data, title, self.verbose)
 
     def done(self, message: str) -> None:
         """A command that returns nothing succeeded: silent for scripts (as pulsar-admin is), a line for people."""
@@ -67,16 +73,20 @@ def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
+def _is_range(value: Any) -> bool:
+    return isinstance(value, list) and 0 < len(value) <= RANGE_ITEMS_MAX and all(_is_scalar(v) for v in value)
+
+
 def _is_flat(value: Any) -> bool:
-    """Fits in one table cell: a scalar, an empty container, or a list of scalars."""
+    """Fits in one table cell: a scalar, an empty container, a list of scalars, or a list of ranges."""
     if _is_scalar(value):
         return True
     if isinstance(value, (list, dict)) and not value:
         return True
-    return isinstance(value, list) and all(_is_scalar(item) for item in value)
+    return isinstance(value, list) and (all(_is_scalar(item) for item in value) or all(_is_range(i) for i in value))
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, verbose: bool = False) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -85,6 +95,10 @@ def _cell(value: Any) -> str:
         return f"{value:,.3f}".rstrip("0").rstrip(".") if value % 1 else f"{value:,.0f}"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, list) and value and all(_is_range(item) for item in value):
+        shown = value if verbose or len(value) <= CELL_RANGES_MAX else value[:CELL_RANGES_MAX]
+        text = " ".join("[" + ", ".join(_cell(v) for v in item) + "]" for item in shown)
+        return text if len(shown) == len(value) else f"{text} … {len(value)} in all (--verbose shows them)"
     if isinstance(value, list):
         return ", ".join(_cell(item) for item in value) if value else "-"
     if isinstance(value, dict):
@@ -99,16 +113,16 @@ def _table(title: str, show_header: bool = True) -> Table:
     return Table(title=title or None, show_header=show_header, title_justify="left", min_width=len(title) or None)
 
 
-def _render(console: Console, data: Any, title: str) -> None:
+def _render(console: Console, data: Any, title: str, verbose: bool) -> None:
     if _is_scalar(data):
         console.print(_cell(data))
     elif isinstance(data, list):
-        _render_list(console, data, title)
+        _render_list(console, data, title, verbose)
     elif isinstance(data, dict):
-        _render_dict(console, data, title)
+        _render_dict(console, data, title, verbose)
 
 
-def _render_list(console: Console, items: list[Any], title: str) -> None:
+def _render_list(console: Console, items: list[Any], title: str, verbose: bool) -> None:
     if not items:
         console.print(f"{title}: none" if title else "none")
         return
@@ -126,22 +140,22 @@ def _render_list(console: Console, items: list[Any], title: str) -> None:
             for column in columns:
                 table.add_column(column, overflow="fold")
             for item in items:
-                table.add_row(*(_cell(item.get(column)) for column in columns))
+                table.add_row(*(_cell(item.get(column), verbose) for column in columns))
             console.print(table)
             return
     for index, item in enumerate(items):
-        _render(console, item, f"{title}[{index}]")
+        _render(console, item, f"{title}[{index}]", verbose)
 
 
-def _render_dict(console: Console, data: dict[str, Any], title: str) -> None:
+def _render_dict(console: Console, data: dict[str, Any], title: str, verbose: bool) -> None:
     flat = [(key, value) for key, value in data.items() if _is_flat(value)]
     if flat or not data:
         table = _table(title, show_header=False)
         table.add_column(style="bold")
         table.add_column(overflow="fold")
         for key, value in flat:
-            table.add_row(key, _cell(value))
+            table.add_row(key, _cell(value, verbose))
         console.print(table)
     for key, value in data.items():
         if not _is_flat(value):
-            _render(console, value, f"{title} › {key}" if title else key)
+            _render(console, value, f"{title} › {key}" if title else key, verbose)

@@ -11,7 +11,10 @@ rendering (output.py); argument parsing (admin.py).
 from __future__ import annotations
 
 import base64
+import html
+import http
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,6 +33,9 @@ __all__ = ["AdminClient", "AdminError", "decode_messages", "namespace_path", "sc
 # Long enough for a delete that closes many consumers or a large skip; a hung broker still ends the command.
 REQUEST_TIMEOUT_S = 60
 PROPERTY_HEADER = "x-pulsar-property-"
+# An error page's summary on one line of a terminal: its title, or the first line of a text body.
+SUMMARY_CHARS_MAX = 200
+_HTML_TITLE = re.compile(r"<title>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 
 
 class AdminError(Exception):
@@ -115,7 +121,7 @@ class AdminClient:
             with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S, context=self._ssl) as response:
                 return {name.lower(): value for name, value in response.headers.items()}, response.read()
         except urllib.error.HTTPError as error:
-            raise AdminError(error.code, _reason(error.code, error.read())) from None
+            raise AdminError(error.code, _reason(error.code, error.read(), self.base_url + path)) from None
         except (urllib.error.URLError, OSError) as error:
             cause = error.reason if isinstance(error, urllib.error.URLError) else error
             raise AdminError(0, f"cannot reach the admin API at {self.base_url}: {cause}") from None
@@ -138,8 +144,10 @@ def _query_value(value: object) -> str:
     return str(value)
 
 
-def _reason(status: int, body: bytes) -> str:
-    """Pulsar answers errors as {"reason": "..."}; anything else is shown as it came."""
+def _reason(status: int, body: bytes, url: str) -> str:
+    """Pulsar answers errors as {"reason": "..."}. Anything else (the web server's HTML error page for a path
+    it does not serve or a caller it does not know, another program's page) becomes one line: the status,
+    the page's title or first line, and for a 404 the question whether the URL is an admin API at all."""
     try:
         decoded = json.loads(body)
     except ValueError:
@@ -147,7 +155,26 @@ def _reason(status: int, body: bytes) -> str:
     if isinstance(decoded, dict) and isinstance(decoded.get("reason"), str):
         return decoded["reason"]
     text = body.decode(errors="replace").strip()
-    return text or f"HTTP {status}"
+    title = _HTML_TITLE.search(text)
+    if title:
+        # Jetty's page, as Pulsar and magnetar write it, is titled "Error 401 Authentication required".
+        summary = html.unescape(title[1]).strip().removeprefix(f"Error {status}").strip()
+    elif text.startswith("<"):
+        summary = ""
+    else:
+        summary = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    try:
+        phrase = http.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    if len(summary) > SUMMARY_CHARS_MAX:
+        summary = summary[: SUMMARY_CHARS_MAX - 1] + "…"
+    line = f"HTTP {status} {phrase}".rstrip()
+    if summary and summary != phrase:
+        line += f": {summary}"
+    if status == 404:
+        line += f" ({url} is not a path of Pulsar's admin API: is the admin URL a magnetar or Pulsar broker?)"
+    return line
 
 
 def decode_messages(headers: Mapping[str, str], body: bytes) -> list[dict[str, Any]]:

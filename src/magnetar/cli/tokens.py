@@ -23,10 +23,13 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
 from magnetar.broker.auth import AuthenticationError, TokenProvider, read_key
 from magnetar.broker.config import ConfigError, load_config
+from magnetar.cli.help import SuggestingGroup
 
 __all__ = ["app"]
 
-app = typer.Typer(help="Keys and tokens for token authentication (pulsar tokens).", no_args_is_help=True)
+app = typer.Typer(
+    help="Keys and tokens for token authentication (pulsar tokens).", no_args_is_help=True, cls=SuggestingGroup
+)
 
 # Secret key sizes per HMAC algorithm (bytes), as jjwt's Keys.secretKeyFor makes them.
 _SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
@@ -154,9 +155,11 @@ def run_sweep(
     first_seed: int = 0,
     processes: int | None = None,
     shell: bool = False,
+    on_progress: Callable[[int], None] | None = None,
 ) -> SweepResult:
     """Run `schedules` consecutive seeds, spread over `processes` worker processes (default: all cores);
-    with `shell`, schedules of the shell simulator (the real broker) instead of the core's."""
+    with `shell`, schedules of the shell simulator (the real broker) instead of the core's. `on_progress`
+    hears how many schedules each finished chunk ran."""
     processes = processes or os.cpu_count() or 1
     chunk = max(1, min(250, schedules // (processes * 4) or 1))
     jobs = [
@@ -167,10 +170,14 @@ def run_sweep(
     if processes == 1:
         for job in jobs:
             total.merge(_sweep_chunk(job))
+            if on_progress is not None:
+                on_progress(job[3])
         return total
     # Spawned, not forked: a forked child inherits locks held by other threads of the parent (a test
     # process that ran the official client has its C++ threads) and can hang on them for ever.
     with ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn")) as pool:
         for part in pool.map(_sweep_chunk, jobs):
             total.merge(part)
+            if on_progress is not None:
+                on_progress(part.schedules)
     return total

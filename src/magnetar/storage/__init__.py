@@ -7,6 +7,7 @@ Owns everything under the data directory. The broker uses it through `ManagedLed
 from magnetar.storage.config import StorageConfig
 from magnetar.storage.cursor import ManagedCursor
 from magnetar.storage.errors import (
+    DataDirectoryLockedError,
     LedgerFencedError,
     StorageBusyError,
     StorageClosedError,
@@ -25,6 +26,7 @@ __all__ = [
     "AlreadyExistsError",
     "BadVersionError",
     "BatchPositions",
+    "DataDirectoryLockedError",
     "Entry",
     "LedgerFencedError",
     "LedgerInfo",

@@ -13,6 +13,7 @@ __all__ = [
     "StorageBusyError",
     "LedgerFencedError",
     "StorageClosedError",
+    "DataDirectoryLockedError",
 ]
 
 
@@ -20,6 +21,10 @@ class StorageError(Exception):
     """Base class; `server_error` is the Pulsar ServerError name the broker answers with."""
 
     server_error = "PersistenceError"
+
+
+class DataDirectoryLockedError(StorageError):
+    """Another process (another broker on the same directory) holds the data directory's LOCK file."""
 
 
 class StorageCorruptionError(StorageError):

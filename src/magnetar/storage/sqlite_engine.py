@@ -56,6 +56,7 @@ import crc32c
 from magnetar.clock import Clock
 from magnetar.positions import Position
 from magnetar.storage.errors import (
+    DataDirectoryLockedError,
     LedgerFencedError,
     StorageCorruptionError,
     StorageError,
@@ -303,7 +304,7 @@ class SqliteEngine:
         except OSError as error:
             os.close(self._lock_fd)
             self._lock_fd = -1
-            raise StorageError(f"{self.data_dir}: another process holds {LOCK_FILE}") from error
+            raise DataDirectoryLockedError(f"{self.data_dir}: another process holds {LOCK_FILE}") from error
         try:
             self._open_checked()
         except BaseException:
