@@ -22,6 +22,7 @@ from magnetar.admin import (
     brokers,
     clusters,
     compaction,
+    console,
     explain,
     lookup,
     metrics,
@@ -92,6 +93,8 @@ def create_app(service: BrokerService, is_ready: object = lambda: True) -> FastA
         app.include_router(module.router)
     app.include_router(schemas.router)
     app.include_router(schemas.namespace_router)
+    if service is not None and service.config["consoleEnabled"]:
+        console.mount(app)
     return app
 
 
