@@ -655,7 +655,7 @@
   function renderExplanation(a) {
     const who = (c) => (c ? `${c.consumerName} (id ${c.consumerId})` : "nobody");
     const parts = [
-      el("div", { class: `verdict ${a.flowing ? "good" : "bad"}`, "data-flowing": a.flowing },
+      el("div", { class: `verdict ${a.flowing ? "good" : "bad"}`, "data-flowing": String(a.flowing) },
          a.flowing ? "Flowing: nothing holds this key back." : "Blocked."),
       el("div", {}, `key ${a.key !== undefined ? JSON.stringify(a.key) : "–"}, sticky key hash `,
          el("span", { class: "code", "data-field": "sticky-hash" }, a.stickyKeyHash),
