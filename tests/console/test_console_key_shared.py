@@ -8,7 +8,6 @@ from __future__ import annotations
 import uuid
 
 import httpx
-import pulsar
 import pytest
 from selenium.webdriver.common.by import By
 
@@ -76,7 +75,9 @@ def test_ring_owners_and_draining_hashes_follow_the_broker(brokers, client_facto
     assert until(lambda: not draining_markers(browser) and ring(browser), "the ring without draining hashes")
     after_next_refresh(
         browser,
-        lambda: browser.find_element(By.CSS_SELECTOR, "#explain-answer .verdict").get_attribute("data-flowing") == "true",
+        lambda: (
+            browser.find_element(By.CSS_SELECTOR, "#explain-answer .verdict").get_attribute("data-flowing") == "true"
+        ),
         "the key flowing",
     )
 
@@ -106,7 +107,9 @@ def test_classic_mode_shows_the_recently_joined_consumer_and_its_read_position(
     shown = until(
         lambda: {
             row.find_elements(By.TAG_NAME, "td")[0].text: row.find_elements(By.TAG_NAME, "td")[1].text
-            for row in browser.find_elements(By.XPATH, "//h2[.='Recently joined consumers']/following-sibling::table[1]/tbody/tr")
+            for row in browser.find_elements(
+                By.XPATH, "//h2[.='Recently joined consumers']/following-sibling::table[1]/tbody/tr"
+            )
             if len(row.find_elements(By.TAG_NAME, "td")) == 2
         },
         "the recently joined consumer",

@@ -46,7 +46,9 @@ def test_overview_namespaces_and_topic_pages_show_the_brokers_figures(
 
     open_page(browser, module_broker, "/")
     metrics = httpx.get(f"{module_broker.http_url}/metrics", timeout=10).text
-    producers = sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("pulsar_producers_count{"))
+    producers = sum(
+        float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("pulsar_producers_count{")
+    )
     assert until(lambda: field(browser, "producers") == str(int(producers)), "the producers")
     assert field(browser, "cluster") == "standalone" and field(browser, "mode") == "pip379"
     screenshot("overview")
