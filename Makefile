@@ -66,6 +66,17 @@ $(GO_COMPAT): compat/go/go.mod compat/go/go.sum $(wildcard compat/go/*.go)
 	@command -v go >/dev/null || { echo "go not found: the Go compatibility suite needs Go 1.26" >&2; exit 1; }
 	cd compat/go && $(GO_ENV) go build -o $(CURDIR)/$@ .
 
+# The console's tests (tests/console) drive the distribution's headless Chromium through its chromedriver:
+# installed with apt-get when either is missing (through sudo unless make runs as root).
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+.PHONY: console-browser
+console-browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
+		command -v apt-get >/dev/null || { echo "chromium and chromedriver not found, and no apt-get: install them to run tests/console" >&2; exit 1; }; \
+		echo "magnetar: installing chromium and chromium-driver for the console's tests (apt-get)"; \
+		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver; \
+	fi
+
 sim: setup
 	$(BIN)/magnetar sim $(if $(SEED),--seed $(SEED),) $(if $(MODE),--mode $(MODE),)
 
