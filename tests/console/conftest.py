@@ -47,6 +47,7 @@ def screenshot(browser) -> Callable[[str], None]:
         Path(folder).mkdir(parents=True, exist_ok=True)
         height = browser.execute_script("return document.documentElement.scrollHeight")
         browser.set_window_size(WINDOW[0], min(max(height, WINDOW[1]), 2400))
+        browser.execute_script("window.scrollTo(0, 0)")
         browser.save_screenshot(str(Path(folder) / f"{name}.png"))
         browser.set_window_size(*WINDOW)
 
