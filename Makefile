@@ -44,7 +44,7 @@ run: $(RUN_STAMP)
 # The lint first: a finding fails the run (and CI) before the tests. The simulators' seed sweeps
 # (tests/sim, ~12 CPU-minutes) run on one core beside the rest of the suite, whose broker processes and
 # clients use ~0.6 of a core on average: on 2 cores the two runs end about together. Their report follows.
-test: setup lint compat
+test: setup lint compat console-browser
 	@mkdir -p build
 	MAGNETAR_SIM_PROCESSES=1 $(BIN)/python -m pytest tests/sim -q --durations=10 > build/test-sim.log 2>&1 & sim=$$!; \
 	trap 'kill $$sim 2>/dev/null' INT TERM; \
@@ -91,6 +91,17 @@ compat-go: $(GO_COMPAT)
 $(GO_COMPAT): compat/go/go.mod compat/go/go.sum $(wildcard compat/go/*.go)
 	@command -v go >/dev/null || { echo "go not found: the Go compatibility suite needs Go 1.26" >&2; exit 1; }
 	cd compat/go && $(GO_ENV) go build -o $(CURDIR)/$@ .
+
+# The console's tests (tests/console) drive the distribution's headless Chromium through its chromedriver:
+# installed with apt-get when either is missing (through sudo unless make runs as root).
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+.PHONY: console-browser
+console-browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
+		command -v apt-get >/dev/null || { echo "chromium and chromedriver not found, and no apt-get: install them to run tests/console" >&2; exit 1; }; \
+		echo "magnetar: installing chromium and chromium-driver for the console's tests (apt-get)"; \
+		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver; \
+	fi
 
 sim: setup
 	$(BIN)/magnetar sim $(if $(SEED),--seed $(SEED),) $(if $(MODE),--mode $(MODE),)

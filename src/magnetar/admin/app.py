@@ -21,6 +21,7 @@ from magnetar.admin import (
     brokers,
     clusters,
     compaction,
+    console,
     explain,
     lookup,
     metrics,
@@ -91,6 +92,8 @@ def create_app(context: BrokerContext, is_ready: object = lambda: True) -> FastA
         app.include_router(module.router)
     app.include_router(schemas.router)
     app.include_router(schemas.namespace_router)
+    if context is not None and context.config["consoleEnabled"]:
+        console.mount(app)
     return app
 
 

@@ -8,7 +8,7 @@ a tenant's admins the tenant's calls (403 otherwise); lookups, and the partition
 lookup of partitioned metadata, whoever may produce or consume the topic;
 every other call (clusters, brokers, tenants' list and changes) super users only (401 "This operation
 requires super-user access", Pulsar's status for it). `/metrics` stays open (Pulsar's
-authenticateMetricsEndpoint=false).
+authenticateMetricsEndpoint=false), and so do the console's files (`/`, `/console/…`), which hold no data.
 Must not touch: the routes' own checks and answers; the role is left in `request.state.role`.
 """
 
@@ -28,7 +28,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Refusal", "SecurityMiddleware", "refusal"]
 
-_OPEN_PATHS = {"/metrics", "/ready"}
+_OPEN_PATHS = {"/metrics", "/ready", "/"}
+# The console's files (admin/console): code the page runs, no broker data. Its calls to /admin/v2 carry
+# the credentials typed into it and are checked here like any other.
+_OPEN_PREFIXES = ("/console/",)
 # Paths whose fourth part is a tenant: their calls are the tenant admins'.
 _TENANT_AREAS = {"namespaces", "persistent", "non-persistent", "schemas"}
 _NOT_TENANT_ADMIN = "Don't have permission to administrate resources on this tenant"
@@ -89,7 +92,7 @@ class SecurityMiddleware:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         authentication = self.context.authentication
-        if scope["type"] != "http" or not authentication.enabled or scope["path"] in _OPEN_PATHS:
+        if scope["type"] != "http" or not authentication.enabled or _open(scope["path"]):
             await self.app(scope, receive, send)
             return
         header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
@@ -109,6 +112,10 @@ class SecurityMiddleware:
                 return
         scope.setdefault("state", {})["role"] = role
         await self.app(scope, receive, send)
+
+
+def _open(path: str) -> bool:
+    return path in _OPEN_PATHS or path.startswith(_OPEN_PREFIXES)
 
 
 async def _answer_json(send: Any, status: int, body: dict[str, str]) -> None:

@@ -112,6 +112,7 @@ BROKER_KEYS: tuple[Setting, ...] = (
     Setting("bindAddress", "127.0.0.1", "Address the binary and HTTP ports listen on (Pulsar: 0.0.0.0)."),
     Setting("brokerServicePort", 6650, "Binary protocol port; 0 picks a free port."),
     Setting("webServicePort", 8080, "HTTP port (admin API, metrics, health); 0 picks a free port."),
+    Setting("consoleEnabled", True, "magnetar: serve the web console at / of the HTTP port (docs/console.md)."),
     Setting("advertisedAddress", "", "Host name given to clients in lookups; empty: the bind address."),
     Setting(
         "advertisedListeners",
