@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint sim soak bench clean compat compat-java
+.PHONY: setup run test lint sim soak bench clean compat compat-java bookkeeper
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: magnetar needs Python 3.11" >&2; exit 1; }
@@ -55,6 +55,18 @@ $(JAVA_COMPAT_CLASSPATH): compat/java/pom.xml $(wildcard compat/java/src/main/ja
 		-Dmdep.outputFile=$(CURDIR)/$@.tmp
 	mv $@.tmp $@
 
+# BookKeeper 4.18.0 for tests/bookkeeper: ZooKeeper and the bookies the fixture starts, BookieShell, and
+# compat/bookkeeper's LedgerWriter (the Java client writing ledgers for the Python client to read). The
+# jars land in build/m2 like the Java compatibility suite's (about 105 MB, once).
+BOOKKEEPER_CLASSPATH := build/bookkeeper/classpath.txt
+bookkeeper: $(BOOKKEEPER_CLASSPATH)
+$(BOOKKEEPER_CLASSPATH): compat/bookkeeper/pom.xml $(wildcard compat/bookkeeper/src/main/java/dev/magnetar/bookkeeper/*.java)
+	@command -v mvn >/dev/null || { echo "mvn not found: the BookKeeper conformance tests need Maven 3.8+" >&2; exit 1; }
+	@command -v java >/dev/null || { echo "java not found: the BookKeeper conformance tests need Java 17" >&2; exit 1; }
+	mvn -B -q -f compat/bookkeeper/pom.xml -Dmaven.repo.local=$(CURDIR)/build/m2 compile dependency:build-classpath \
+		-Dmdep.outputFile=$(CURDIR)/$@.tmp
+	mv $@.tmp $@
+
 # Go: compat/go, built with the official Go client into one program. Its module and build caches are in
 # build/go (make clean removes them), so a clean clone downloads the modules once.
 GO_COMPAT := build/go/bin/compat-go
@@ -87,7 +99,7 @@ bench: setup
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
 
-# Regenerates src/magnetar/protocol/pulsar_api_pb2.py and pulsar_markers_pb2.py, which are committed so
+# Regenerates src/magnetar/protocol/pulsar_api_pb2.py, pulsar_markers_pb2.py and bookkeeper/data_formats_pb2.py, which are committed so
 # that running magnetar needs only `protobuf`. grpcio-tools 1.63.0 carries protoc 26.1, whose output loads on every protobuf >= 5
 # that pyproject allows (newer protoc output refuses runtimes older than itself); it installs into
 # build/ so that the venv's own protobuf stays as pyproject resolved it.
@@ -95,4 +107,5 @@ PROTO_TOOLS := build/grpc-tools
 .PHONY: proto
 proto: setup
 	$(BIN)/pip install --quiet --no-deps --target $(PROTO_TOOLS) 'grpcio-tools==1.63.0'
-	PYTHONPATH=$(PROTO_TOOLS) $(BIN)/python -m grpc_tools.protoc -Isrc --python_out=src src/magnetar/protocol/pulsar_api.proto src/magnetar/protocol/pulsar_markers.proto
+	PYTHONPATH=$(PROTO_TOOLS) $(BIN)/python -m grpc_tools.protoc -Isrc --python_out=src src/magnetar/protocol/pulsar_api.proto src/magnetar/protocol/pulsar_markers.proto \
+		src/magnetar/bookkeeper/data_formats.proto
