@@ -10,11 +10,17 @@ import re
 import pytest
 
 from bookkeeper_fixture import LocalBookKeeperCluster, run_java
-from magnetar.bookkeeper import BookKeeper, DigestType
+from magnetar.bookkeeper import BookKeeper, DigestType, LedgerMetadata
 from magnetar.bookkeeper.digest import DigestManager, master_key
 from magnetar.bookkeeper.errors import DigestMatchError, LedgerFencedError
 from magnetar.bookkeeper.schedule import write_set
 from magnetar.bookkeeper.wire import encode_add_request
+
+# tests/unit/bookkeeper's GOLDEN_ADD: ledger 900001, entry 0, LAC -1, length 5, CRC32C, password "pw", "hello".
+GOLDEN_ADD = bytes.fromhex(
+    "00000041020100002aa226ba095b6969a64871977693b14671710d7600000000000dbba10000000000000000"
+    "ffffffffffffffff0000000000000005fedd8dc368656c6c6f"
+)
 
 PULSAR_METADATA = {
     "application": b"pulsar",
@@ -185,3 +191,18 @@ def test_a_corrupted_entry_is_detected(cluster: LocalBookKeeperCluster) -> None:
     done = cluster.shell("readledger", "-ledgerid", str(ledger_id), "-msg")
     assert "good" not in done.stdout
     assert re.search(r"DigestMatch|[Dd]igest mismatch|Mac mismatch", done.stderr), done.stderr[-3000:]
+
+
+def test_the_golden_add_frame_is_what_a_bookie_stores(cluster: LocalBookKeeperCluster) -> None:
+    async def scenario() -> None:
+        bk = await connect(cluster)
+        try:
+            bookie = cluster.bookie_ids[0]
+            metadata = LedgerMetadata(1, 1, 1, ((0, (bookie,)),), DigestType.CRC32C, b"pw")
+            await bk.ledger_manager.create_ledger_metadata(900001, metadata.closed_at(0, 5))
+            await bk._context.transport.add_entry(bookie, 900001, 0, GOLDEN_ADD)
+        finally:
+            await bk.close()
+
+    asyncio.run(scenario())
+    assert shell_entries(cluster, 900001) == ["hello"]

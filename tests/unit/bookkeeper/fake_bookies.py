@@ -70,7 +70,9 @@ class FakeBookies:
         self, bookie: str, ledger_id: int, entry_id: int, flags: int = wire.FLAG_NONE, master_key: bytes | None = None
     ) -> asyncio.Future[bytes]:
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        (request,) = wire.RequestDecoder().receive_data(wire.encode_read_request(ledger_id, entry_id, flags, master_key))
+        (request,) = wire.RequestDecoder().receive_data(
+            wire.encode_read_request(ledger_id, entry_id, flags, master_key)
+        )
         assert isinstance(request, wire.ReadRequest)
         if not self._unreachable(bookie, future):
             if request.flags & wire.FLAG_DO_FENCING:

@@ -40,9 +40,9 @@ def test_golden_add_frame() -> None:
 
 
 def test_read_request_frames() -> None:
-    assert wire.encode_read_request(7, 3) == bytes.fromhex("00000014" "02020000" "0000000000000007" "0000000000000003")
+    assert wire.encode_read_request(7, 3) == bytes.fromhex("000000140202000000000000000000070000000000000003")
     fencing = wire.encode_read_request(7, -1, wire.FLAG_DO_FENCING, EMPTY_PASSWORD_KEY)
-    assert fencing == bytes.fromhex("00000028" "02020001" "0000000000000007" "ffffffffffffffff") + EMPTY_PASSWORD_KEY
+    assert fencing == bytes.fromhex("00000028020200010000000000000007ffffffffffffffff") + EMPTY_PASSWORD_KEY
     with pytest.raises(ValueError, match="master key"):
         wire.encode_read_request(7, -1, wire.FLAG_DO_FENCING)
 
@@ -79,17 +79,17 @@ def test_responses_whole_byte_by_byte_and_with_trailing_bytes() -> None:
     decoder = wire.ResponseDecoder()
     assert decoder.receive_data(stream + read[:30]) == expected
     assert decoder.receive_data(read[30:]) == expected[1:]
-    assert stream[:28] == bytes.fromhex("00000018" "02010000" "00000068" "0000000000000005" "0000000000000009")
+    assert stream[:28] == bytes.fromhex("00000018020100000000006800000000000000050000000000000009")
 
 
 @pytest.mark.parametrize(
     ("frame", "message"),
     [
-        (bytes.fromhex("00000004" "02010000"), "frame size 4"),
+        (bytes.fromhex("0000000402010000"), "frame size 4"),
         (bytes.fromhex("7fffffff"), "frame size"),
-        (bytes.fromhex("00000018" "03010000") + bytes(20), "version 3"),
-        (bytes.fromhex("00000018" "02040000") + bytes(20), "op code 4"),
-        (bytes.fromhex("00000019" "02010000") + bytes(21), "add response of 25 bytes"),
+        (bytes.fromhex("0000001803010000") + bytes(20), "version 3"),
+        (bytes.fromhex("0000001802040000") + bytes(20), "op code 4"),
+        (bytes.fromhex("0000001902010000") + bytes(21), "add response of 25 bytes"),
     ],
 )
 def test_malformed_responses_raise_one_error(frame: bytes, message: str) -> None:
@@ -100,9 +100,9 @@ def test_malformed_responses_raise_one_error(frame: bytes, message: str) -> None
 @pytest.mark.parametrize(
     ("frame", "message"),
     [
-        (bytes.fromhex("00000008" "02010000" "00000000"), "shorter than"),
-        (bytes.fromhex("00000014" "02020001") + bytes(16), "expected 40"),
-        (bytes.fromhex("00000004" "02070000"), "op code 7"),
+        (bytes.fromhex("000000080201000000000000"), "shorter than"),
+        (bytes.fromhex("0000001402020001") + bytes(16), "expected 40"),
+        (bytes.fromhex("0000000402070000"), "op code 7"),
     ],
 )
 def test_malformed_requests_raise_one_error(frame: bytes, message: str) -> None:
@@ -117,7 +117,11 @@ def test_every_digest_round_trips_and_catches_corruption(digest_type: DigestType
     assert len(body) == 32 + digest.digest_length + 7
     header, payload = digest.verify(4, body)
     assert (header.ledger_id, header.entry_id, header.last_add_confirmed, header.length, payload) == (
-        3, 4, 3, 100, b"payload",
+        3,
+        4,
+        3,
+        100,
+        b"payload",
     )
     with pytest.raises(DigestMatchError):
         digest.verify(5, body)
@@ -131,7 +135,10 @@ def test_every_digest_round_trips_and_catches_corruption(digest_type: DigestType
 def test_digest_lengths_and_hmac_key() -> None:
     body = {kind: DigestManager(1, kind, b"a").package(0, -1, 1, b"x") for kind in DigestType}
     assert {kind: len(value) - 33 for kind, value in body.items()} == {
-        DigestType.CRC32C: 4, DigestType.CRC32: 8, DigestType.HMAC: 20, DigestType.DUMMY: 0,
+        DigestType.CRC32C: 4,
+        DigestType.CRC32: 8,
+        DigestType.HMAC: 20,
+        DigestType.DUMMY: 0,
     }
     # HMAC is keyed by the password: another password's manager refuses the entry.
     with pytest.raises(DigestMatchError):
