@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test check lint sim soak bench clean compat compat-java
+.PHONY: setup run test check lint sim soak bench clean compat compat-java bookkeeper
 
 # Two stamps: `make run` installs magnetar and what the broker needs (RUN_STAMP); the tests, the lint, the
 # benchmarks and Spark add their extras (STAMP), so that running a broker does not download Spark.
@@ -44,7 +44,7 @@ run: $(RUN_STAMP)
 # The lint first: a finding fails the run (and CI) before the tests. The simulators' seed sweeps
 # (tests/sim, ~12 CPU-minutes) run on one core beside the rest of the suite, whose broker processes and
 # clients use ~0.6 of a core on average: on 2 cores the two runs end about together. Their report follows.
-test: setup lint compat console-browser
+test: setup lint compat bookkeeper console-browser
 	@mkdir -p build
 	MAGNETAR_SIM_PROCESSES=1 $(BIN)/python -m pytest tests/sim -q --durations=10 > build/test-sim.log 2>&1 & sim=$$!; \
 	trap 'kill $$sim 2>/dev/null' INT TERM; \
@@ -78,6 +78,18 @@ $(JAVA_COMPAT_CLASSPATH): compat/java/pom.xml $(wildcard compat/java/src/main/ja
 	@command -v mvn >/dev/null || { echo "mvn not found: the Java compatibility suite needs Maven 3.8+" >&2; exit 1; }
 	@command -v java >/dev/null || { echo "java not found: the Java compatibility suite needs Java 17" >&2; exit 1; }
 	mvn -B -q -f compat/java/pom.xml -Dmaven.repo.local=$(CURDIR)/build/m2 compile dependency:build-classpath \
+		-Dmdep.outputFile=$(CURDIR)/$@.tmp
+	mv $@.tmp $@
+
+# BookKeeper 4.18.0 for tests/bookkeeper: ZooKeeper and the bookies the fixture starts, BookieShell, and
+# compat/bookkeeper's LedgerWriter (the Java client writing ledgers for the Python client to read). The
+# jars land in build/m2 like the Java compatibility suite's (about 105 MB, once).
+BOOKKEEPER_CLASSPATH := build/bookkeeper/classpath.txt
+bookkeeper: $(BOOKKEEPER_CLASSPATH)
+$(BOOKKEEPER_CLASSPATH): compat/bookkeeper/pom.xml $(wildcard compat/bookkeeper/src/main/java/dev/magnetar/bookkeeper/*.java)
+	@command -v mvn >/dev/null || { echo "mvn not found: the BookKeeper conformance tests need Maven 3.8+" >&2; exit 1; }
+	@command -v java >/dev/null || { echo "java not found: the BookKeeper conformance tests need Java 17" >&2; exit 1; }
+	mvn -B -q -f compat/bookkeeper/pom.xml -Dmaven.repo.local=$(CURDIR)/build/m2 compile dependency:build-classpath \
 		-Dmdep.outputFile=$(CURDIR)/$@.tmp
 	mv $@.tmp $@
 
@@ -124,7 +136,7 @@ bench: setup
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
 
-# Regenerates src/magnetar/protocol/pulsar_api_pb2.py and pulsar_markers_pb2.py, which are committed so
+# Regenerates src/magnetar/protocol/pulsar_api_pb2.py, pulsar_markers_pb2.py and bookkeeper/data_formats_pb2.py, which are committed so
 # that running magnetar needs only `protobuf`. grpcio-tools 1.63.0 carries protoc 26.1, whose output loads on every protobuf >= 5
 # that pyproject allows (newer protoc output refuses runtimes older than itself); it installs into
 # build/ so that the venv's own protobuf stays as pyproject resolved it.
@@ -132,4 +144,5 @@ PROTO_TOOLS := build/grpc-tools
 .PHONY: proto
 proto: setup
 	$(BIN)/pip install --quiet --no-deps --target $(PROTO_TOOLS) 'grpcio-tools==1.63.0'
-	PYTHONPATH=$(PROTO_TOOLS) $(BIN)/python -m grpc_tools.protoc -Isrc --python_out=src src/magnetar/protocol/pulsar_api.proto src/magnetar/protocol/pulsar_markers.proto
+	PYTHONPATH=$(PROTO_TOOLS) $(BIN)/python -m grpc_tools.protoc -Isrc --python_out=src src/magnetar/protocol/pulsar_api.proto src/magnetar/protocol/pulsar_markers.proto \
+		src/magnetar/bookkeeper/data_formats.proto
