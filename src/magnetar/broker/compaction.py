@@ -145,13 +145,7 @@ def compact_entry(
     rebatched: list[tuple[SingleMessageMetadata, bytes]] = []
     for index, single in enumerate(singles):
         single_metadata = single.metadata
-        if single_metadata.compacted_out:
-            keep = False
-        elif not single_metadata.HasField("partition_key"):
-            keep = retain_null_key
-        else:
-            keep = latest.get(single_metadata.partition_key) == (position, index) and len(single.payload) > 0
-        if keep:
+        if _survives(single_metadata, single.payload, (position, index), latest, retain_null_key):
             kept += 1
             rebatched.append((single_metadata, single.payload))
         else:
@@ -165,6 +159,22 @@ def compact_entry(
     rewritten.CopyFrom(metadata)
     rewritten.uncompressed_size = len(batch)
     return encode_entry(rewritten, _compress(metadata, batch))
+
+
+def _survives(
+    metadata: SingleMessageMetadata,
+    payload: bytes,
+    ref: MessageRef,
+    latest: dict[str, MessageRef],
+    retain_null_key: bool,
+) -> bool:
+    """Whether a batch's message stays in the compacted view: not compacted out already, and either the
+    latest of its key with a payload (an empty one deletes the key) or keyless with retain_null_key."""
+    if metadata.compacted_out:
+        return False
+    if not metadata.HasField("partition_key"):
+        return retain_null_key
+    return latest.get(metadata.partition_key) == ref and len(payload) > 0
 
 
 def compacted_out_indexes(data: bytes) -> list[int]:

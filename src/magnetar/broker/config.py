@@ -69,33 +69,41 @@ def parse_advertised_listeners(values: Mapping[str, Any]) -> tuple[dict[str, Adv
     if internal not in entries:
         raise ConfigError("the `advertisedListeners` configure do not contain `internalListenerName` entry")
     owners: dict[str, str] = {}
-    listeners: dict[str, AdvertisedListener] = {}
-    for name, urls in entries.items():
-        if len(urls) > 2:
-            raise ConfigError(f"there are redundant configure for listener `{name}`")
-        by_scheme: dict[str, str] = {}
-        for url in urls:
-            parts = urlsplit(url)
-            try:
-                port = parts.port if parts.port is not None else -1
-            except ValueError:
-                raise ConfigError(f"the value {url} in the `advertisedListeners` configure is invalid") from None
-            if not parts.scheme or not parts.hostname:
-                raise ConfigError(f"the value {url} in the `advertisedListeners` configure is invalid")
-            scheme = parts.scheme.lower()
-            if scheme in _LISTENER_SCHEMES:
-                if scheme in by_scheme:
-                    raise ConfigError(f"there are redundant configure for listener `{name}`")
-                by_scheme[scheme] = url
-            host_port = f"{parts.hostname}:{port}"
-            if owners.setdefault(host_port, name) != name:
-                raise ConfigError(f"must not specify `{host_port}` to different listener.")
-        if "pulsar" not in by_scheme:
-            raise ConfigError(f"the `{name}` listener in the `advertisedListeners` do not specify `pulsar` address.")
-        listeners[name] = AdvertisedListener(
-            by_scheme["pulsar"], by_scheme.get("pulsar+ssl"), by_scheme.get("http"), by_scheme.get("https")
-        )
+    listeners = {name: _listener(name, urls, owners) for name, urls in entries.items()}
     return listeners, internal
+
+
+def _listener(name: str, urls: list[str], owners: dict[str, str]) -> AdvertisedListener:
+    """One listener's URLs, at most one per scheme and a pulsar:// one among them; `owners` (host:port ->
+    listener) refuses an address that two listeners name."""
+    if len(urls) > 2:
+        raise ConfigError(f"there are redundant configure for listener `{name}`")
+    by_scheme: dict[str, str] = {}
+    for url in urls:
+        scheme, host_port = _listener_address(url)
+        if scheme in _LISTENER_SCHEMES:
+            if scheme in by_scheme:
+                raise ConfigError(f"there are redundant configure for listener `{name}`")
+            by_scheme[scheme] = url
+        if owners.setdefault(host_port, name) != name:
+            raise ConfigError(f"must not specify `{host_port}` to different listener.")
+    if "pulsar" not in by_scheme:
+        raise ConfigError(f"the `{name}` listener in the `advertisedListeners` do not specify `pulsar` address.")
+    return AdvertisedListener(
+        by_scheme["pulsar"], by_scheme.get("pulsar+ssl"), by_scheme.get("http"), by_scheme.get("https")
+    )
+
+
+def _listener_address(url: str) -> tuple[str, str]:
+    """(scheme, host:port) of a listener's URL, the port -1 when it names none."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port if parts.port is not None else -1
+    except ValueError:
+        raise ConfigError(f"the value {url} in the `advertisedListeners` configure is invalid") from None
+    if not parts.scheme or not parts.hostname:
+        raise ConfigError(f"the value {url} in the `advertisedListeners` configure is invalid")
+    return parts.scheme.lower(), f"{parts.hostname}:{port}"
 
 
 @dataclass(frozen=True)
@@ -433,21 +441,7 @@ def load_config(
     known key a typo most likely meant); an unknown key among the overrides is refused."""
     defaults = _all_defaults()
     values = dict(defaults)
-    unknown: list[tuple[int, str]] = []
-    if path is not None:
-        for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            key, sep, raw = line.partition("=")
-            if not sep:
-                raise ConfigError(f"{path}:{number}: expected key=value, got {line!r}")
-            key = key.strip()
-            if key in defaults:
-                values[key] = _parse(key, raw, defaults[key])
-            else:
-                values[key] = raw.strip()
-                unknown.append((number, key))
+    unknown = [] if path is None else _read_file(Path(path), defaults, values)
     items = overrides.items() if isinstance(overrides, Mapping) else overrides
     for key, raw in items:
         if key not in defaults:
@@ -459,6 +453,34 @@ def load_config(
     except ValueError as error:
         raise ConfigError(f"logLevel: {error}") from error
     config = BrokerConfig(values, _unknown_key_warnings(path, unknown, defaults))
+    _check(config)
+    return config
+
+
+def _read_file(path: Path, defaults: Mapping[str, Any], values: dict[str, Any]) -> list[tuple[int, str]]:
+    """Read `key=value` lines into `values`; returns the (line number, key) of keys magnetar does not have,
+    kept as text."""
+    unknown: list[tuple[int, str]] = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, raw = line.partition("=")
+        if not sep:
+            raise ConfigError(f"{path}:{number}: expected key=value, got {line!r}")
+        key = key.strip()
+        if key in defaults:
+            values[key] = _parse(key, raw, defaults[key])
+        else:
+            values[key] = raw.strip()
+            unknown.append((number, key))
+    return unknown
+
+
+def _check(config: BrokerConfig) -> None:
+    """What the parts built from the settings refuse, refused now with ConfigError: listeners, dispatcher
+    and storage settings, the schema compatibility strategy."""
+    values = config.values
     parse_advertised_listeners(values)
     try:
         config.dispatcher_settings()
@@ -469,7 +491,6 @@ def load_config(
         raise ConfigError(
             f"schemaCompatibilityStrategy: {values['schemaCompatibilityStrategy']!r} is not one of {', '.join(STRATEGIES[1:])}"
         )
-    return config
 
 
 def _closest_key(key: str, known: Iterable[str]) -> str | None:

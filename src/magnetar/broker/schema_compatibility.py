@@ -186,15 +186,18 @@ class _Parser:
             return _Primitive(kind, _props(node))
         if kind in ("record", "error", "enum", "fixed"):
             return self._named(node, "record" if kind == "error" else kind, namespace)
-        if kind == "array":
-            if "items" not in node:
-                raise AvroParseError(f"Array has no items type: {json.dumps(node)}")
-            return _Array(self.parse(node["items"], namespace), _props(node))
-        if kind == "map":
-            if "values" not in node:
-                raise AvroParseError(f"Map has no values type: {json.dumps(node)}")
-            return _Map(self.parse(node["values"], namespace), _props(node))
+        if kind in ("array", "map"):
+            return self._container(node, kind, namespace)
         return self._reference(kind, namespace)
+
+    def _container(self, node: dict[str, Any], kind: str, namespace: str | None) -> _Array | _Map:
+        """An array of its `items`, or a map of its `values`."""
+        key = "items" if kind == "array" else "values"
+        if key not in node:
+            what = "Array has no items type" if kind == "array" else "Map has no values type"
+            raise AvroParseError(f"{what}: {json.dumps(node)}")
+        inner = self.parse(node[key], namespace)
+        return _Array(inner, _props(node)) if kind == "array" else _Map(inner, _props(node))
 
     def _reference(self, name: str, namespace: str | None) -> Any:
         if name in _PRIMITIVES:
@@ -226,41 +229,51 @@ class _Parser:
         named = _Named(kind, fullname, fullname.rsplit(".", 1)[-1], aliases, _props(node), definition=node)
         self.names[fullname] = named  # before the fields: a record may refer to itself
         if kind == "record":
-            fields = node.get("fields")
-            if not isinstance(fields, list):
-                raise AvroParseError(f"Record has no fields: {json.dumps(node)}")
-            seen: set[str] = set()
-            for item in fields:
-                if not isinstance(item, dict) or not isinstance(item.get("name"), str) or "type" not in item:
-                    raise AvroParseError(f"Bad field: {json.dumps(item)}")
-                if item["name"] in seen:
-                    raise AvroParseError(f"Duplicate field {item['name']} in record {fullname}")
-                seen.add(item["name"])
-                named.fields.append(
-                    _Field(
-                        item["name"],
-                        self.parse(item["type"], space),
-                        frozenset(a for a in item.get("aliases", []) if isinstance(a, str)),
-                        "default" in item,
-                        item.get("default"),
-                        str(item.get("order", "ascending")),
-                    )
-                )
+            named.fields.extend(self._fields(node, fullname, space))
         elif kind == "enum":
-            symbols = node.get("symbols")
-            if not isinstance(symbols, list) or not all(isinstance(s, str) for s in symbols):
-                raise AvroParseError(f"Enum has no symbols: {json.dumps(node)}")
-            if len(set(symbols)) != len(symbols):
-                raise AvroParseError(f"Duplicate enum symbol in {fullname}")
-            named.symbols = tuple(symbols)
-            default = node.get("default")
-            named.enum_default = default if isinstance(default, str) else None
+            named.symbols, named.enum_default = _enum_symbols(node, fullname)
         else:
             size = node.get("size")
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 raise AvroParseError(f"Invalid or no size: {json.dumps(node)}")
             named.size = size
         return named
+
+    def _fields(self, node: dict[str, Any], fullname: str, space: str | None) -> list[_Field]:
+        """A record's fields, each name once, their types parsed in the record's namespace."""
+        fields = node.get("fields")
+        if not isinstance(fields, list):
+            raise AvroParseError(f"Record has no fields: {json.dumps(node)}")
+        parsed: list[_Field] = []
+        seen: set[str] = set()
+        for item in fields:
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str) or "type" not in item:
+                raise AvroParseError(f"Bad field: {json.dumps(item)}")
+            if item["name"] in seen:
+                raise AvroParseError(f"Duplicate field {item['name']} in record {fullname}")
+            seen.add(item["name"])
+            parsed.append(
+                _Field(
+                    item["name"],
+                    self.parse(item["type"], space),
+                    frozenset(a for a in item.get("aliases", []) if isinstance(a, str)),
+                    "default" in item,
+                    item.get("default"),
+                    str(item.get("order", "ascending")),
+                )
+            )
+        return parsed
+
+
+def _enum_symbols(node: dict[str, Any], fullname: str) -> tuple[tuple[str, ...], str | None]:
+    """An enum's symbols, each once, and its default symbol if it names one."""
+    symbols = node.get("symbols")
+    if not isinstance(symbols, list) or not all(isinstance(s, str) for s in symbols):
+        raise AvroParseError(f"Enum has no symbols: {json.dumps(node)}")
+    if len(set(symbols)) != len(symbols):
+        raise AvroParseError(f"Duplicate enum symbol in {fullname}")
+    default = node.get("default")
+    return tuple(symbols), default if isinstance(default, str) else None
 
 
 # ------------------------------------------------------------------------------- Avro resolution
@@ -304,6 +317,9 @@ class _Resolver:
             return isinstance(writer, _Map) and self.readable(reader.values, writer.values)
         if not isinstance(writer, _Named) or writer.kind != reader.kind:
             return False
+        return self._named_readable(reader, writer)
+
+    def _named_readable(self, reader: _Named, writer: _Named) -> bool:
         # A record's name does not count: the validator resolves records field by field. An enum or a
         # fixed needs the same unqualified name, or the writer's full name among the reader's aliases.
         if reader.kind != "record" and reader.name != writer.name and writer.fullname not in reader.aliases:

@@ -18,6 +18,8 @@ from magnetar.broker.connection import CommandHandler, ServerConnection
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.logs import consumer_changed
 from magnetar.broker.schemas import from_wire
+from magnetar.broker.subscription import PersistentSubscription
+from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_name import TopicName
 from magnetar.core.errors import CoreError
 from magnetar.core.events import KeySharedMeta
@@ -127,56 +129,17 @@ async def on_subscribe(connection: ServerConnection, request: CommandSubscribe) 
     try:
         subscription_type = _SUB_TYPES[request.subType]
         name = TopicName.parse(request.topic)
-        connection.context.authorization.check_consume(name, connection.auth.role, request.subscription)
-        if not connection.context.policies.subscription_type_allowed(name, subscription_type):
-            raise _NotAllowed(f"{subscription_type} subscriptions are disabled for {name.namespace_name}")
+        _check_subscribe(connection, request, name, subscription_type)
         if request.consumer_id in connection.consumers:
             connection.write(commands.success(request.request_id))
             return
-        if request.read_compacted and subscription_type not in ("Exclusive", "Failover"):
-            raise _NotAllowed("readCompacted only allowed on failover or exclusive subscriptions")
         topic = await connection.context.registry.get_topic(name, create=request.force_topic_creation)
         schema = from_wire(request.schema) if request.HasField("schema") else None
         if schema is not None and schema.type != "AUTO_CONSUME":
             await connection.context.schemas.add_schema_if_idle_or_check_compatible(
                 name, topic.idle_for_schema(), schema
             )
-        start = _position(request.start_message_id) if request.HasField("start_message_id") else None
-        initial = "earliest" if request.initialPosition == 1 else "latest"
-        known = topic.subscriptions.get(request.subscription)
-        subscription = await topic.subscribe(request.subscription, request.durable, initial, start)
-        if known is None and not subscription.consumers:
-            # New, and not joined by a consumer that subscribed at the same time and came back first.
-            log.info(
-                "[%s] Created subscription on topic %s / %s (%s, initial position %s)",
-                connection.remote_address,
-                name,
-                request.subscription,
-                "durable" if request.durable else "non-durable",
-                initial,
-            )
-        if request.replicate_subscription_state and subscription.durable:
-            # PIP-33: true makes the subscription replicated (for good: false never unmakes it).
-            if connection.context.config["enableReplicatedSubscriptions"]:
-                await topic.set_subscription_replicated(subscription, True)
-            else:
-                log.warning(
-                    "[%s] Replicated subscription requested on %s / %s while enableReplicatedSubscriptions "
-                    "is false: not replicated",
-                    connection.remote_address,
-                    name,
-                    request.subscription,
-                )
-        meta = None
-        # An Exclusive consumer may declare STICKY ranges too: a reader with key hash ranges.
-        declares_ranges = subscription_type == "Exclusive" and request.HasField("keySharedMeta")
-        if subscription_type == "Key_Shared" or declares_ranges:
-            ksm = request.keySharedMeta
-            meta = KeySharedMeta(
-                "STICKY" if ksm.keySharedMode == 1 else "AUTO_SPLIT",
-                ksm.allowOutOfOrderDelivery,
-                tuple((r.start, r.end) for r in ksm.hashRanges),
-            )
+        subscription = await _subscription(connection, request, topic)
         consumer = ServerConsumer(
             connection, subscription, request.consumer_id, request.consumer_name, name.partition_index
         )
@@ -189,6 +152,7 @@ async def on_subscribe(connection: ServerConnection, request: CommandSubscribe) 
             # Refused by the core if a holder answers; a holder whose connection does not is gone first.
             holders = {c.connection for c in subscription.consumers.values() if c.connection is not connection}
             await asyncio.gather(*(holder.check_liveness() for holder in holders))
+        meta = _key_shared_meta(request, subscription_type)
         consumer.consumer_id = subscription.add_consumer(consumer, subscription_type, request.priority_level, meta)
     except Exception as error:  # noqa: BLE001 - any failure answered with its ServerError code (else UnknownError)
         connection.error(request.request_id, error)
@@ -208,6 +172,65 @@ async def on_subscribe(connection: ServerConnection, request: CommandSubscribe) 
     )
     consumer_changed(subscription, consumer, "joined")
     connection.write(commands.success(request.request_id))
+
+
+def _check_subscribe(
+    connection: ServerConnection, request: CommandSubscribe, name: TopicName, subscription_type: str
+) -> None:
+    """What refuses a SUBSCRIBE before the topic is loaded: the role's permission, a subscription type the
+    namespace (or broker) disabled, readCompacted on a type that cannot have it."""
+    connection.context.authorization.check_consume(name, connection.auth.role, request.subscription)
+    if not connection.context.policies.subscription_type_allowed(name, subscription_type):
+        raise _NotAllowed(f"{subscription_type} subscriptions are disabled for {name.namespace_name}")
+    if request.read_compacted and subscription_type not in ("Exclusive", "Failover"):
+        raise _NotAllowed("readCompacted only allowed on failover or exclusive subscriptions")
+
+
+async def _subscription(
+    connection: ServerConnection, request: CommandSubscribe, topic: PersistentTopic
+) -> PersistentSubscription[PersistentTopic]:
+    """The subscription the consumer joins, created at its initial position if new, and made replicated
+    when the client asks (PIP-33: for good, false never unmakes it)."""
+    start = _position(request.start_message_id) if request.HasField("start_message_id") else None
+    initial = "earliest" if request.initialPosition == 1 else "latest"
+    known = topic.subscriptions.get(request.subscription)
+    subscription = await topic.subscribe(request.subscription, request.durable, initial, start)
+    if known is None and not subscription.consumers:
+        # New, and not joined by a consumer that subscribed at the same time and came back first.
+        log.info(
+            "[%s] Created subscription on topic %s / %s (%s, initial position %s)",
+            connection.remote_address,
+            topic.name,
+            request.subscription,
+            "durable" if request.durable else "non-durable",
+            initial,
+        )
+    if request.replicate_subscription_state and subscription.durable:
+        if connection.context.config["enableReplicatedSubscriptions"]:
+            await topic.set_subscription_replicated(subscription, True)
+        else:
+            log.warning(
+                "[%s] Replicated subscription requested on %s / %s while enableReplicatedSubscriptions "
+                "is false: not replicated",
+                connection.remote_address,
+                topic.name,
+                request.subscription,
+            )
+    return subscription
+
+
+def _key_shared_meta(request: CommandSubscribe, subscription_type: str) -> KeySharedMeta | None:
+    """A Key_Shared consumer's mode and ranges; an Exclusive consumer may declare STICKY ranges too (a
+    reader with key hash ranges)."""
+    declares_ranges = subscription_type == "Exclusive" and request.HasField("keySharedMeta")
+    if subscription_type != "Key_Shared" and not declares_ranges:
+        return None
+    ksm = request.keySharedMeta
+    return KeySharedMeta(
+        "STICKY" if ksm.keySharedMode == 1 else "AUTO_SPLIT",
+        ksm.allowOutOfOrderDelivery,
+        tuple((r.start, r.end) for r in ksm.hashRanges),
+    )
 
 
 def on_ack(connection: ServerConnection, ack: CommandAck) -> None:
