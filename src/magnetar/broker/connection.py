@@ -25,7 +25,7 @@ from magnetar.broker.tasks import BackgroundTasks
 from magnetar.broker.topic_name import InvalidTopicName
 from magnetar.protocol import commands, messages
 from magnetar.protocol.connection import ServerProtocol
-from magnetar.protocol.framing import ProtocolError, SendFrame, command_field_name
+from magnetar.protocol.framing import Frame, ProtocolError, SendFrame, command_field_name
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand
 
 if TYPE_CHECKING:
@@ -149,20 +149,7 @@ class ServerConnection:
                 if self.auth.pending:
                     frames = await self.auth.handshake(frames)
                 try:
-                    for frame in frames:
-                        if isinstance(frame, SendFrame):
-                            self._on_send(frame)
-                        else:
-                            command = frame.command
-                            # Anything else may depend on the SENDs before it (CLOSE_PRODUCER): append them first.
-                            self._publish_pending()
-                            self._handle(command)
-                            if command.type == _ACK and len(command.ack.message_id) >= _ACK_YIELD_IDS:
-                                # A grouped ACK of hundreds of ids takes a millisecond or more, and a
-                                # client's consumers send theirs together: let the receipts and
-                                # dispatches that became due run between them.
-                                await asyncio.sleep(0)
-                    self._publish_pending()
+                    await self._on_frames(frames)
                 except ProtocolError as error:
                     log.warning("[%s] closing connection: protocol error: %s", self.remote_address, error)
                     self.close_reason = f"protocol error: {error}"
@@ -175,6 +162,24 @@ class ServerConnection:
         finally:
             keep_alive.cancel()
             self._cleanup()
+
+    async def _on_frames(self, frames: list[Frame | SendFrame]) -> None:
+        """The frames of one socket read, in order: SENDs gathered per producer, every other command to its
+        handler once the SENDs before it are appended."""
+        for frame in frames:
+            if isinstance(frame, SendFrame):
+                self._on_send(frame)
+            else:
+                command = frame.command
+                # Anything else may depend on the SENDs before it (CLOSE_PRODUCER): append them first.
+                self._publish_pending()
+                self._handle(command)
+                if command.type == _ACK and len(command.ack.message_id) >= _ACK_YIELD_IDS:
+                    # A grouped ACK of hundreds of ids takes a millisecond or more, and a client's
+                    # consumers send theirs together: let the receipts and dispatches that became due
+                    # run between them.
+                    await asyncio.sleep(0)
+        self._publish_pending()
 
     def _cleanup(self) -> None:
         self.closed = True

@@ -53,6 +53,14 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
         context.load_cert_chain(certificate, key)
     except (OSError, ssl.SSLError) as error:
         raise ConfigError(f"tlsCertificateFilePath/tlsKeyFilePath: {error}") from error
+    _trust_clients(context, config)
+    _limit_protocols_and_ciphers(context, config)
+    return context
+
+
+def _trust_clients(context: ssl.SSLContext, config: BrokerConfig) -> None:
+    """tlsTrustCertsFilePath: the CAs a client certificate is checked against, asked for when set
+    (required with tlsRequireTrustedClientCertOnConnect)."""
     trusted = config["tlsTrustCertsFilePath"]
     if trusted:
         try:
@@ -62,6 +70,10 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
         context.verify_mode = ssl.CERT_REQUIRED if config["tlsRequireTrustedClientCertOnConnect"] else ssl.CERT_OPTIONAL
     elif config["tlsRequireTrustedClientCertOnConnect"]:
         raise ConfigError("tlsRequireTrustedClientCertOnConnect needs tlsTrustCertsFilePath")
+
+
+def _limit_protocols_and_ciphers(context: ssl.SSLContext, config: BrokerConfig) -> None:
+    """tlsProtocols (the lowest and highest versions named) and tlsCiphers, when set."""
     protocols = [p.strip() for p in str(config["tlsProtocols"]).split(",") if p.strip()]
     if protocols:
         unknown = [p for p in protocols if p not in _PROTOCOLS]
@@ -75,7 +87,6 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
             context.set_ciphers(":".join(ciphers))
         except ssl.SSLError as error:
             raise ConfigError(f"tlsCiphers: no cipher matches {config['tlsCiphers']!r}") from error
-    return context
 
 
 def certificate_common_name(ssl_object: Any) -> str | None:

@@ -318,14 +318,7 @@ def produce(
     tls_allow_insecure: TlsAllowInsecure = False,
 ) -> None:
     """Publish messages, as `pulsar-client produce` does."""
-    payloads = [text.encode() for text in split_messages(messages or [], separator)]
-    for path in files or []:
-        try:
-            payloads.append(path.read_bytes())
-        except OSError as failure:
-            raise typer.BadParameter(f"cannot read {path}: {failure.strerror}", param_hint="--files") from None
-    if not payloads:
-        raise typer.BadParameter("give messages with -m or files with -f")
+    payloads = _payloads(messages or [], files or [], separator)
     if num_produce < 1:
         raise typer.BadParameter("must be at least 1", param_hint="--num-produce")
     message_properties = _properties(properties or [])
@@ -367,14 +360,29 @@ def produce(
     else:
         print(f"{produced} messages successfully produced", flush=True)
     if failures:
-        cause = failures[0]
-        if cause == "MessageTooBig" and max_message_size:
-            largest = max(len(payload) for payload in payloads)
-            cause += (
-                f": the largest message has {largest:,} bytes, the broker takes {max_message_size:,} (maxMessageSize)"
-            )
-        error(f"{len(failures)} messages failed: {cause}")
+        error(f"{len(failures)} messages failed: {_failure_cause(failures[0], payloads, max_message_size)}")
         raise typer.Exit(1)
+
+
+def _payloads(messages: list[str], files: list[Path], separator: str) -> list[bytes]:
+    """The messages of -m (split by the separator) and the files of -f, in that order; at least one."""
+    payloads = [text.encode() for text in split_messages(messages, separator)]
+    for path in files:
+        try:
+            payloads.append(path.read_bytes())
+        except OSError as failure:
+            raise typer.BadParameter(f"cannot read {path}: {failure.strerror}", param_hint="--files") from None
+    if not payloads:
+        raise typer.BadParameter("give messages with -m or files with -f")
+    return payloads
+
+
+def _failure_cause(cause: str, payloads: list[bytes], max_message_size: int | None) -> str:
+    """The client's result name, with the sizes when a message was too big for the broker."""
+    if cause == "MessageTooBig" and max_message_size:
+        largest = max(len(payload) for payload in payloads)
+        cause += f": the largest message has {largest:,} bytes, the broker takes {max_message_size:,} (maxMessageSize)"
+    return cause
 
 
 def _message_id(message: Any) -> str:

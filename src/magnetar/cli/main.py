@@ -81,24 +81,12 @@ def standalone(
     import uvloop
 
     from magnetar.broker.config import ConfigError, load_config
-    from magnetar.broker.logs import configure_logging, parse_log_level
+    from magnetar.broker.logs import configure_logging
     from magnetar.cli.standalone import run_standalone
     from magnetar.cli.tuning import tune_process
     from magnetar.storage import DataDirectoryLockedError
 
-    overrides = [(key, value) for key, equals, value in (item.partition("=") for item in settings or []) if equals]
-    if len(overrides) != len(settings or []):
-        raise typer.BadParameter("-c takes KEY=VALUE", param_hint="--set")
-    if port is not None:
-        overrides.append(("brokerServicePort", str(port)))
-    if http_port is not None:
-        overrides.append(("webServicePort", str(http_port)))
-    if log_level is not None:
-        # The command line wins over the file's logLevel, as -c does.
-        try:
-            overrides.append(("logLevel", parse_log_level(log_level)))
-        except ValueError as failure:
-            raise typer.BadParameter(str(failure), param_hint="--log-level") from None
+    overrides = _standalone_overrides(settings or [], port, http_port, log_level)
     try:
         broker_config = load_config(config, overrides)
     except (ConfigError, OSError) as failure:
@@ -131,6 +119,28 @@ def standalone(
         error(_bind_failure(failure, bind[1], int(bind[2]), broker_config))
         raise typer.Exit(1) from None
     raise typer.Exit(code)
+
+
+def _standalone_overrides(
+    settings: list[str], port: int | None, http_port: int | None, log_level: str | None
+) -> list[tuple[str, str]]:
+    """The settings the command line gives: every -c KEY=VALUE, then --port, --http-port and --log-level,
+    which win over the file as -c does."""
+    from magnetar.broker.logs import parse_log_level
+
+    overrides = [(key, value) for key, equals, value in (item.partition("=") for item in settings) if equals]
+    if len(overrides) != len(settings):
+        raise typer.BadParameter("-c takes KEY=VALUE", param_hint="--set")
+    if port is not None:
+        overrides.append(("brokerServicePort", str(port)))
+    if http_port is not None:
+        overrides.append(("webServicePort", str(http_port)))
+    if log_level is not None:
+        try:
+            overrides.append(("logLevel", parse_log_level(log_level)))
+        except ValueError as failure:
+            raise typer.BadParameter(str(failure), param_hint="--log-level") from None
+    return overrides
 
 
 # How asyncio and the admin server name the address a listener could not bind.

@@ -70,28 +70,31 @@ def run_schedule(
         return any(v.kind not in expected for v in checker.violations)
 
     try:
-        for _ in range(options.safety_steps):
-            if not world.step(liveness=False):
-                break
-            check_state(world, checker)
-            if failed():
-                break
+        _run_phase(world, checker, options.safety_steps, failed, liveness=False)
         if not failed():
             world.prepare_liveness()
             check_state(world, checker)
-            for _ in range(LIVENESS_STEPS_MAX):
-                if world.drained() and not world.dispatcher.awaiting_dispatch and world.pending_read is None:
-                    break
-                if not world.step(liveness=True):
-                    break
-                check_state(world, checker)
-                if failed():
-                    break
+            _run_phase(world, checker, LIVENESS_STEPS_MAX, failed, liveness=True)
             if not failed():
                 check_drained(world, checker)
     except Exception as error:  # noqa: BLE001 - a raise inside the core is a finding, reported with its seed
         checker.fail(world, "invariant", "".join(traceback.format_exception(error)))
     return ScheduleResult(seed, options, world.steps, world.deliveries, checker.violations)
+
+
+def _run_phase(
+    world: World, checker: OrderingChecker, steps_max: int, failed: Callable[[], bool], *, liveness: bool
+) -> None:
+    """Step the world, checking the state after each step, until `steps_max` steps, a step that finds
+    nothing to do, or a failure; the liveness phase also stops once the subscription is drained."""
+    for _ in range(steps_max):
+        if liveness and world.drained() and not world.dispatcher.awaiting_dispatch and world.pending_read is None:
+            return
+        if not world.step(liveness=liveness):
+            return
+        check_state(world, checker)
+        if failed():
+            return
 
 
 @dataclass

@@ -487,28 +487,41 @@ class World:
         if self.dispatcher.awaiting_dispatch:
             actions.append((10, self.dispatch_due))
         for client in self.clients.values():
-            if client.incoming and not client.paused:
-                actions.append((8, partial(self.receive, client)))
-            for position, (_delivery, at) in list(client.held.items())[:3]:
-                if at <= self.now_ms or liveness:
-                    actions.append((8, partial(self.ack, client, position)))
-                if not liveness and options.nack_percent and client.held:
-                    actions.append((options.nack_percent, partial(self.nack, client, position)))
-            if not liveness and options.redeliver_all_percent and (client.held or client.incoming):
-                actions.append((options.redeliver_all_percent, partial(self.redeliver_all, client)))
+            actions += self._client_actions(client, liveness)
         if not liveness and options.expire_percent and self.mark_delete_index + 1 < len(self.log):
             actions.append((options.expire_percent, self.expire))
         if not liveness and options.churn_percent:
-            churn = options.churn_percent
-            if len(self.clients) < options.consumers_max:
-                actions.append((churn, self.add_consumer))
-            if self.clients:
-                victim = self.rng.choice(sorted(self.clients))
-                actions.append((churn, partial(self.remove_consumer, victim)))
-                actions.append((churn, partial(self.restart_consumer, victim)))
-                actions.append((churn, partial(self._toggle_pause, victim)))
+            actions += self._churn_actions(options.churn_percent)
         if self.wakeups or any(c.held for c in self.clients.values()):
             actions.append((2, self.tick))
+        return actions
+
+    def _client_actions(self, client: Client, liveness: bool) -> list[tuple[int, Callable[[], object]]]:
+        """What one consumer's application may do: receive, ack (or nack) up to three held messages, ask
+        for everything again."""
+        options = self.options
+        actions: list[tuple[int, Callable[[], object]]] = []
+        if client.incoming and not client.paused:
+            actions.append((8, partial(self.receive, client)))
+        for position, (_delivery, at) in list(client.held.items())[:3]:
+            if at <= self.now_ms or liveness:
+                actions.append((8, partial(self.ack, client, position)))
+            if not liveness and options.nack_percent and client.held:
+                actions.append((options.nack_percent, partial(self.nack, client, position)))
+        if not liveness and options.redeliver_all_percent and (client.held or client.incoming):
+            actions.append((options.redeliver_all_percent, partial(self.redeliver_all, client)))
+        return actions
+
+    def _churn_actions(self, churn: int) -> list[tuple[int, Callable[[], object]]]:
+        """Consumers joining, leaving, restarting, pausing: one victim drawn per step."""
+        actions: list[tuple[int, Callable[[], object]]] = []
+        if len(self.clients) < self.options.consumers_max:
+            actions.append((churn, self.add_consumer))
+        if self.clients:
+            victim = self.rng.choice(sorted(self.clients))
+            actions.append((churn, partial(self.remove_consumer, victim)))
+            actions.append((churn, partial(self.restart_consumer, victim)))
+            actions.append((churn, partial(self._toggle_pause, victim)))
         return actions
 
     def _toggle_pause(self, consumer_id: int) -> None:

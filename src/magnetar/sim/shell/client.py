@@ -220,14 +220,8 @@ class SimClient:
             consumer = self.consumers.get(command.message.consumer_id)
             if consumer is not None:
                 consumer.on_message(command.message, payload)
-        elif kind == BaseCommand.SEND_RECEIPT:
-            producer = self.producers.get(command.send_receipt.producer_id)
-            if producer is not None:
-                producer.on_receipt(command.send_receipt)
-        elif kind == BaseCommand.SEND_ERROR:
-            producer = self.producers.get(command.send_error.producer_id)
-            if producer is not None:
-                producer.fail(f"send error {command.send_error.message}")
+        elif kind in (BaseCommand.SEND_RECEIPT, BaseCommand.SEND_ERROR):
+            self._on_send_answer(command)
         elif kind == BaseCommand.CONNECTED:
             if not self.connected.done():
                 self.connected.set_result(None)
@@ -237,19 +231,38 @@ class SimClient:
             consumer = self.consumers.get(command.close_consumer.consumer_id)
             if consumer is not None:
                 consumer.end("closed by the broker")
-        elif kind in _RESPONSES:
-            future = self._requests.pop(getattr(command, _RESPONSES[kind]).request_id, None)
-            if future is not None and not future.done():
-                future.set_result(command)
-        elif kind in (BaseCommand.SUCCESS, BaseCommand.ERROR, BaseCommand.PRODUCER_SUCCESS):
-            body = {BaseCommand.SUCCESS: command.success, BaseCommand.ERROR: command.error}.get(kind)
-            if body is None:
-                body = command.producer_success
-                if body.HasField("producer_ready") and not body.producer_ready:
-                    return
-            future = self._requests.pop(body.request_id, None)
-            if future is not None and not future.done():
-                future.set_result(command)
+        else:
+            self._on_answer(command)
+
+    def _on_send_answer(self, command: BaseCommand) -> None:
+        """A SEND_RECEIPT or SEND_ERROR, for the producer that sent."""
+        if command.type == BaseCommand.SEND_RECEIPT:
+            producer = self.producers.get(command.send_receipt.producer_id)
+            if producer is not None:
+                producer.on_receipt(command.send_receipt)
+        else:
+            producer = self.producers.get(command.send_error.producer_id)
+            if producer is not None:
+                producer.fail(f"send error {command.send_error.message}")
+
+    def _on_answer(self, command: BaseCommand) -> None:
+        """The answer to a request: its future takes the whole command (a parked exclusive producer's
+        first PRODUCER_SUCCESS, not ready yet, is not the answer)."""
+        kind = command.type
+        if kind in _RESPONSES:
+            request_id = getattr(command, _RESPONSES[kind]).request_id
+        elif kind in (BaseCommand.SUCCESS, BaseCommand.ERROR):
+            request_id = (command.success if kind == BaseCommand.SUCCESS else command.error).request_id
+        elif kind == BaseCommand.PRODUCER_SUCCESS:
+            body = command.producer_success
+            if body.HasField("producer_ready") and not body.producer_ready:
+                return
+            request_id = body.request_id
+        else:
+            return
+        future = self._requests.pop(request_id, None)
+        if future is not None and not future.done():
+            future.set_result(command)
 
 
 # Answers a request's future takes whole, by the field that holds them.
