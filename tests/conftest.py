@@ -38,7 +38,10 @@ class BrokerProcess:
         self.http_port = 0
 
     def start(self) -> None:
-        args = [sys.executable, "-m", "magnetar.cli.main", "standalone", "--data-dir", str(self.data_dir)]
+        # The broker goes with the test run whatever ends it: the kernel sends it SIGTERM when the process
+        # that started it exits (setpriv --pdeathsig, util-linux), so a killed run leaves no broker behind.
+        args = ["setpriv", "--pdeathsig", "TERM", "--", sys.executable, "-m", "magnetar.cli.main", "standalone"]
+        args += ["--data-dir", str(self.data_dir)]
         args += ["--port", str(self.port), "--http-port", str(self.http_port)]
         for key, value in self.settings.items():
             args += ["-c", f"{key}={value}"]
@@ -55,6 +58,8 @@ class BrokerProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.log_path.read_text()}")
             time.sleep(0.02)
+        # Not ready: it must not outlive the failure it caused.
+        self.kill()
         raise RuntimeError(f"broker not ready in {START_TIMEOUT_S} s:\n{self.log_path.read_text()}")
 
     def stop(self) -> int:
@@ -93,8 +98,8 @@ def broker_factory(tmp_path: Path) -> Iterator:
 
     def start(**settings: object) -> BrokerProcess:
         broker = BrokerProcess(tmp_path / f"data-{len(started)}", {k: str(v) for k, v in settings.items()})
+        started.append(broker)  # before it starts: whatever happens next, the teardown stops it
         broker.start()
-        started.append(broker)
         return broker
 
     yield start
@@ -111,9 +116,11 @@ def broker(broker_factory) -> BrokerProcess:
 def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One default broker for a whole test module whose tests do not interfere (each uses its own names)."""
     broker = BrokerProcess(tmp_path_factory.mktemp("module-broker") / "data", {})
-    broker.start()
-    yield broker
-    broker.stop()
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.stop()
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +133,8 @@ def module_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     def get(**settings: object) -> BrokerProcess:
         key = tuple(sorted((k, str(v)) for k, v in settings.items()))
         if key not in started:
-            broker = BrokerProcess(tmp_path_factory.mktemp("module-brokers") / "data", dict(key))
+            broker = started[key] = BrokerProcess(tmp_path_factory.mktemp("module-brokers") / "data", dict(key))
             broker.start()
-            started[key] = broker
         return started[key]
 
     yield get
