@@ -233,3 +233,37 @@ def test_get_or_create_schema_and_get_schema_by_version(tmp_path: Path) -> None:
         assert (await ask(get(5))).error_message == "Topic not found or no-schema"
 
     run(tmp_path, scenario)
+
+
+def test_acks_sent_just_after_a_seek_do_not_move_the_reset_cursor(tmp_path: Path) -> None:
+    """A client seeks to the earliest message and acknowledges what it holds right after, before the
+    broker has closed its consumer: those acks must not land on the reset cursor (Pulsar closes the
+    subscription's consumers before it moves the cursor), so all ten messages come again."""
+
+    async def scenario(harness: Harness) -> None:
+        client = await harness.client("client")
+        consumer = await harness.consumer(client, "c", "Exclusive")
+        await harness.publish([(index, "k") for index in range(10)])
+        while len(harness.recording.deliveries) < 10:
+            await asyncio.sleep(0.01)
+        held = [consumer.take() for _ in range(10)]
+        seek = BaseCommand(type=BaseCommand.SEEK)
+        seek.seek.consumer_id = consumer.consumer_id
+        seek.seek.message_id.ledgerId = (1 << 64) - 1  # earliest: (-1, -1)
+        seek.seek.message_id.entryId = (1 << 64) - 1
+        answer = asyncio.ensure_future(client.request(seek, seek.seek))
+        # The acks leave after the SEEK, and reach the broker while its cursor is being reset.
+        await asyncio.sleep(0.0003)
+        for delivery in held:
+            assert delivery is not None
+            consumer.acknowledge(delivery)
+        assert (await answer).type == BaseCommand.SUCCESS
+        cursor = harness.context.registry.topics[TOPIC].subscriptions["sub"].cursor
+        first = harness.recording.published_at[0]
+        assert cursor.mark_delete_position < first
+        again = await harness.consumer(await harness.client("again"), "c2", "Exclusive")
+        while len(harness.recording.deliveries) < 20:
+            await asyncio.sleep(0.01)
+        assert [d.index for label, d in harness.recording.deliveries[10:] if label == again.label] == list(range(10))
+
+    run(tmp_path, scenario)

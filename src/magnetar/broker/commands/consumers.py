@@ -301,35 +301,34 @@ async def on_seek(connection: ServerConnection, request: CommandSeek) -> None:
     if consumer is None:
         return
     subscription = consumer.subscription
-    cursor = subscription.cursor
+    topic = subscription.topic
+    by_time = request.HasField("message_publish_time")
     try:
-        if request.HasField("message_publish_time"):
-            await cursor.reset_to_publish_time(request.message_publish_time)
+        if by_time:
+            target = await topic.first_published_at_or_after(request.message_publish_time)
         else:
             target = _position(request.message_id)
             if target == EARLIEST or target[0] < 0:
-                target = subscription.topic.ledger.first_position()
+                target = topic.ledger.first_position()
             elif target == LATEST:
-                target = subscription.topic.ledger.next_valid_position(subscription.topic.ledger.last_confirmed_entry)
-            await cursor.reset(target)
+                target = topic.ledger.next_valid_position(topic.ledger.last_confirmed_entry)
+        log.info(
+            "[%s] Seek by consumer %s on topic %s / %s to %s",
+            connection.remote_address,
+            consumer.name,
+            topic.name,
+            subscription.name,
+            f"publish time {request.message_publish_time} ({target})" if by_time else target,
+        )
+        # The subscription's consumers are closed before the cursor moves, as Pulsar's resetCursor does:
+        # an ack the client sends after its SEEK then finds no consumer, instead of moving the reset
+        # cursor past messages that must come again; each consumer re-subscribes from the new position.
+        # They are closed before the answer too: answered first, the Java client completes the seek while
+        # still connected, keeps its old start (a seek by time's is earliest) and drops what comes next.
+        await subscription.reset_cursor(target)
     except Exception as error:  # noqa: BLE001 - any failure answered with its ServerError code (else UnknownError)
         connection.error(request.request_id, error)
         return
-    log.info(
-        "[%s] Reset subscription on topic %s / %s to %s (seek by consumer %s): mark-delete position %s, "
-        "consumers to close: %d",
-        connection.remote_address,
-        subscription.topic.name,
-        subscription.name,
-        f"publish time {request.message_publish_time}" if request.HasField("message_publish_time") else target,
-        consumer.name,
-        cursor.mark_delete_position,
-        len(subscription.consumers),
-    )
-    # Pulsar closes the subscription's consumers before it answers: each re-subscribes from the new
-    # position. Answered first, the Java client completes the seek while still connected, keeps its
-    # old start (a seek by time's is earliest) and drops what the new subscription sends.
-    subscription.disconnect_consumers()
     connection.write(commands.success(request.request_id))
 
 
