@@ -241,3 +241,19 @@ def test_https_client_certificates_are_roles(https_roles_broker, certificates) -
     assert call("GET", f"/admin/v2/namespaces/{tenant}", "bob").status_code == 403
     anonymous = call("GET", "/admin/v2/clusters", None)
     assert anonymous.status_code == 401 and "Authentication required" in anonymous.text
+
+
+def test_the_standalone_registers_its_tls_urls_and_its_super_users_own_public(broker_factory, certificates) -> None:
+    """Pulsar's standalone registers its cluster with every URL it serves and gives tenant `public` the
+    super users as admins (PulsarStandalone.createNameSpace)."""
+    broker = broker_factory(**certificates.tls_settings(superUserRoles="admin,ops"))
+    binary_tls, https = tls_urls(broker)
+    cluster = httpx.get(f"{broker.http_url}/admin/v2/clusters/standalone").json()
+    assert cluster == {
+        "serviceUrl": broker.http_url,
+        "serviceUrlTls": https,
+        "brokerServiceUrl": broker.url,
+        "brokerServiceUrlTls": binary_tls,
+    }
+    public = httpx.get(f"{broker.http_url}/admin/v2/tenants/public").json()
+    assert sorted(public["adminRoles"]) == ["admin", "ops"]

@@ -335,12 +335,7 @@ async def get_cluster(request: Request, cluster: str) -> ClusterData:
     record = context.metadata.get(f"/admin/clusters/{cluster}")
     if record is None:
         raise not_found("Cluster does not exist")
-    data = ClusterData.model_validate(record[0])
-    if cluster == context.config["clusterName"]:
-        # The standalone's own cluster is stored before its ports are bound: its URLs are this broker's.
-        data.serviceUrl = data.serviceUrl or context.config.advertised_web_url
-        data.brokerServiceUrl = data.brokerServiceUrl or context.config.advertised_url
-    return data
+    return ClusterData.model_validate(record[0])
 
 
 @router.put(
@@ -387,7 +382,7 @@ async def delete_cluster(request: Request, cluster: str) -> Response:
     cluster; magnetar has neither, so it always deletes. As in Pulsar, tenants that allow the cluster and
     namespaces that replicate to it keep naming it (their replicators to it stop finding its URLs), the
     name is not checked (an invalid one is just not found), and the broker's own cluster may go too:
-    `ensure_defaults` registers it again at the next start, as Pulsar standalone does."""
+    the broker registers it again at its next start (Broker.create_defaults), as Pulsar standalone does."""
     try:
         await _context(request).operations.delete_cluster(cluster)
     except NotFoundError as error:

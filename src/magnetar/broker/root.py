@@ -39,10 +39,13 @@ async def open_broker(
     *,
     clock: Clock | None = None,
     storage_engine: SqliteEngine | None = None,
+    create_defaults: bool = True,
 ) -> Broker:
     """A broker on `data_dir`, its storage open and its periodic checks running, its listeners not yet
     bound (`Broker.listen`). `clock` is the event loop's with the system's wall clock unless given;
-    `storage_engine` the threaded SQLite engine unless given. Raises what opening storage raises (a data
+    `storage_engine` the threaded SQLite engine unless given. The standalone's cluster, tenant and
+    namespace are created now unless `create_defaults` is false: `magnetar standalone` creates them
+    once its listeners serve (`Broker.create_defaults`), as Pulsar's standalone does. Raises what opening storage raises (a data
     directory another process holds, a damaged one) and ConfigError for settings it cannot use."""
     clock = clock or LoopClock(asyncio.get_running_loop())
     data_dir = Path(data_dir)
@@ -76,6 +79,8 @@ async def open_broker(
             topics=topics,
         )
         broker = Broker(context, tasks)
+        if create_defaults:
+            await broker.create_defaults()
         await broker.open()
     except BaseException:
         await storage.close()

@@ -49,6 +49,22 @@ class Broker:
         self._tasks.spawn(registry.check_replication_periodically(), "replication check")
         self._tasks.spawn(registry.compact_periodically(), "compaction check")
 
+    async def create_defaults(self) -> None:
+        """What Pulsar's standalone creates once it serves, where missing: this broker's cluster with the
+        URLs it advertises (the TLS ones too when those ports are on), tenant `public` with the super users
+        as its admins, and `public/default`. Once the ports are bound, so the URLs name them; after the
+        admin API serves, so that a setup script that creates them first keeps what it created."""
+        config = self.config
+        urls = {
+            "serviceUrl": config.advertised_web_url,
+            "serviceUrlTls": config.advertised_web_url_tls,
+            "brokerServiceUrl": config.advertised_url,
+            "brokerServiceUrlTls": config.advertised_url_tls,
+        }
+        cluster_data = {key: url for key, url in urls.items() if url}
+        super_users = sorted(self.context.authorization.super_users)
+        await self.context.metadata.ensure_defaults(config["clusterName"], cluster_data, super_users)
+
     async def listen(self) -> None:
         """Bind brokerServicePort."""
         clock = self.context.clock

@@ -47,7 +47,7 @@ class Standalone:
 
     async def start(self) -> None:
         started = time.perf_counter()
-        broker = self._broker = await open_broker(self._config, self._data_dir)
+        broker = self._broker = await open_broker(self._config, self._data_dir, create_defaults=False)
         await broker.listen()
         host = broker.config["bindAddress"]
         # The admin API's imports (FastAPI, its OpenAPI models, our routes' models) take about half a
@@ -62,6 +62,7 @@ class Standalone:
         if broker.config["webServicePort"] == 0:
             broker.advertise_ports({"webServicePort": self.http_port})
         await self._start_tls(host)
+        await broker.create_defaults()
         broker.ready = True
         log.info(
             "magnetar ready in %.0f ms: pulsar://%s:%d, http://%s:%d, data %s",

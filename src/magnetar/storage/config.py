@@ -55,7 +55,6 @@ class StorageConfig:
     # the same thing per connection with maxPendingPublishRequestsPerConnection (1000); 100 000 is
     # ~100 MB of 1 KB entries, enough for every connection of a small broker to be full at once.
     managedLedgerMaxPendingAdds: int = 100_000
-    clusterName: str = "standalone"
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> StorageConfig:

@@ -63,7 +63,6 @@ class ManagedLedgerFactory:
         factory = cls(data_dir, config or StorageConfig(), engine, clock)
         await asyncio.to_thread(factory._open_blocking)
         factory.engine.start(factory.loop, factory._on_commit, factory.clock)
-        await factory.metadata.ensure_defaults(factory.config.clusterName)
         factory._background = factory.loop.create_task(factory._run_background())
         return factory
 

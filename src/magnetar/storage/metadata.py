@@ -84,12 +84,18 @@ class MetadataStore:
 
     # ------------------------------------------------------------------ Pulsar's records
 
-    async def ensure_defaults(self, cluster: str) -> None:
-        """What a Pulsar standalone has on first start: its cluster, tenant `public`, `public/default`."""
-        if self.get(f"/admin/clusters/{cluster}") is None:
-            await self.create_cluster(cluster, {})
+    async def ensure_defaults(self, cluster: str, cluster_data: dict[str, Any], tenant_admins: list[str]) -> None:
+        """What a Pulsar standalone creates when they are missing (PulsarStandalone.createNameSpace): its
+        cluster with `cluster_data` (its URLs), tenant `public` with `tenant_admins` (the super users) as its
+        admins, and `public/default`. A registration without URLs, as magnetar stored its own cluster before,
+        gets them."""
+        record = self.get(f"/admin/clusters/{cluster}")
+        if record is None:
+            await self.create_cluster(cluster, cluster_data)
+        elif not record[0]:
+            await self.put(f"/admin/clusters/{cluster}", cluster_data, expected_version=record[1])
         if self.get("/admin/policies/public") is None:
-            await self.create_tenant("public", {"adminRoles": [], "allowedClusters": [cluster]})
+            await self.create_tenant("public", {"adminRoles": tenant_admins, "allowedClusters": [cluster]})
         if self.get("/admin/policies/public/default") is None:
             await self.create_namespace("public/default", {"replication_clusters": [cluster]})
 

@@ -5,13 +5,24 @@ import pytest
 from magnetar.storage import AlreadyExistsError, BadVersionError, NotFoundError, StorageError
 
 
-def test_public_default_exists_on_first_start(run_storage):
+def test_the_standalone_defaults_are_created_where_missing(run_storage):
+    urls = {"serviceUrl": "http://127.0.0.1:8080", "brokerServiceUrl": "pulsar://127.0.0.1:6650"}
+
     async def scenario(factory):
         meta = factory.metadata
+        assert meta.clusters() == []
+        await meta.ensure_defaults("standalone", urls, ["admin"])
         assert meta.clusters() == ["standalone"]
+        assert meta.get("/admin/clusters/standalone")[0] == urls
         assert meta.tenants() == ["public"]
-        assert meta.tenant_info("public")["allowedClusters"] == ["standalone"]
+        assert meta.tenant_info("public") == {"adminRoles": ["admin"], "allowedClusters": ["standalone"]}
         assert meta.namespaces("public") == ["public/default"]
+        # What exists stays as it is; a registration without URLs (older magnetar) gets them.
+        await meta.put("/admin/clusters/standalone", {})
+        await meta.put("/admin/policies/public", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+        await meta.ensure_defaults("standalone", urls, ["admin"])
+        assert meta.get("/admin/clusters/standalone")[0] == urls
+        assert meta.tenant_info("public")["adminRoles"] == ["ops"]
 
     run_storage(scenario)
 
@@ -19,6 +30,7 @@ def test_public_default_exists_on_first_start(run_storage):
 def test_records_survive_restart_and_versions_guard_updates(run_storage):
     async def first(factory):
         meta = factory.metadata
+        await meta.ensure_defaults("standalone", {}, [])
         await meta.create_tenant("acme", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
         await meta.create_namespace("acme/orders", {"retention_policies": {"retentionTimeInMinutes": 5}})
         await meta.create_partitioned_topic("persistent://acme/orders/in", 4)
