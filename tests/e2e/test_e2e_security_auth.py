@@ -263,3 +263,16 @@ def test_http_service_url_works_for_a_role_that_may_produce_and_consume(secured,
     assert refused.json() == {
         "reason": f"Unauthorized to validateTopicOperation for operation [LOOKUP] on topic [{topic}]"
     }
+
+
+def test_a_topic_of_a_tenant_that_does_not_exist_is_not_found(secured, client_factory) -> None:
+    """With authorization on, a role that is no super user asking for a topic in a tenant (or namespace)
+    that does not exist gets TopicNotFound, as from Pulsar's ServerCnx, not an authorization error; a
+    topic of an existing namespace it may not use stays an authorization error."""
+    client = _client(client_factory, secured, pulsar.AuthenticationToken(token(SECRET, "carol")))
+    with pytest.raises(pulsar.TopicNotFound):
+        client.create_producer(f"persistent://no-such-tenant/ns/t-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(pulsar.TopicNotFound):
+        client.subscribe(f"persistent://public/no-such-namespace/t-{uuid.uuid4().hex[:8]}", "sub")
+    with pytest.raises(pulsar.AuthorizationError):
+        client.create_producer(_topic())

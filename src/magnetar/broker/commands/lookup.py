@@ -44,21 +44,10 @@ def handlers(connection: ServerConnection) -> dict[int, CommandHandler]:
 async def on_partitioned_metadata(connection: ServerConnection, request: CommandPartitionedTopicMetadata) -> None:
     try:
         name = TopicName.parse(request.topic)
-        if connection.context.authorization.enabled and not connection.context.authorization.can_lookup(
-            name, connection.auth.role
-        ):
-            log.info(
-                "[%s] Role %s may not get partition metadata of %s",
-                connection.remote_address,
-                connection.auth.role,
-                name,
-            )
+        refusal = _lookup_refusal(connection, name, "Get Partition Metadata")
+        if refusal is not None:
             connection.write(
-                commands.partitioned_metadata_response(
-                    request.request_id,
-                    error_code="AuthorizationError",
-                    message="Client is not authorized to Get Partition Metadata",
-                )
+                commands.partitioned_metadata_response(request.request_id, error_code=refusal[0], message=refusal[1])
             )
             return
         partitions = await connection.context.lookup.partitions(name)
@@ -82,15 +71,9 @@ def on_lookup(connection: ServerConnection, request: CommandLookupTopic) -> None
             commands.lookup_response(request.request_id, error_code="InvalidTopicName", message=str(error))
         )
         return
-    if connection.context.authorization.enabled and not connection.context.authorization.can_lookup(
-        name, connection.auth.role
-    ):
-        log.info("[%s] Role %s is not authorized to Lookup %s", connection.remote_address, connection.auth.role, name)
-        connection.write(
-            commands.lookup_response(
-                request.request_id, error_code="AuthorizationError", message="Client is not authorized to Lookup"
-            )
-        )
+    refusal = _lookup_refusal(connection, name, "Lookup")
+    if refusal is not None:
+        connection.write(commands.lookup_response(request.request_id, error_code=refusal[0], message=refusal[1]))
         return
     try:
         # The listener the client names (Java's listenerName, Go's ListenerName, Python's listener_name),
@@ -104,7 +87,18 @@ def on_lookup(connection: ServerConnection, request: CommandLookupTopic) -> None
     connection.write(commands.lookup_response(request.request_id, url, broker_service_url_tls=url_tls))
 
 
-# ---------------------------------------------------------------------------- producers
+def _lookup_refusal(connection: ServerConnection, name: TopicName, operation: str) -> tuple[str, str] | None:
+    """(error code, message) when the client's role may not look `name` up, None when it may. A role that
+    is no super user asking for a topic of a namespace (or tenant) that does not exist gets TopicNotFound,
+    as Pulsar's ServerCnx answers when its authorization provider finds no namespace policies."""
+    authorization, role = connection.context.authorization, connection.auth.role
+    if not authorization.enabled or authorization.can_lookup(name, role):
+        return None
+    if not connection.context.registry.namespace_exists(name.namespace_name):
+        log.info("[%s] %s of %s: its namespace does not exist", connection.remote_address, operation, name)
+        return "TopicNotFound", f"Tenant or namespace or topic does not exist: {name.namespace_name}"
+    log.info("[%s] Role %s is not authorized to %s %s", connection.remote_address, role, operation, name)
+    return "AuthorizationError", f"Client is not authorized to {operation}"
 
 
 def on_get_topics_of_namespace(connection: ServerConnection, request: CommandGetTopicsOfNamespace) -> None:
