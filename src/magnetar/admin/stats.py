@@ -164,9 +164,9 @@ def replication_stats(
     found: dict[str, dict[str, Any]] = {}
     for cluster, replicator in topic.replicators.items():
         outbound = replicator.stats()
-        since_ms = outbound["outboundConnectedSince"]
+        since_ms = outbound.outbound_connected_since_ms
         rate, throughput = _rates(
-            replicator, since_ms or int(now_s * 1000), (outbound["msgOutCount"], outbound["bytesOutCount"]), now_s
+            replicator, since_ms or int(now_s * 1000), (outbound.msg_out_count, outbound.bytes_out_count), now_s
         )
         remote = inbound.get(cluster)
         stats: dict[str, Any] = {
@@ -175,19 +175,19 @@ def replication_stats(
             "msgThroughputIn": remote[1]["msgThroughputIn"] if remote else 0.0,
             "bytesInCount": remote[0].bytes_in_counter if remote else 0,
             "msgRateOut": rate,
-            "msgOutCount": outbound["msgOutCount"],
+            "msgOutCount": outbound.msg_out_count,
             "msgThroughputOut": throughput,
-            "bytesOutCount": outbound["bytesOutCount"],
+            "bytesOutCount": outbound.bytes_out_count,
             "msgRateExpired": 0.0,
-            "replicationBacklog": outbound["replicationBacklog"],
-            "connected": outbound["connected"],
-            "replicationDelayInSeconds": outbound["replicationDelayInSeconds"],
+            "replicationBacklog": outbound.replication_backlog,
+            "connected": outbound.connected,
+            "replicationDelayInSeconds": outbound.replication_delay_s,
         }
         if remote:
             stats["inboundConnection"] = remote[1]["address"]
             stats["inboundConnectedSince"] = remote[1]["connectedSince"]
-        if outbound["outboundConnection"] is not None:
-            stats["outboundConnection"] = outbound["outboundConnection"]
+        if outbound.outbound_connection is not None:
+            stats["outboundConnection"] = outbound.outbound_connection
         if since_ms:
             stats["outboundConnectedSince"] = iso_time(since_ms)
         stats["msgExpiredCount"] = 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from magnetar.protocol.forwarding import forwarded_sends
@@ -76,6 +77,21 @@ def remote_cluster_of(producer: str) -> str | None:
     if not producer.startswith(prefix):
         return None
     return producer[len(prefix) :].split("-->", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicatorFigures:
+    """A replicator's outbound side, as Pulsar's ReplicatorStats reports it: entries and payload bytes sent
+    since the topic loaded, the entries not replicated yet, how long the oldest unanswered send has
+    waited, the connection."""
+
+    msg_out_count: int
+    bytes_out_count: int
+    replication_backlog: int
+    connected: bool
+    replication_delay_s: int
+    outbound_connection: str | None
+    outbound_connected_since_ms: int | None
 
 
 class ClusterDirectory(Protocol):
@@ -444,18 +460,16 @@ class Replicator:
 
     # ------------------------------------------------------------------------------- stats
 
-    def stats(self) -> dict[str, Any]:
-        """What Pulsar's ReplicatorStats says of the outbound side; rates are the admin API's."""
+    def stats(self) -> ReplicatorFigures:
+        """What Pulsar's ReplicatorStats says of the outbound side; rates and Pulsar's JSON are the admin API's."""
         producer = self.producer
         oldest = producer.oldest_pending_since_ms if producer is not None else None
-        delay_s = max(0, (self._clock.time_ms() - oldest) // 1000) if oldest is not None else 0
-        return {
-            "msgOutCount": self.msg_out_counter,
-            "bytesOutCount": self.bytes_out_counter,
-            "replicationBacklog": self.backlog(),
-            "connected": self.connected,
-            "replicationDelayInSeconds": delay_s,
-            "outboundConnection": producer.channel if producer is not None and producer.connected else None,
-            "outboundConnectedSince": self.connected_since_ms,
-            "state": self.state,
-        }
+        return ReplicatorFigures(
+            msg_out_count=self.msg_out_counter,
+            bytes_out_count=self.bytes_out_counter,
+            replication_backlog=self.backlog(),
+            connected=self.connected,
+            replication_delay_s=max(0, (self._clock.time_ms() - oldest) // 1000) if oldest is not None else 0,
+            outbound_connection=producer.channel if producer is not None and producer.connected else None,
+            outbound_connected_since_ms=self.connected_since_ms,
+        )
