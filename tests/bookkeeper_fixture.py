@@ -17,6 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 REPOSITORY = Path(__file__).resolve().parents[1]
 CLASSPATH_FILE = REPOSITORY / "build" / "bookkeeper" / "classpath.txt"
 CLASSES = REPOSITORY / "build" / "bookkeeper" / "classes"
@@ -234,3 +236,19 @@ class LocalBookKeeperCluster:
             bookie.stop()
         if self._zookeeper is not None:
             self._zookeeper.stop()
+
+
+def start_cluster(tmp_path_factory: pytest.TempPathFactory, bookies: int = 3) -> LocalBookKeeperCluster:
+    """A started cluster under a fresh temporary directory; without Java or the jars the test fails with a
+    line that says what to install or run. It lives here, not in tests/bookkeeper/conftest.py: a module
+    imported as `conftest` is whichever directory's conftest the run collected last."""
+    cluster = LocalBookKeeperCluster(tmp_path_factory.mktemp("bookkeeper"), bookies=bookies)
+    try:
+        cluster.start()
+    except MissingJava as missing:
+        cluster.stop()
+        pytest.fail(str(missing), pytrace=False)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster

@@ -8,20 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookkeeper_fixture import LocalBookKeeperCluster, MissingJava
-
-
-def start_cluster(tmp_path_factory: pytest.TempPathFactory, bookies: int = 3) -> LocalBookKeeperCluster:
-    cluster = LocalBookKeeperCluster(tmp_path_factory.mktemp("bookkeeper"), bookies=bookies)
-    try:
-        cluster.start()
-    except MissingJava as missing:
-        cluster.stop()
-        pytest.fail(str(missing), pytrace=False)
-    except BaseException:
-        cluster.stop()
-        raise
-    return cluster
+from bookkeeper_fixture import LocalBookKeeperCluster, start_cluster
 
 
 @pytest.fixture(scope="module")

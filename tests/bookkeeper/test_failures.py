@@ -10,8 +10,7 @@ from collections.abc import Iterator
 import pytest
 from test_conformance import connect, shell_entries, shell_metadata
 
-from bookkeeper_fixture import LocalBookKeeperCluster
-from conftest import start_cluster
+from bookkeeper_fixture import LocalBookKeeperCluster, start_cluster
 from magnetar.bookkeeper.errors import BKError
 
 ENTRIES = 400
