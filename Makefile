@@ -136,13 +136,15 @@ bench: setup
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
 
-# Regenerates src/magnetar/protocol/pulsar_api_pb2.py, pulsar_markers_pb2.py and bookkeeper/data_formats_pb2.py, which are committed so
+# Regenerates src/magnetar/protocol/pulsar_api_pb2.py, pulsar_markers_pb2.py and bookkeeper/data_formats_pb2.py, and
+# their type stubs (_pb2.pyi, mypy-protobuf: mypy then checks every message built or read), which are committed so
 # that running magnetar needs only `protobuf`. grpcio-tools 1.63.0 carries protoc 26.1, whose output loads on every protobuf >= 5
 # that pyproject allows (newer protoc output refuses runtimes older than itself); it installs into
 # build/ so that the venv's own protobuf stays as pyproject resolved it.
 PROTO_TOOLS := build/grpc-tools
+PROTOS := src/magnetar/protocol/pulsar_api.proto src/magnetar/protocol/pulsar_markers.proto src/magnetar/bookkeeper/data_formats.proto
 .PHONY: proto
 proto: setup
-	$(BIN)/pip install --quiet --no-deps --target $(PROTO_TOOLS) 'grpcio-tools==1.63.0'
-	PYTHONPATH=$(PROTO_TOOLS) $(BIN)/python -m grpc_tools.protoc -Isrc --python_out=src src/magnetar/protocol/pulsar_api.proto src/magnetar/protocol/pulsar_markers.proto \
-		src/magnetar/bookkeeper/data_formats.proto
+	$(BIN)/pip install --quiet --no-deps --target $(PROTO_TOOLS) 'grpcio-tools==1.63.0' 'mypy-protobuf==5.1.0'
+	PATH=$(CURDIR)/$(PROTO_TOOLS)/bin:$$PATH PYTHONPATH=$(PROTO_TOOLS) $(BIN)/python -m grpc_tools.protoc -Isrc \
+		--python_out=src --mypy_out=src $(PROTOS)

@@ -19,8 +19,6 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from google.protobuf.internal.decoder import _DecodeVarint32
-from google.protobuf.internal.encoder import _VarintBytes
 from google.protobuf.message import DecodeError
 
 from magnetar.bookkeeper.data_formats_pb2 import LedgerMetadataFormat
@@ -134,8 +132,8 @@ def serialize(metadata: LedgerMetadata) -> bytes:
         ensembleSize=metadata.ensemble_size,
         length=metadata.length,
         lastEntryId=metadata.last_entry_id,
-        state=int(metadata.state),
-        digestType=int(metadata.digest_type),
+        state=LedgerMetadataFormat.State.ValueType(int(metadata.state)),
+        digestType=LedgerMetadataFormat.DigestType.ValueType(int(metadata.digest_type)),
         password=metadata.password,
         cToken=metadata.c_token,
     )
@@ -146,7 +144,7 @@ def serialize(metadata: LedgerMetadata) -> bytes:
     for first_entry_id, bookies in metadata.ensembles:
         message.segment.add(firstEntryId=first_entry_id, ensembleMember=bookies)
     body = message.SerializeToString()
-    return b"".join((_V3_HEADER, _VarintBytes(len(body)), body))
+    return b"".join((_V3_HEADER, _varint(len(body)), body))
 
 
 def parse(data: bytes, ledger_id: int) -> LedgerMetadata:
@@ -162,7 +160,7 @@ def parse(data: bytes, ledger_id: int) -> LedgerMetadata:
             f"ledger {ledger_id}: metadata format version {version.decode(errors='replace')} (only 3 is read)"
         )
     try:
-        size, offset = _DecodeVarint32(data, end + 1)
+        size, offset = _read_varint(data, end + 1)
         if offset + size > len(data):
             raise DecodeError(f"{size} bytes announced, {len(data) - offset} present")
         message = LedgerMetadataFormat.FromString(data[offset : offset + size])
@@ -198,3 +196,30 @@ def ledger_path(ledgers_root: str, ledger_id: int) -> str:
         return f"{ledgers_root}/{digits[:2]}/{digits[2:6]}/L{digits[6:]}"
     digits = f"{ledger_id:019d}"
     return f"{ledgers_root}/{digits[:3]}/{digits[3:7]}/{digits[7:11]}/{digits[11:15]}/L{digits[15:]}"
+
+
+def _varint(value: int) -> bytes:
+    """Protobuf's base-128 varint of a non-negative int: the length before a v3 metadata message."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _read_varint(data: bytes, offset: int) -> tuple[int, int]:
+    """(value, offset after it) of the varint at `offset`; DecodeError when it runs past the data or
+    past 32 bits, as protobuf's own reader refuses a length that large."""
+    value = shift = 0
+    while True:
+        if offset >= len(data):
+            raise DecodeError("truncated varint")
+        byte = data[offset]
+        offset += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, offset
+        shift += 7
+        if shift >= 32:
+            raise DecodeError("varint longer than 32 bits")

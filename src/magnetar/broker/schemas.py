@@ -114,7 +114,7 @@ def to_wire(name: str, stored: StoredSchema) -> Schema:
     return Schema(
         name=name,
         schema_data=stored.data,
-        type=SCHEMA_TYPES.get(stored.type, 0),
+        type=Schema.Type.ValueType(SCHEMA_TYPES.get(stored.type, 0)),
         properties=[KeyValue(key=k, value=v) for k, v in sorted(stored.properties.items())],
     )
 

@@ -48,7 +48,8 @@ from magnetar.core.events import (
 from magnetar.positions import EARLIEST, Position
 from magnetar.protocol import messages
 from magnetar.protocol.framing import ProtocolError
-from magnetar.protocol.markers import MARKER_PRODUCER_NAME, SNAPSHOT, is_marker, parse_marker
+from magnetar.protocol.markers import MARKER_PRODUCER_NAME, is_marker, parse_marker
+from magnetar.protocol.pulsar_markers_pb2 import ReplicatedSubscriptionsSnapshot
 from magnetar.replication.acked_ranges import positions_in, subscription_acked_ranges, uncovered
 from magnetar.replication.snapshots import ReplicatedSubscriptionSnapshotCache, cached_snapshot
 from magnetar.storage import ManagedCursor
@@ -338,7 +339,7 @@ class PersistentSubscription(Generic[T]):
                 marker = parse_marker(stored.data)
             except (ProtocolError, messages.ChecksumError):
                 continue
-            if marker is not None and marker.marker_type == SNAPSHOT and marker.body is not None:
+            if marker is not None and isinstance(marker.body, ReplicatedSubscriptionsSnapshot):
                 cache.add_new_snapshot(cached_snapshot(marker.body))
 
     def _mark_delete_moved(self, before: Position) -> None:

@@ -51,7 +51,14 @@ from magnetar.client.wire import (
 )
 from magnetar.protocol.framing import encode_frame
 from magnetar.protocol.messages import parse_entry
-from magnetar.protocol.pulsar_api_pb2 import BaseCommand, CommandSend, CommandSubscribe, ServerError
+from magnetar.protocol.pulsar_api_pb2 import (
+    BaseCommand,
+    CommandFlow,
+    CommandSend,
+    CommandSendError,
+    CommandSubscribe,
+    ServerError,
+)
 
 __all__ = ["main", "percentiles"]
 
@@ -403,7 +410,7 @@ def produce_magnetar(args: argparse.Namespace) -> int:
                     closed_at, count, sequence = in_flight.popleft()
                     if answer.sequence_id != sequence:
                         raise ConnectionLost(f"receipt for sequence id {answer.sequence_id}, expected {sequence}")
-                    if kind == BaseCommand.SEND_ERROR:
+                    if isinstance(answer, CommandSendError):
                         if not failures:
                             print(
                                 f"produce: SEND_ERROR {ServerError.Name(answer.error)}: {answer.message}",
@@ -680,7 +687,7 @@ def consume_magnetar(args: argparse.Namespace) -> int:
 
 
 def _flow_frame(consumer_id: int, permits: int) -> bytes:
-    flow = {"consumer_id": consumer_id, "messagePermits": permits}
+    flow = CommandFlow(consumer_id=consumer_id, messagePermits=permits)
     return encode_frame(BaseCommand(type=BaseCommand.FLOW, flow=flow))
 
 

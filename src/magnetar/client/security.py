@@ -19,7 +19,7 @@ import urllib.parse
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from magnetar.protocol.pulsar_api_pb2 import BaseCommand
+from magnetar.protocol.pulsar_api_pb2 import AuthData, BaseCommand, CommandAuthResponse
 
 __all__ = ["ClientSecurity", "auth_kind", "auth_values"]
 
@@ -118,10 +118,12 @@ class ClientSecurity:
 
     def auth_response(self, client_version: str, protocol_version: int) -> BaseCommand:
         """The AUTH_RESPONSE to a broker's AUTH_CHALLENGE: fresh credentials of the same method."""
-        response = {"auth_method_name": self.auth_method or "none", "auth_data": self.fresh_auth_data()}
+        response = AuthData(auth_method_name=self.auth_method or "none", auth_data=self.fresh_auth_data())
         return BaseCommand(
             type=BaseCommand.AUTH_RESPONSE,
-            authResponse={"client_version": client_version, "protocol_version": protocol_version, "response": response},
+            authResponse=CommandAuthResponse(
+                client_version=client_version, protocol_version=protocol_version, response=response
+            ),
         )
 
     def http_authorization(self) -> str | None:

@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from magnetar.client.security import ClientSecurity
@@ -30,8 +31,20 @@ from magnetar.protocol.framing import Frame, FrameDecoder, encode_frame
 from magnetar.protocol.messages import ParsedEntry, parse_entry
 from magnetar.protocol.pulsar_api_pb2 import (
     BaseCommand,
+    CommandAck,
+    CommandCloseConsumer,
+    CommandCloseProducer,
+    CommandConnect,
+    CommandFlow,
+    CommandGetLastMessageId,
+    CommandGetTopicsOfNamespace,
+    CommandPartitionedTopicMetadata,
+    CommandPong,
+    CommandProducer,
+    CommandSend,
     CommandSubscribe,
     KeySharedMode,
+    MessageIdData,
     ServerError,
 )
 
@@ -130,8 +143,9 @@ class Connection:
         self._backlog: deque[Frame] = deque()
         self.closed = False
         # The broker challenges credentials that expire on a live connection; `_received` answers.
-        connect = {"client_version": CLIENT_VERSION, "protocol_version": PROTOCOL_VERSION} | security.connect_fields()
-        self.send_command(BaseCommand(type=BaseCommand.CONNECT, connect=connect))
+        connect: dict[str, Any] = {"client_version": CLIENT_VERSION, "protocol_version": PROTOCOL_VERSION}
+        connect |= security.connect_fields()
+        self.send_command(BaseCommand(type=BaseCommand.CONNECT, connect=CommandConnect(**connect)))
         frame = self.next_frame(
             lambda f: f.command.type in (BaseCommand.CONNECTED, BaseCommand.ERROR), time.monotonic() + timeout_s
         )
@@ -278,7 +292,8 @@ class Connection:
         request_id = self.next_id()
         answer = self.request(
             BaseCommand(
-                type=BaseCommand.PARTITIONED_METADATA, partitionMetadata={"topic": topic, "request_id": request_id}
+                type=BaseCommand.PARTITIONED_METADATA,
+                partitionMetadata=CommandPartitionedTopicMetadata(topic=topic, request_id=request_id),
             ),
             request_id,
         ).partitionMetadataResponse
@@ -291,7 +306,9 @@ class Connection:
         answer = self.request(
             BaseCommand(
                 type=BaseCommand.GET_TOPICS_OF_NAMESPACE,
-                getTopicsOfNamespace={"request_id": request_id, "namespace": namespace, "mode": 0},
+                getTopicsOfNamespace=CommandGetTopicsOfNamespace(
+                    request_id=request_id, namespace=namespace, mode=CommandGetTopicsOfNamespace.PERSISTENT
+                ),
             ),
             request_id,
         )
@@ -316,7 +333,7 @@ class Connection:
         for any reader). Returns its consumer id."""
         consumer_id = self.next_id()
         request_id = self.next_id()
-        fields: dict[str, object] = {
+        fields: dict[str, Any] = {
             "topic": topic,
             "subscription": subscription,
             "subType": sub_type,
@@ -334,25 +351,25 @@ class Connection:
                 "keySharedMode": KeySharedMode.STICKY,
                 "hashRanges": [{"start": lo, "end": hi} for lo, hi in hash_ranges],
             }
-        self.request(BaseCommand(type=BaseCommand.SUBSCRIBE, subscribe=fields), request_id)
+        self.request(BaseCommand(type=BaseCommand.SUBSCRIBE, subscribe=CommandSubscribe(**fields)), request_id)
         return consumer_id
 
     def flow(self, consumer_id: int, permits: int) -> None:
         self.send_command(
-            BaseCommand(type=BaseCommand.FLOW, flow={"consumer_id": consumer_id, "messagePermits": permits})
+            BaseCommand(type=BaseCommand.FLOW, flow=CommandFlow(consumer_id=consumer_id, messagePermits=permits))
         )
 
     def ack_cumulative(self, consumer_id: int, position: tuple[int, int], wait: bool = False) -> None:
-        fields: dict[str, object] = {
+        fields: dict[str, Any] = {
             "consumer_id": consumer_id,
             "ack_type": 1,
             "message_id": [{"ledgerId": position[0] & _U64, "entryId": position[1] & _U64}],
         }
         if not wait:
-            self.send_command(BaseCommand(type=BaseCommand.ACK, ack=fields))
+            self.send_command(BaseCommand(type=BaseCommand.ACK, ack=CommandAck(**fields)))
             return
         request_id = fields["request_id"] = self.next_id()
-        self.request(BaseCommand(type=BaseCommand.ACK, ack=fields), request_id)
+        self.request(BaseCommand(type=BaseCommand.ACK, ack=CommandAck(**fields)), request_id)
 
     def last_message_id(self, consumer_id: int) -> tuple[tuple[int, int], tuple[int, int] | None]:
         """(the topic's last entry, the consumer's mark-delete position)."""
@@ -360,7 +377,7 @@ class Connection:
         answer = self.request(
             BaseCommand(
                 type=BaseCommand.GET_LAST_MESSAGE_ID,
-                getLastMessageId={"consumer_id": consumer_id, "request_id": request_id},
+                getLastMessageId=CommandGetLastMessageId(consumer_id=consumer_id, request_id=request_id),
             ),
             request_id,
         ).getLastMessageIdResponse
@@ -375,7 +392,8 @@ class Connection:
         request_id = self.next_id()
         self.request(
             BaseCommand(
-                type=BaseCommand.CLOSE_CONSUMER, close_consumer={"consumer_id": consumer_id, "request_id": request_id}
+                type=BaseCommand.CLOSE_CONSUMER,
+                close_consumer=CommandCloseConsumer(consumer_id=consumer_id, request_id=request_id),
             ),
             request_id,
         )
@@ -399,12 +417,12 @@ class Connection:
 def individual_ack_frame(consumer_id: int, positions: Sequence[tuple[int, int]]) -> bytes:
     """One ACK frame for whole entries (every message of a batch), as a client groups its acks; a
     pipelined caller queues it with `Connection.pump`."""
-    message_ids = [{"ledgerId": ledger & _U64, "entryId": entry & _U64} for ledger, entry in positions]
-    fields = {"consumer_id": consumer_id, "ack_type": 0, "message_id": message_ids}
-    return encode_frame(BaseCommand(type=BaseCommand.ACK, ack=fields))
+    message_ids = [MessageIdData(ledgerId=ledger & _U64, entryId=entry & _U64) for ledger, entry in positions]
+    ack = CommandAck(consumer_id=consumer_id, ack_type=CommandAck.Individual, message_id=message_ids)
+    return encode_frame(BaseCommand(type=BaseCommand.ACK, ack=ack))
 
 
-_PONG = encode_frame(BaseCommand(type=BaseCommand.PONG, pong={}))
+_PONG = encode_frame(BaseCommand(type=BaseCommand.PONG, pong=CommandPong()))
 
 # Which BaseCommand field of a reply carries the request id it answers.
 _RESPONSE_FIELDS = {
@@ -547,13 +565,13 @@ class Producer:
         answer = connection.request(
             BaseCommand(
                 type=BaseCommand.PRODUCER,
-                producer={
-                    "topic": topic,
-                    "producer_id": self.producer_id,
-                    "request_id": request_id,
-                    "producer_name": name,
-                    "user_provided_producer_name": True,
-                },
+                producer=CommandProducer(
+                    topic=topic,
+                    producer_id=self.producer_id,
+                    request_id=request_id,
+                    producer_name=name,
+                    user_provided_producer_name=True,
+                ),
             ),
             request_id,
         ).producer_success
@@ -565,12 +583,12 @@ class Producer:
         """Send one entry; `section` is its payload section (checksum, metadata, payload)."""
         while len(self._in_flight) >= PRODUCER_PENDING_MAX:
             self._receive_one()
-        fields: dict[str, object] = {"producer_id": self.producer_id, "sequence_id": sequence_id}
+        fields: dict[str, Any] = {"producer_id": self.producer_id, "sequence_id": sequence_id}
         if num_messages != 1:
             fields["num_messages"] = num_messages
         if highest_sequence_id != sequence_id:
             fields["highest_sequence_id"] = highest_sequence_id
-        self.connection.send_command(BaseCommand(type=BaseCommand.SEND, send=fields), section)
+        self.connection.send_command(BaseCommand(type=BaseCommand.SEND, send=CommandSend(**fields)), section)
         self._in_flight.append(sequence_id)
 
     def flush(self) -> list[Receipt]:
@@ -609,7 +627,7 @@ class Producer:
         self.connection.request(
             BaseCommand(
                 type=BaseCommand.CLOSE_PRODUCER,
-                close_producer={"producer_id": self.producer_id, "request_id": request_id},
+                close_producer=CommandCloseProducer(producer_id=self.producer_id, request_id=request_id),
             ),
             request_id,
         )

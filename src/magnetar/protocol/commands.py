@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from magnetar.protocol.framing import encode_frame
 from magnetar.protocol.pulsar_api_pb2 import (
     BaseCommand,
     CommandLookupTopicResponse,
     CommandPartitionedTopicMetadataResponse,
+    CommandPing,
+    CommandPong,
     MessageIdData,
     Schema,
     ServerError,
@@ -73,9 +76,9 @@ def wire_id(value: int) -> int:
     return value & _U64
 
 
-def _error_code(code: int | str) -> int:
+def _error_code(code: int | str) -> ServerError.ValueType:
     """A ServerError given by value or by name ("ChecksumError"), as core errors carry it."""
-    return ServerError.Value(code) if isinstance(code, str) else code
+    return ServerError.Value(code) if isinstance(code, str) else ServerError.ValueType(code)
 
 
 def _message_id(
@@ -90,8 +93,11 @@ def _message_id(
         target.batch_index = batch_index
 
 
-def _frame(command_type: int, field: str, **fields: object) -> bytes:
-    command = BaseCommand(type=command_type, **{field: fields})
+def _frame(command_type: BaseCommand.Type.ValueType, field: str, **fields: object) -> bytes:
+    # The sub-message as a mapping: protobuf builds it from the field values, so a command is built in one
+    # call (the stubs type each sub-message argument as its class).
+    sub_message: dict[str, Any] = {field: fields}
+    command = BaseCommand(type=command_type, **sub_message)
     return encode_frame(command)
 
 
@@ -112,8 +118,8 @@ def connected(server_version: str, protocol_version: int, max_message_size: int)
 
 # PING and PONG carry an empty sub-message (fields 18 and 19 of BaseCommand), which the client expects to
 # be present: the C++ client sets it on its own PINGs.
-_PING = encode_frame(BaseCommand(type=BaseCommand.PING, ping={}))
-_PONG = encode_frame(BaseCommand(type=BaseCommand.PONG, pong={}))
+_PING = encode_frame(BaseCommand(type=BaseCommand.PING, ping=CommandPing()))
+_PONG = encode_frame(BaseCommand(type=BaseCommand.PONG, pong=CommandPong()))
 
 
 def ping() -> bytes:

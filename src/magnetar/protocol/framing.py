@@ -35,6 +35,7 @@ __all__ = [
     "SendReceipt",
     "command_field_name",
     "encode_frame",
+    "missing_fields",
 ]
 
 # Pulsar's `maxMessageSize` default (5 MiB). The client assumes it until CONNECTED.max_message_size says
@@ -85,7 +86,8 @@ class Frame(NamedTuple):
     @property
     def body(self) -> Message:
         """The sub-message the type names, e.g. the `CommandSend` of a SEND."""
-        return getattr(self.command, _FIELD_NAME_BY_TYPE[self.command.type])
+        body: Message = getattr(self.command, _FIELD_NAME_BY_TYPE[self.command.type])
+        return body
 
 
 class SendReceipt(NamedTuple):
@@ -237,7 +239,8 @@ class FrameDecoder:
                         continue
                 command = BaseCommand()
                 try:
-                    command.ParseFromString(view[offset + _HEADER_BYTES : command_end])
+                    # upb parses any buffer: the memoryview saves a copy (the stub says bytes).
+                    command.ParseFromString(view[offset + _HEADER_BYTES : command_end])  # type: ignore[arg-type]
                 except DecodeError as error:
                     raise ProtocolError(f"unparsable BaseCommand: {error}") from error
                 if command.type == _SEND:
@@ -444,18 +447,26 @@ def _check_sizes(total_size: int, command_size: int | None, max_frame_size: int)
         raise ProtocolError(f"command size {command_size} does not fit frame total size {total_size}")
 
 
+def missing_fields(message: Message) -> str:
+    """The required fields `message` lacks, comma-separated (upb's parser does not enforce proto2
+    `required`: a message found not IsInitialized() after parsing is named with this)."""
+    errors: list[str] = []
+    # The runtime fills the list it is given; types-protobuf's stub of IsInitialized takes none.
+    message.IsInitialized(errors)  # type: ignore[call-arg]
+    return ", ".join(errors)
+
+
 def _check_command(command: BaseCommand) -> None:
     # upb's parser does not enforce proto2 `required`; a missing field would surface later as a default
     # value the client never sent, so it is checked here, once, for the whole command.
     if not command.IsInitialized():
-        missing = ", ".join(command.FindInitializationErrors())
-        raise ProtocolError(f"BaseCommand lacks required fields: {missing}")
-    if not command.HasField(_FIELD_NAME_BY_TYPE[command.type]):
+        raise ProtocolError(f"BaseCommand lacks required fields: {missing_fields(command)}")
+    if not command.HasField(_FIELD_NAME_BY_TYPE[command.type]):  # type: ignore[arg-type]  # a field name by type
         raise ProtocolError(
             f"BaseCommand of type {_type_name(command.type)} lacks its `{_FIELD_NAME_BY_TYPE[command.type]}` field"
         )
 
 
 def _type_name(command_type: int) -> str:
-    name: str = BaseCommand.Type.Name(command_type)
+    name: str = BaseCommand.Type.Name(BaseCommand.Type.ValueType(command_type))
     return name

@@ -27,7 +27,7 @@ from google.protobuf.message import DecodeError, Message
 
 from magnetar.positions import Position
 from magnetar.protocol.commands import wire_id
-from magnetar.protocol.framing import ProtocolError
+from magnetar.protocol.framing import ProtocolError, missing_fields
 from magnetar.protocol.messages import encode_entry, parse_entry
 from magnetar.protocol.pulsar_api_pb2 import MessageMetadata
 from magnetar.protocol.pulsar_markers_pb2 import (
@@ -166,8 +166,7 @@ def parse_marker(section: bytes) -> Marker | None:
     except DecodeError as error:
         raise ProtocolError(f"unparsable {body_type.__name__}: {error}") from error
     if not body.IsInitialized():
-        missing = ", ".join(body.FindInitializationErrors())
-        raise ProtocolError(f"{body_type.__name__} lacks required fields: {missing}")
+        raise ProtocolError(f"{body_type.__name__} lacks required fields: {missing_fields(body)}")
     return Marker(parsed.marker_type, parsed.metadata, body)
 
 

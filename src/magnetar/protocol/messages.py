@@ -27,7 +27,7 @@ import crc32c
 from google.protobuf.message import DecodeError, Message
 
 from magnetar.core.sticky_key import key_hash, sticky_key
-from magnetar.protocol.framing import ProtocolError
+from magnetar.protocol.framing import ProtocolError, missing_fields
 from magnetar.protocol.pulsar_api_pb2 import BrokerEntryMetadata, MessageMetadata, SingleMessageMetadata
 
 __all__ = [
@@ -333,9 +333,10 @@ def _parse(message_type: type[_M], view: memoryview, start: int, end: int, what:
         raise ProtocolError(f"{what} of {end - start} bytes overruns the payload section ({len(view) - start} remain)")
     message: _M = message_type()
     try:
-        message.ParseFromString(view[start:end])
+        # upb parses any buffer: the memoryview saves a copy (the stub says bytes).
+        message.ParseFromString(view[start:end])  # type: ignore[arg-type]
     except DecodeError as error:
         raise ProtocolError(f"unparsable {what}: {error}") from error
     if not message.IsInitialized():
-        raise ProtocolError(f"{what} lacks required fields: {', '.join(message.FindInitializationErrors())}")
+        raise ProtocolError(f"{what} lacks required fields: {missing_fields(message)}")
     return message

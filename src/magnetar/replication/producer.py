@@ -31,7 +31,7 @@ import ssl
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn
 from urllib.parse import urlsplit
 
 from magnetar.client.security import ClientSecurity
@@ -48,7 +48,11 @@ from magnetar.protocol.framing import (
 )
 from magnetar.protocol.pulsar_api_pb2 import (
     BaseCommand,
+    CommandCloseProducer,
+    CommandConnect,
+    CommandLookupTopic,
     CommandLookupTopicResponse,
+    CommandProducer,
     CommandSendError,
     ProducerAccessMode,
     ServerError,
@@ -261,7 +265,7 @@ class RemoteProducer:
             return
         if self.connected:
             request_id = next(self._request_ids)
-            close = {"producer_id": PRODUCER_ID, "request_id": request_id}
+            close = CommandCloseProducer(producer_id=PRODUCER_ID, request_id=request_id)
             try:
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
                     await self._request(BaseCommand(type=BaseCommand.CLOSE_PRODUCER, close_producer=close), request_id)
@@ -338,14 +342,16 @@ class RemoteProducer:
         self._read_task = asyncio.get_running_loop().create_task(
             self._read_frames(self._reader), name=f"remote producer {self.producer_name} on {self.address}"
         )
-        connect: dict[str, object] = {"client_version": CLIENT_VERSION, "protocol_version": PROTOCOL_VERSION}
+        connect: dict[str, Any] = {"client_version": CLIENT_VERSION, "protocol_version": PROTOCOL_VERSION}
         try:
             connect |= self.security.connect_fields()
         except (OSError, ValueError) as error:
             raise RemoteUnavailable(f"no credentials for {self.address}: {error}") from error
         if proxy_to_broker_url is not None:
             connect["proxy_to_broker_url"] = proxy_to_broker_url
-        connected = await self._request(BaseCommand(type=BaseCommand.CONNECT, connect=connect), _CONNECT_REQUEST_ID)
+        connected = await self._request(
+            BaseCommand(type=BaseCommand.CONNECT, connect=CommandConnect(**connect)), _CONNECT_REQUEST_ID
+        )
         self._max_message_size = connected.connected.max_message_size or DEFAULT_MAX_MESSAGE_SIZE
 
     async def _reconnect(self, host: str, port: int, proxy_to_broker_url: str | None = None) -> None:
@@ -363,7 +369,7 @@ class RemoteProducer:
         authoritative = False
         for _ in range(_LOOKUPS_MAX):
             request_id = next(self._request_ids)
-            lookup = {"topic": self.topic, "request_id": request_id, "authoritative": authoritative}
+            lookup = CommandLookupTopic(topic=self.topic, request_id=request_id, authoritative=authoritative)
             answer = await self._request(BaseCommand(type=BaseCommand.LOOKUP, lookupTopic=lookup), request_id)
             response = answer.lookupTopicResponse
             if response.response == CommandLookupTopicResponse.Failed:
@@ -389,15 +395,15 @@ class RemoteProducer:
 
     async def _create_producer(self) -> None:
         request_id = next(self._request_ids)
-        producer = {
-            "topic": self.topic,
-            "producer_id": PRODUCER_ID,
-            "request_id": request_id,
-            "producer_name": self.producer_name,
+        producer = CommandProducer(
+            topic=self.topic,
+            producer_id=PRODUCER_ID,
+            request_id=request_id,
+            producer_name=self.producer_name,
             # The name is chosen, as Pulsar's replicator chooses it: the remote must not rename it.
-            "user_provided_producer_name": True,
-            "producer_access_mode": ProducerAccessMode.Shared,
-        }
+            user_provided_producer_name=True,
+            producer_access_mode=ProducerAccessMode.Shared,
+        )
         await self._request(BaseCommand(type=BaseCommand.PRODUCER, producer=producer), request_id)
         self.connected_since_ms = self._time_ms()
 

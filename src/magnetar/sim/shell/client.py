@@ -31,9 +31,15 @@ from magnetar.protocol.framing import FrameDecoder, encode_frame
 from magnetar.protocol.messages import encode_batch, encode_entry, parse_entry, split_batch
 from magnetar.protocol.pulsar_api_pb2 import (
     BaseCommand,
+    CommandAck,
+    CommandConnect,
+    CommandFlow,
+    CommandPong,
+    CommandRedeliverUnacknowledgedMessages,
     CommandSubscribe,
     KeySharedMeta,
     KeySharedMode,
+    MessageIdData,
     MessageMetadata,
     SingleMessageMetadata,
 )
@@ -161,7 +167,9 @@ class SimClient:
         self.open = True
         self.connected: asyncio.Future[None] = self.loop.create_future()
         self.send(
-            BaseCommand(type=BaseCommand.CONNECT, connect={"client_version": "magnetar-sim", "protocol_version": 20})
+            BaseCommand(
+                type=BaseCommand.CONNECT, connect=CommandConnect(client_version="magnetar-sim", protocol_version=20)
+            )
         )
 
     def send(self, command: BaseCommand, payload: bytes = b"") -> None:
@@ -226,7 +234,7 @@ class SimClient:
             if not self.connected.done():
                 self.connected.set_result(None)
         elif kind == BaseCommand.PING:
-            self.send(BaseCommand(type=BaseCommand.PONG, pong={}))
+            self.send(BaseCommand(type=BaseCommand.PONG, pong=CommandPong()))
         elif kind == BaseCommand.CLOSE_CONSUMER:
             consumer = self.consumers.get(command.close_consumer.consumer_id)
             if consumer is not None:
@@ -346,7 +354,7 @@ class SimConsumer:
 
     def _flow(self, permits: int) -> None:
         self.client.send(
-            BaseCommand(type=BaseCommand.FLOW, flow={"consumer_id": self.consumer_id, "messagePermits": permits})
+            BaseCommand(type=BaseCommand.FLOW, flow=CommandFlow(consumer_id=self.consumer_id, messagePermits=permits))
         )
 
     def on_message(self, message: Any, payload: bytes) -> None:
@@ -425,11 +433,10 @@ class SimConsumer:
         for delivery in sent:
             del self.held[(delivery.position, delivery.batch_index)]
         self.client.listener.acked(self, sorted(positions), sent)
-        ids = [{"ledgerId": p[0], "entryId": p[1]} for p in self._pending_acks]
+        ids = [MessageIdData(ledgerId=p[0], entryId=p[1]) for p in self._pending_acks]
         self._pending_acks = []
-        self.client.send(
-            BaseCommand(type=BaseCommand.ACK, ack={"consumer_id": self.consumer_id, "ack_type": 0, "message_id": ids})
-        )
+        ack = CommandAck(consumer_id=self.consumer_id, ack_type=CommandAck.Individual, message_id=ids)
+        self.client.send(BaseCommand(type=BaseCommand.ACK, ack=ack))
 
     def negative_acknowledge(self, delivery: Delivery) -> None:
         """Sends REDELIVER for the message's entry (the client's nack tracker, once its delay passed).
@@ -443,11 +450,13 @@ class SimConsumer:
         key = (delivery.position, delivery.batch_index)
         released = [self.held.pop(key)] if key in self.held else []
         self.client.listener.released(self, released, "nack")
-        ids = [{"ledgerId": delivery.position[0], "entryId": delivery.position[1]}]
+        ids = [MessageIdData(ledgerId=delivery.position[0], entryId=delivery.position[1])]
         self.client.send(
             BaseCommand(
                 type=BaseCommand.REDELIVER_UNACKNOWLEDGED_MESSAGES,
-                redeliverUnacknowledgedMessages={"consumer_id": self.consumer_id, "message_ids": ids},
+                redeliverUnacknowledgedMessages=CommandRedeliverUnacknowledgedMessages(
+                    consumer_id=self.consumer_id, message_ids=ids
+                ),
             )
         )
 
@@ -466,7 +475,9 @@ class SimConsumer:
         self.client.send(
             BaseCommand(
                 type=BaseCommand.REDELIVER_UNACKNOWLEDGED_MESSAGES,
-                redeliverUnacknowledgedMessages={"consumer_id": self.consumer_id, "consumer_epoch": self.epoch},
+                redeliverUnacknowledgedMessages=CommandRedeliverUnacknowledgedMessages(
+                    consumer_id=self.consumer_id, consumer_epoch=self.epoch
+                ),
             )
         )
         if cleared:
