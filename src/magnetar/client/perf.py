@@ -35,6 +35,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import accumulate
+from typing import Any
 
 import pulsar
 
@@ -356,106 +357,169 @@ def produce_magnetar(args: argparse.Namespace) -> int:
     except (BrokerError, ConnectionLost, ReadTimeout) as error:
         print(f"produce: {error}", file=sys.stderr)
         return 1
-    batcher = _KeyBatcher(args, producer.producer_id, producer.name)
-    total, rate, delay_s = args.messages, args.rate, args.batch_delay_ms / 1000 if args.batching else 0.0
-    outgoing = bytearray()
-    in_flight: collections.deque[tuple[float, int, int]] = collections.deque()
-    latencies, counts = array("d"), array("q")
-    generated = opened = received = failures = in_flight_messages = 0
-    opened_at = last_receipt = 0.0
-    cpu_start = _cpu_seconds()
-    start = heard_at = time.perf_counter()
-    next_report, reported, reported_batches, reported_at = start + REPORT_INTERVAL_S, 0, 0, start
+    run = _PipelinedProduce(args, _KeyBatcher(args, producer.producer_id, producer.name))
     try:
-        while received < total:
-            now = time.perf_counter()
-            open_count = generated - opened
-            allowed = min(
-                total - generated,
-                args.max_pending - in_flight_messages - open_count,
-                batcher.limit - open_count,
-            )
-            if rate:
-                allowed = min(allowed, int((now - start) * rate) + 1 - generated)
-            if allowed > 0:
-                if not open_count:
-                    opened_at = now
-                generated += allowed
-                open_count += allowed
-            if open_count and (open_count >= batcher.limit or generated == total or now - opened_at >= delay_s):
-                batcher.close(opened, generated, outgoing, in_flight, now)
-                in_flight_messages += open_count
-                opened, open_count = generated, 0
-            wake = min(next_report, now + RECEIPT_TIMEOUT_S)
-            if open_count:
-                wake = min(wake, opened_at + delay_s)
-            if min(total - generated, args.max_pending - in_flight_messages - open_count) > 0:
-                wake = min(wake, max(start + generated / rate, now + PACE_TICK_S) if rate else now)
-            frames = connection.pump(outgoing, wake - time.perf_counter())
-            now = time.perf_counter()
-            for frame in frames:
-                command = frame.command
-                kind = command.type
-                if kind == BaseCommand.SEND_RECEIPT or kind == BaseCommand.SEND_ERROR:
-                    answer = command.send_receipt if kind == BaseCommand.SEND_RECEIPT else command.send_error
-                    if answer.producer_id != producer.producer_id:
-                        continue
-                    closed_at, count, sequence = in_flight.popleft()
-                    if answer.sequence_id != sequence:
-                        raise ConnectionLost(f"receipt for sequence id {answer.sequence_id}, expected {sequence}")
-                    if kind == BaseCommand.SEND_ERROR:
-                        if not failures:
-                            print(
-                                f"produce: SEND_ERROR {ServerError.Name(answer.error)}: {answer.message}",
-                                file=sys.stderr,
-                            )
-                        failures += count
-                    latencies.append((now - closed_at) * 1e3)
-                    counts.append(count)
-                    received += count
-                    in_flight_messages -= count
-                    last_receipt = heard_at = now
-                elif kind == BaseCommand.CLOSE_PRODUCER:
-                    raise ConnectionLost("the broker closed the producer")
-            if in_flight and now - heard_at > RECEIPT_TIMEOUT_S:
-                raise ReadTimeout(f"no receipt from the broker in {RECEIPT_TIMEOUT_S:.0f} s")
-            if not in_flight:
-                heard_at = now
-            if now >= next_report:
-                # After the pump: a batch closed (and stamped) in this turn has left already.
-                done = len(latencies)
-                window, window_counts = latencies[reported_batches:done], counts[reported_batches:done]
-                _progress("produce", received, reported, now - reported_at, args.size, window, window_counts)
-                next_report, reported, reported_batches, reported_at = now + REPORT_INTERVAL_S, received, done, now
-        cpu = _cpu_seconds() - cpu_start
+        cpu = run.publish(connection, producer.producer_id)
         producer.close()
     except (BrokerError, ConnectionLost, ReadTimeout) as error:
-        print(f"produce: failed after {received:,} of {total:,} receipts: {error}", file=sys.stderr)
+        print(f"produce: failed after {run.received:,} of {run.total:,} receipts: {error}", file=sys.stderr)
         return 1
     finally:
         connection.close()
-    seconds = last_receipt - start
-    summary = {
-        "role": "produce",
-        "client": "magnetar",
-        "topic": args.topic,
-        "messages": total,
-        "entries": len(latencies),
-        "failures": failures,
-        "size_bytes": args.size,
-        "keys": args.keys,
-        "batching": args.batching,
-        "batching_max_messages": args.batching_max_messages,
-        "rate_target": rate,
-        "max_pending": args.max_pending,
-        "seconds": seconds,
-        "msg_per_s": total / seconds,
-        "mb_per_s": total * args.size / seconds / 1e6,
-        "latency_ms": percentiles(latencies, counts),
-        "client_cpu_us_per_msg": cpu / total * 1e6,
-    }
-    _finish("produce", summary, args.json)
-    return 1 if failures else 0
+    _finish("produce", run.summary(args, cpu), args.json)
+    return 1 if run.failures else 0
+
+
+class _ProgressLines:
+    """A progress line every REPORT_INTERVAL_S for a loop that holds one latency per entry, weighted by
+    the entry's messages: the rate since the line before, the latencies of the entries since then."""
+
+    def __init__(self, role: str, size: int, start: float) -> None:
+        self.role = role
+        self.size = size
+        self.due = start + REPORT_INTERVAL_S
+        self.at = start
+        self.messages = 0
+        self.entries = 0
+
+    def report(self, now: float, messages: int, latencies: array, weights: array) -> None:
+        done = len(latencies)
+        window, window_weights = latencies[self.entries : done], weights[self.entries : done]
+        _progress(self.role, messages, self.messages, now - self.at, self.size, window, window_weights)
+        self.due, self.messages, self.entries, self.at = now + REPORT_INTERVAL_S, messages, done, now
+
+
+class _PipelinedProduce:
+    """One `produce --client magnetar` run: messages go into the open batch container as the pace and
+    `--max-pending` allow, the container closes into SENDs (`_KeyBatcher.close`), and each receipt
+    settles the oldest SEND in flight.
+
+    Invariants: `opened <= generated <= total`; the messages `opened..generated-1` are in the open
+    container and `in_flight_messages` are closed without a receipt yet, together at most `--max-pending`.
+    """
+
+    def __init__(self, args: argparse.Namespace, batcher: _KeyBatcher) -> None:
+        self.batcher = batcher
+        self.total = args.messages
+        self.rate = args.rate
+        self.max_pending = args.max_pending
+        self.size = args.size
+        self.delay_s = args.batch_delay_ms / 1000 if args.batching else 0.0
+        self.outgoing = bytearray()
+        self.in_flight: collections.deque[tuple[float, int, int]] = collections.deque()
+        self.latencies, self.counts = array("d"), array("q")
+        self.generated = self.opened = self.received = self.failures = self.in_flight_messages = 0
+        self.opened_at = self.last_receipt = self.start = self.heard_at = 0.0
+
+    def publish(self, connection: Connection, producer_id: int) -> float:
+        """Send every message and wait for its receipt; the CPU seconds it took."""
+        cpu_start = _cpu_seconds()
+        self.start = self.heard_at = time.perf_counter()
+        progress = _ProgressLines("produce", self.size, self.start)
+        while self.received < self.total:
+            now = time.perf_counter()
+            self._add_messages(now)
+            self._close_batch_when_due(now)
+            frames = connection.pump(self.outgoing, self._wake_at(now, progress.due) - time.perf_counter())
+            now = time.perf_counter()
+            for frame in frames:
+                self._on_command(frame.command, producer_id, now)
+            self._check_receipt_timeout(now)
+            if now >= progress.due:
+                # After the pump: a batch closed (and stamped) in this turn has left already.
+                progress.report(now, self.received, self.latencies, self.counts)
+        return _cpu_seconds() - cpu_start
+
+    def _add_messages(self, now: float) -> None:
+        """Generate what the pace, `--max-pending` and the container's limit allow into the open container."""
+        open_count = self.generated - self.opened
+        allowed = min(
+            self.total - self.generated,
+            self.max_pending - self.in_flight_messages - open_count,
+            self.batcher.limit - open_count,
+        )
+        if self.rate:
+            allowed = min(allowed, int((now - self.start) * self.rate) + 1 - self.generated)
+        if allowed > 0:
+            if not open_count:
+                self.opened_at = now
+            self.generated += allowed
+
+    def _close_batch_when_due(self, now: float) -> None:
+        """Close the open container when it is full, when no message follows, or when its delay
+        (batchingMaxPublishDelayMs) has passed."""
+        open_count = self.generated - self.opened
+        if open_count and (
+            open_count >= self.batcher.limit or self.generated == self.total or now - self.opened_at >= self.delay_s
+        ):
+            self.batcher.close(self.opened, self.generated, self.outgoing, self.in_flight, now)
+            self.in_flight_messages += open_count
+            self.opened = self.generated
+
+    def _wake_at(self, now: float, report_due: float) -> float:
+        """When the pump must return: the next progress line, the open container's delay, the next
+        message the pace allows, or at once when messages can be generated now."""
+        wake = min(report_due, now + RECEIPT_TIMEOUT_S)
+        open_count = self.generated - self.opened
+        if open_count:
+            wake = min(wake, self.opened_at + self.delay_s)
+        if min(self.total - self.generated, self.max_pending - self.in_flight_messages - open_count) > 0:
+            wake = min(wake, max(self.start + self.generated / self.rate, now + PACE_TICK_S) if self.rate else now)
+        return wake
+
+    def _on_command(self, command: BaseCommand, producer_id: int, now: float) -> None:
+        kind = command.type
+        if kind == BaseCommand.SEND_RECEIPT:
+            if command.send_receipt.producer_id == producer_id:
+                self._on_receipt(command.send_receipt, False, now)
+        elif kind == BaseCommand.SEND_ERROR:
+            if command.send_error.producer_id == producer_id:
+                self._on_receipt(command.send_error, True, now)
+        elif kind == BaseCommand.CLOSE_PRODUCER:
+            raise ConnectionLost("the broker closed the producer")
+
+    def _on_receipt(self, answer: Any, failed: bool, now: float) -> None:
+        """A SEND_RECEIPT, or a SEND_ERROR when `failed`, for the oldest SEND in flight."""
+        closed_at, count, sequence = self.in_flight.popleft()
+        if answer.sequence_id != sequence:
+            raise ConnectionLost(f"receipt for sequence id {answer.sequence_id}, expected {sequence}")
+        if failed:
+            if not self.failures:
+                print(f"produce: SEND_ERROR {ServerError.Name(answer.error)}: {answer.message}", file=sys.stderr)
+            self.failures += count
+        self.latencies.append((now - closed_at) * 1e3)
+        self.counts.append(count)
+        self.received += count
+        self.in_flight_messages -= count
+        self.last_receipt = self.heard_at = now
+
+    def _check_receipt_timeout(self, now: float) -> None:
+        if not self.in_flight:
+            self.heard_at = now
+        elif now - self.heard_at > RECEIPT_TIMEOUT_S:
+            raise ReadTimeout(f"no receipt from the broker in {RECEIPT_TIMEOUT_S:.0f} s")
+
+    def summary(self, args: argparse.Namespace, cpu: float) -> dict:
+        seconds = self.last_receipt - self.start
+        return {
+            "role": "produce",
+            "client": "magnetar",
+            "topic": args.topic,
+            "messages": self.total,
+            "entries": len(self.latencies),
+            "failures": self.failures,
+            "size_bytes": self.size,
+            "keys": args.keys,
+            "batching": args.batching,
+            "batching_max_messages": args.batching_max_messages,
+            "rate_target": self.rate,
+            "max_pending": self.max_pending,
+            "seconds": seconds,
+            "msg_per_s": self.total / seconds,
+            "mb_per_s": self.total * self.size / seconds / 1e6,
+            "latency_ms": percentiles(self.latencies, self.counts),
+            "client_cpu_us_per_msg": cpu / self.total * 1e6,
+        }
 
 
 def consume(args: argparse.Namespace) -> int:
