@@ -33,7 +33,7 @@ import threading
 import time
 from array import array
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -545,57 +545,12 @@ def consume(args: argparse.Namespace) -> int:
         f"consume: subscribed {args.consumers} {args.type} consumers to {args.topic} as {args.subscription}",
         flush=True,
     )
-    latencies = array("d")
-    counts = [0] * args.consumers
-    first = [0.0] * args.consumers
-    last = [0.0] * args.consumers
-    done = threading.Event()
-
-    def receive_one(consumer: pulsar.Consumer) -> tuple[pulsar.Message, ...]:
-        try:
-            return (consumer.receive(RECEIVE_POLL_MS),)
-        except pulsar.Timeout:
-            return ()
-
     # One receive per message, or a batch_receive (up to N messages or 10 ms); each message acked.
-    take = pulsar.Consumer.batch_receive if args.batch_receive else receive_one
-
-    def receive_loop(index: int, consumer: pulsar.Consumer) -> None:
-        count = 0
-        while not done.is_set():
-            messages = take(consumer)
-            if not messages:
-                continue
-            now = time.time()
-            now_ms = now * 1e3
-            for message in messages:
-                latencies.append(now_ms - message.publish_timestamp())
-                consumer.acknowledge(message)
-            if not count:
-                first[index] = now
-            count += len(messages)
-            counts[index] = count
-            last[index] = now
-
+    receivers = _Receivers(consumers, pulsar.Consumer.batch_receive if args.batch_receive else _receive_one)
     cpu_start = _cpu_seconds()
-    threads = [threading.Thread(target=receive_loop, args=(i, c), daemon=True) for i, c in enumerate(consumers)]
-    for thread in threads:
-        thread.start()
-    reported, reported_at, progress_at, latencies_seen = 0, time.perf_counter(), time.monotonic(), 0
-    while True:
-        time.sleep(REPORT_INTERVAL_S)
-        total = sum(counts)
-        now = time.perf_counter()
-        if total != reported:
-            progress_at = time.monotonic()
-        if total >= args.messages or time.monotonic() - progress_at > args.idle_timeout:
-            break
-        seen = len(latencies)
-        _progress("consume", total, reported, now - reported_at, args.size, latencies[latencies_seen:seen])
-        reported, reported_at, latencies_seen = total, now, seen
-    done.set()
-    for thread in threads:
-        thread.join()
+    receivers.start()
+    receivers.report_until_done(args.messages, args.idle_timeout, args.size)
+    receivers.stop()
     cpu = _cpu_seconds() - cpu_start
     for consumer in consumers:
         consumer.close()
@@ -603,12 +558,78 @@ def consume(args: argparse.Namespace) -> int:
     return _consume_summary(
         args,
         {"client": "pulsar", "batch_receive": args.batch_receive},
-        counts,
-        first,
-        last,
-        percentiles(latencies),
+        receivers.counts,
+        receivers.first,
+        receivers.last,
+        percentiles(receivers.latencies),
         cpu,
     )
+
+
+def _receive_one(consumer: pulsar.Consumer) -> tuple[pulsar.Message, ...]:
+    try:
+        return (consumer.receive(RECEIVE_POLL_MS),)
+    except pulsar.Timeout:
+        return ()
+
+
+class _Receivers:
+    """The official client's consumers, one thread each taking messages with `take` and acking each;
+    the main thread reads what they count for its progress lines and the summary."""
+
+    def __init__(
+        self, consumers: list[pulsar.Consumer], take: Callable[[pulsar.Consumer], Sequence[pulsar.Message]]
+    ) -> None:
+        self.take = take
+        self.latencies = array("d")
+        self.counts = [0] * len(consumers)
+        self.first = [0.0] * len(consumers)
+        self.last = [0.0] * len(consumers)
+        self.done = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._receive_loop, args=(i, c), daemon=True) for i, c in enumerate(consumers)
+        ]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self.done.set()
+        for thread in self.threads:
+            thread.join()
+
+    def _receive_loop(self, index: int, consumer: pulsar.Consumer) -> None:
+        count = 0
+        while not self.done.is_set():
+            messages = self.take(consumer)
+            if not messages:
+                continue
+            now = time.time()
+            now_ms = now * 1e3
+            for message in messages:
+                self.latencies.append(now_ms - message.publish_timestamp())
+                consumer.acknowledge(message)
+            if not count:
+                self.first[index] = now
+            count += len(messages)
+            self.counts[index] = count
+            self.last[index] = now
+
+    def report_until_done(self, messages: int, idle_timeout_s: float, size: int) -> None:
+        """A progress line a second until `messages` arrived or none did for `idle_timeout_s`."""
+        reported, reported_at, progress_at, latencies_seen = 0, time.perf_counter(), time.monotonic(), 0
+        while True:
+            time.sleep(REPORT_INTERVAL_S)
+            total = sum(self.counts)
+            now = time.perf_counter()
+            if total != reported:
+                progress_at = time.monotonic()
+            if total >= messages or time.monotonic() - progress_at > idle_timeout_s:
+                return
+            seen = len(self.latencies)
+            _progress("consume", total, reported, now - reported_at, size, self.latencies[latencies_seen:seen])
+            reported, reported_at, latencies_seen = total, now, seen
 
 
 def _consume_summary(
