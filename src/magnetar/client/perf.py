@@ -50,7 +50,7 @@ from magnetar.client.wire import (
     individual_ack_frame,
     normalize_topic,
 )
-from magnetar.protocol.framing import encode_frame
+from magnetar.protocol.framing import Frame, encode_frame
 from magnetar.protocol.messages import parse_entry
 from magnetar.protocol.pulsar_api_pb2 import BaseCommand, CommandSend, CommandSubscribe, ServerError
 
@@ -696,72 +696,92 @@ def consume_magnetar(args: argparse.Namespace) -> int:
         f"consume: subscribed {args.consumers} {args.type} consumers to {args.topic} as {args.subscription}",
         flush=True,
     )
-    index_of = {consumer_id: index for index, consumer_id in enumerate(consumer_ids)}
-    queue = args.receiver_queue_size
-    outgoing = bytearray()
-    for consumer_id in consumer_ids:
-        outgoing += _flow_frame(consumer_id, queue)
-    unreturned = [0] * args.consumers
-    acks: list[list[tuple[int, int]]] = [[] for _ in consumer_ids]
-    counts, first, last = [0] * args.consumers, [0.0] * args.consumers, [0.0] * args.consumers
-    latencies, weights = array("d"), array("q")
-    total = 0
-    cpu_start = _cpu_seconds()
-    start = heard_at = time.perf_counter()
-    ack_due, next_report = start + ACK_GROUP_S, start + REPORT_INTERVAL_S
-    reported, reported_entries, reported_at = 0, 0, start
+    consumers = _PipelinedConsumers(consumer_ids, args.receiver_queue_size)
     try:
-        while total < args.messages:
-            frames = connection.pump(outgoing, min(ack_due, next_report) - time.perf_counter())
+        cpu = consumers.receive(connection, args.messages, args.idle_timeout, args.size)
+        consumers.close(connection)
+    except (BrokerError, ConnectionLost, ReadTimeout) as error:
+        print(f"consume: failed after {consumers.total:,} of {args.messages:,} messages: {error}", file=sys.stderr)
+        return 1
+    finally:
+        connection.close()
+    fields = {"client": "magnetar", "entries": len(consumers.latencies)}
+    latency_ms = percentiles(consumers.latencies, consumers.weights)
+    return _consume_summary(args, fields, consumers.counts, consumers.first, consumers.last, latency_ms, cpu)
+
+
+class _PipelinedConsumers:
+    """The consumers of `consume --client magnetar` on one connection: what each received, the permits
+    it has yet to give back (`unreturned`: one FLOW once half the queue is used, ConsumerImpl's
+    receiverQueueRefillThreshold) and its acks waiting for the next group."""
+
+    def __init__(self, consumer_ids: list[int], receiver_queue_size: int) -> None:
+        self.consumer_ids = consumer_ids
+        self.index_of = {consumer_id: index for index, consumer_id in enumerate(consumer_ids)}
+        self.queue = receiver_queue_size
+        self.outgoing = bytearray()
+        for consumer_id in consumer_ids:
+            self.outgoing += _flow_frame(consumer_id, receiver_queue_size)
+        consumers = len(consumer_ids)
+        self.unreturned = [0] * consumers
+        self.acks: list[list[tuple[int, int]]] = [[] for _ in consumer_ids]
+        self.counts, self.first, self.last = [0] * consumers, [0.0] * consumers, [0.0] * consumers
+        self.latencies, self.weights = array("d"), array("q")
+        self.total = 0
+
+    def receive(self, connection: Connection, messages: int, idle_timeout_s: float, size: int) -> float:
+        """Receive until `messages` arrived or none did for `idle_timeout_s`; the CPU seconds it took."""
+        cpu_start = _cpu_seconds()
+        start = heard_at = time.perf_counter()
+        ack_due = start + ACK_GROUP_S
+        progress = _ProgressLines("consume", size, start)
+        while self.total < messages:
+            frames = connection.pump(self.outgoing, min(ack_due, progress.due) - time.perf_counter())
             wall_ms = time.time() * 1e3
             for frame in frames:
-                command = frame.command
-                if command.type == BaseCommand.MESSAGE:
-                    message = command.message
-                    index = index_of[message.consumer_id]
-                    entry = parse_entry(frame.payload)
-                    count = entry.num_messages
-                    latencies.append(wall_ms - entry.publish_time)
-                    weights.append(count)
-                    acks[index].append((message.message_id.ledgerId, message.message_id.entryId))
-                    if not counts[index]:
-                        first[index] = wall_ms / 1e3
-                    counts[index] += count
-                    last[index] = wall_ms / 1e3
-                    total += count
-                    unreturned[index] += count
-                    if unreturned[index] >= queue // 2:
-                        outgoing += _flow_frame(message.consumer_id, unreturned[index])
-                        unreturned[index] = 0
-                elif command.type == BaseCommand.CLOSE_CONSUMER:
-                    raise ConnectionLost("the broker closed a consumer")
+                self._on_frame(frame, wall_ms)
             now = time.perf_counter()
             if frames:
                 heard_at = now
             if now >= ack_due:
-                _queue_acks(outgoing, consumer_ids, acks)
+                _queue_acks(self.outgoing, self.consumer_ids, self.acks)
                 ack_due = now + ACK_GROUP_S
-            if now >= next_report:
-                done = len(latencies)
-                window, window_counts = latencies[reported_entries:done], weights[reported_entries:done]
-                _progress("consume", total, reported, now - reported_at, args.size, window, window_counts)
-                next_report, reported, reported_entries, reported_at = now + REPORT_INTERVAL_S, total, done, now
-                if now - heard_at > args.idle_timeout:
+            if now >= progress.due:
+                progress.report(now, self.total, self.latencies, self.weights)
+                if now - heard_at > idle_timeout_s:
                     break
-        cpu = _cpu_seconds() - cpu_start
-        _queue_acks(outgoing, consumer_ids, acks)
+        return _cpu_seconds() - cpu_start
+
+    def _on_frame(self, frame: Frame, wall_ms: float) -> None:
+        command = frame.command
+        if command.type == BaseCommand.MESSAGE:
+            message = command.message
+            index = self.index_of[message.consumer_id]
+            entry = parse_entry(frame.payload)
+            count = entry.num_messages
+            self.latencies.append(wall_ms - entry.publish_time)
+            self.weights.append(count)
+            self.acks[index].append((message.message_id.ledgerId, message.message_id.entryId))
+            if not self.counts[index]:
+                self.first[index] = wall_ms / 1e3
+            self.counts[index] += count
+            self.last[index] = wall_ms / 1e3
+            self.total += count
+            self.unreturned[index] += count
+            if self.unreturned[index] >= self.queue // 2:
+                self.outgoing += _flow_frame(message.consumer_id, self.unreturned[index])
+                self.unreturned[index] = 0
+        elif command.type == BaseCommand.CLOSE_CONSUMER:
+            raise ConnectionLost("the broker closed a consumer")
+
+    def close(self, connection: Connection) -> None:
+        """Send the acks still grouped, then close the consumers."""
+        _queue_acks(self.outgoing, self.consumer_ids, self.acks)
         deadline = time.perf_counter() + RECEIPT_TIMEOUT_S
-        while outgoing and time.perf_counter() < deadline:
-            connection.pump(outgoing, 0.1)
-        for consumer_id in consumer_ids:
+        while self.outgoing and time.perf_counter() < deadline:
+            connection.pump(self.outgoing, 0.1)
+        for consumer_id in self.consumer_ids:
             connection.close_consumer(consumer_id)
-    except (BrokerError, ConnectionLost, ReadTimeout) as error:
-        print(f"consume: failed after {total:,} of {args.messages:,} messages: {error}", file=sys.stderr)
-        return 1
-    finally:
-        connection.close()
-    fields = {"client": "magnetar", "entries": len(latencies)}
-    return _consume_summary(args, fields, counts, first, last, percentiles(latencies, weights), cpu)
 
 
 def _flow_frame(consumer_id: int, permits: int) -> bytes:
