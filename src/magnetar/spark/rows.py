@@ -188,52 +188,29 @@ class RowBuilder:
         default ("", b"", 0), so only messages with the default are looked at again, to tell an empty
         value from none; optional fields are first looked for by their tag byte in all the messages'
         metadata at once: a batch where no metadata holds the byte has none of them."""
-        count = len(singles)
         names = self.names
         metadata = b"".join(raws)
         if "key" in names:
-            if _TAG_PARTITION_KEY not in metadata:
-                self._key += [None] * count
-            else:
-                keys = list(map(_PARTITION_KEY, singles))
-                if "" in keys:
-                    for index, key in enumerate(keys):
-                        if key == "" and not singles[index].HasField("partition_key"):
-                            keys[index] = None
-                self._key += keys
+            self._key += _partition_keys(singles, metadata)
         if "orderingKey" in names:
-            if _TAG_ORDERING_KEY not in metadata:
-                self._ordering += [None] * count
-            else:
-                ordering = list(map(_ORDERING_KEY, singles))
-                for index, key in enumerate(ordering):
-                    if key == b"" and not singles[index].HasField("ordering_key"):
-                        ordering[index] = None
-                self._ordering += ordering
+            self._ordering += _ordering_keys(singles, metadata)
         if "eventTime" in names:
-            if _TAG_EVENT_TIME not in metadata:
-                self._event.loose += [None] * count
-            else:
-                # Pulsar's event time 0 means "not set", as for a single message.
-                self._event.loose += [time * 1000 or None for time in map(_EVENT_TIME, singles)]
+            self._event.loose += _event_times(singles, metadata)
         if "sequenceId" in names:
-            sequences = list(map(_SEQUENCE_ID, singles))
-            if 0 in sequences:
-                # A message without its own sequence id has the entry's plus its index in the batch.
-                for index, sequence in enumerate(sequences):
-                    if sequence == 0 and not singles[index].HasField("sequence_id"):
-                        sequences[index] = first_sequence_id + index
-            self._sequence.loose += sequences
+            self._sequence.loose += _sequence_ids(singles, first_sequence_id)
         if "properties" in names:
-            keys, offsets = self._prop_keys, self._prop_offsets
-            if _TAG_PROPERTIES not in metadata:
-                offsets += [len(keys)] * count
+            self._add_parsed_properties(singles, raws, metadata)
+
+    def _add_parsed_properties(self, singles: list, raws: list, metadata: bytes) -> None:
+        keys, offsets = self._prop_keys, self._prop_offsets
+        if _TAG_PROPERTIES not in metadata:
+            offsets += [len(keys)] * len(singles)
+            return
+        for raw, single in zip(raws, singles):
+            if _TAG_PROPERTIES in raw and single.properties:
+                self._add_properties(single.properties)
             else:
-                for raw, single in zip(raws, singles):
-                    if _TAG_PROPERTIES in raw and single.properties:
-                        self._add_properties(single.properties)
-                    else:
-                        offsets.append(len(keys))
+                offsets.append(len(keys))
 
     def take(self) -> pa.RecordBatch:
         """The rows added since the last `take`, as a record batch of `schema`."""
@@ -287,6 +264,48 @@ class RowBuilder:
         batch = pa.RecordBatch.from_arrays([columns[name] for name in self.schema.names], schema=self.schema)
         self._reset()
         return batch
+
+
+def _partition_keys(singles: list, metadata: bytes) -> list:
+    """The parsed messages' partition keys (None where unset); `metadata` is all their metadata's bytes."""
+    if _TAG_PARTITION_KEY not in metadata:
+        return [None] * len(singles)
+    keys = list(map(_PARTITION_KEY, singles))
+    if "" in keys:
+        for index, key in enumerate(keys):
+            if key == "" and not singles[index].HasField("partition_key"):
+                keys[index] = None
+    return keys
+
+
+def _ordering_keys(singles: list, metadata: bytes) -> list:
+    """The parsed messages' ordering keys (None where unset)."""
+    if _TAG_ORDERING_KEY not in metadata:
+        return [None] * len(singles)
+    ordering = list(map(_ORDERING_KEY, singles))
+    for index, key in enumerate(ordering):
+        if key == b"" and not singles[index].HasField("ordering_key"):
+            ordering[index] = None
+    return ordering
+
+
+def _event_times(singles: list, metadata: bytes) -> list:
+    """The parsed messages' event times in microseconds (None where unset)."""
+    if _TAG_EVENT_TIME not in metadata:
+        return [None] * len(singles)
+    # Pulsar's event time 0 means "not set", as for a single message.
+    return [time * 1000 or None for time in map(_EVENT_TIME, singles)]
+
+
+def _sequence_ids(singles: list, first_sequence_id: int) -> list:
+    """The parsed messages' sequence ids: a message without its own has the entry's plus its index in
+    the batch."""
+    sequences = list(map(_SEQUENCE_ID, singles))
+    if 0 in sequences:
+        for index, sequence in enumerate(sequences):
+            if sequence == 0 and not singles[index].HasField("sequence_id"):
+                sequences[index] = first_sequence_id + index
+    return sequences
 
 
 # SingleMessageMetadata fields a run of look-alike messages may hold (see `_layout`), with their wire
