@@ -214,39 +214,54 @@ class RowBuilder:
 
     def take(self) -> pa.RecordBatch:
         """The rows added since the last `take`, as a record batch of `schema`."""
+        columns = self._entry_columns() | self._message_columns()
+        batch = pa.RecordBatch.from_arrays([columns[name] for name in self.schema.names], schema=self.schema)
+        self._reset()
+        return batch
+
+    def _entry_columns(self) -> dict[str, pa.Array]:
+        """The columns with one value per entry, expanded to one per message by run-end decoding; the
+        position columns always (a message id is made of them)."""
         columns = {}
         names = self.names
         n = self.rows
         run_ends = pa.array(self._run_ends, pa.int32())
-
-        def per_entry(values: list, kind: pa.DataType) -> pa.Array:
-            return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, pa.array(values, kind)))
-
-        if "key" in names:
-            columns["key"] = pa.array(self._key, pa.string())
-        if "value" in names:
-            columns["value"] = self._value.array()
         if "topic" in names:
             columns["topic"] = pa.repeat(pa.scalar(self.topic, pa.string()), n)
-        columns["ledgerId"] = per_entry(self._ledger, pa.int64())
-        columns["entryId"] = per_entry(self._entry, pa.int64())
+        columns["ledgerId"] = _per_entry(run_ends, self._ledger, pa.int64())
+        columns["entryId"] = _per_entry(run_ends, self._entry, pa.int64())
         # A message's index in its entry: its row number minus its entry's first row; -1 outside batches.
         starts = [0] + self._run_ends[:-1]
-        index = pc.subtract(_row_numbers(n), per_entry(starts, pa.int32()))
-        batch_index = pc.if_else(per_entry(self._is_batch, pa.bool_()), index, pa.scalar(-1, pa.int32()))
+        index = pc.subtract(_row_numbers(n), _per_entry(run_ends, starts, pa.int32()))
+        is_batch = _per_entry(run_ends, self._is_batch, pa.bool_())
+        batch_index = pc.if_else(is_batch, index, pa.scalar(-1, pa.int32()))
         columns["batchIndex"] = batch_index
         if "messageId" in names:
             prefixes = [f"{ledger}:{entry}:{self.partition}:" for ledger, entry in zip(self._ledger, self._entry)]
             columns["messageId"] = pc.binary_join_element_wise(
-                per_entry(prefixes, pa.string()), pc.cast(batch_index, pa.string()), ""
+                _per_entry(run_ends, prefixes, pa.string()), pc.cast(batch_index, pa.string()), ""
             )
         if "publishTime" in names:
-            columns["publishTime"] = per_entry(self._publish, pa.timestamp("us", tz="UTC"))
+            columns["publishTime"] = _per_entry(run_ends, self._publish, pa.timestamp("us", tz="UTC"))
+        if "keyHash" in names:
+            columns["keyHash"] = _per_entry(run_ends, self._hash, pa.int32())
+        if "producerName" in names:
+            columns["producerName"] = _per_entry(run_ends, self._producer, pa.string())
+        return columns
+
+    def _message_columns(self) -> dict[str, pa.Array]:
+        """The columns with a value per message."""
+        columns = {}
+        names = self.names
+        if "key" in names:
+            columns["key"] = pa.array(self._key, pa.string())
+        if "value" in names:
+            columns["value"] = self._value.array()
         if "eventTime" in names:
             columns["eventTime"] = self._event.array()
         if "properties" in names:
             # No properties in any row (the common case) needs no list of offsets from Python.
-            offsets = self._prop_offsets if self._prop_keys else pa.repeat(pa.scalar(0, pa.int32()), n + 1)
+            offsets = self._prop_offsets if self._prop_keys else pa.repeat(pa.scalar(0, pa.int32()), self.rows + 1)
             columns["properties"] = pa.MapArray.from_arrays(
                 pa.array(offsets, pa.int32()),
                 pa.array(self._prop_keys, pa.string()),
@@ -255,15 +270,14 @@ class RowBuilder:
             )
         if "orderingKey" in names:
             columns["orderingKey"] = pa.array(self._ordering, pa.binary())
-        if "keyHash" in names:
-            columns["keyHash"] = per_entry(self._hash, pa.int32())
-        if "producerName" in names:
-            columns["producerName"] = per_entry(self._producer, pa.string())
         if "sequenceId" in names:
             columns["sequenceId"] = self._sequence.array()
-        batch = pa.RecordBatch.from_arrays([columns[name] for name in self.schema.names], schema=self.schema)
-        self._reset()
-        return batch
+        return columns
+
+
+def _per_entry(run_ends: pa.Array, values: list, kind: pa.DataType) -> pa.Array:
+    """One value per entry repeated for each of its messages (`run_ends`: each entry's last row + 1)."""
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, pa.array(values, kind)))
 
 
 def _partition_keys(singles: list, metadata: bytes) -> list:
