@@ -132,6 +132,7 @@ bench: setup
 	$(BIN)/python bench/core_dispatch.py
 	$(BIN)/python bench/core_join_leave.py
 	$(BIN)/python bench/core_draining_memory.py
+	$(BIN)/python bench/protocol_sends.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -12,8 +12,10 @@ and the group commit forms batches by itself. Two APIs are measured:
 
 Then, in the same run, a minimal Python loop writes the same bytes in the same batch sizes (the
 measured mean entries per commit) with one fsync per batch: the raw limit. Each row is run
-`--repeat` times (default 3) and the run with the median ratio is reported, with the best entries/s
-and the load average. Prints a table and writes bench/results/storage_append.json.
+`--repeat` times (default 3) and the run with the median ratio is reported, with the best entries/s,
+the load average, and the process's CPU time per entry over the measured seconds (every thread:
+the event loop's appends and the commit thread), which moves less with the machine's other load than
+entries/s does. Prints a table and writes bench/results/storage_append.json.
 
     python bench/storage_append.py [--seconds 3] [--api many|single|both] [--dir /path/on/the/disk]
 """
@@ -96,9 +98,9 @@ async def measure_storage(data_dir: str, entry_size: int, topics: int, seconds: 
     tasks = [asyncio.ensure_future(produce(ledger)) for ledger in ledgers]
     await asyncio.sleep(0.5)  # warm-up: first commits, cache, page cache
     commits_before, done_before = factory.engine.commits, appenders.done
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     await asyncio.sleep(seconds)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     entries, commits = appenders.done - done_before, factory.engine.commits - commits_before
     appenders.stop = True
     await asyncio.gather(*tasks)
@@ -108,6 +110,7 @@ async def measure_storage(data_dir: str, entry_size: int, topics: int, seconds: 
         "mb_per_s": entries * entry_size / elapsed / 1e6,
         "commits_per_s": commits / elapsed,
         "entries_per_commit": entries / max(commits, 1),
+        "cpu_us_per_entry": cpu / max(entries, 1) * 1e6,
         "api": "append_many" if api == "many" else "append",
         "entries_per_call": sends_per_read(entry_size) if api == "many" else 1,
     }
@@ -183,14 +186,15 @@ def main() -> None:
     print(f"median ratio of {args.repeat} runs per row (storage and raw measured back to back); best entries/s")
     print(
         f"{'api':>12} {'entry':>6} {'topics':>6} {'entries/s':>10} {'MB/s':>7} {'per commit':>10} "
-        f"{'raw entries/s':>13} {'raw MB/s':>8} {'ratio':>6} {'best/s':>10} {'load':>5}"
+        f"{'raw entries/s':>13} {'raw MB/s':>8} {'ratio':>6} {'best/s':>10} {'load':>5} {'cpu us':>6}"
     )
     for row in rows:
         storage, raw = row["storage"], row["raw"]
         print(
             f"{storage['api']:>12} {row['entry_bytes']:>5}B {row['topics']:>6} {storage['entries_per_s']:>10,.0f} "
             f"{storage['mb_per_s']:>7.1f} {storage['entries_per_commit']:>10.0f} {raw['entries_per_s']:>13,.0f} "
-            f"{raw['mb_per_s']:>8.1f} {row['ratio']:>6.0%} {row['best_entries_per_s']:>10,.0f} {row['load_average']:>5.2f}"
+            f"{raw['mb_per_s']:>8.1f} {row['ratio']:>6.0%} {row['best_entries_per_s']:>10,.0f} {row['load_average']:>5.2f} "
+            f"{storage['cpu_us_per_entry']:>6.3f}"
         )
     results = Path(__file__).with_name("results")
     results.mkdir(exist_ok=True)

@@ -16,6 +16,7 @@ import json
 import logging
 import re
 import zlib
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -601,61 +602,54 @@ async def _message_response(topic: PersistentTopic, position: Position | None) -
     if entry is None:
         raise not_found("Message not found")
     parsed = messages.parse_entry(entry.data)
-    metadata = parsed.metadata
-    headers: list[tuple[str, str]] = [("X-Pulsar-Message-ID", f"{entry.position[0]}:{entry.position[1]}")]
-    properties = {p.key: p.value for p in metadata.properties}
-    for key, value in properties.items():
-        headers.append((f"X-Pulsar-PROPERTY-{key}", value))
-    if properties:
-        headers.append(("X-Pulsar-PROPERTY", json.dumps(properties)))
+    response = Response(content=_payload(parsed.metadata, parsed.payload), media_type="application/octet-stream")
+    for key, value in _message_headers(entry.position, len(entry.data), parsed.metadata):
+        encoded = value.encode()
+        if _header_allowed(key, encoded):
+            response.raw_headers.append((key.encode(), encoded))
+    return response
+
+
+def _message_headers(position: tuple[int, int], entry_size: int, metadata: Any) -> list[tuple[str, str]]:
+    """The `X-Pulsar-*` headers of a peeked or examined message, as Pulsar's PersistentTopicsBase answers
+    them: the message id, the properties, then the metadata's fields; an optional field that is not set
+    has no header."""
+    headers = [("X-Pulsar-Message-ID", f"{position[0]}:{position[1]}")]
+    headers += _property_headers(metadata)
     headers.append(("X-Pulsar-publish-time", _date(metadata.publish_time)))
-    if metadata.HasField("event_time"):
-        headers.append(("X-Pulsar-event-time", _date(metadata.event_time)))
-    if metadata.HasField("deliver_at_time"):
-        headers.append(("X-Pulsar-deliver-at-time", _date(metadata.deliver_at_time)))
+    headers += _optional_headers(metadata, _TIME_HEADERS)
     if metadata.HasField("num_messages_in_batch"):
         headers.append(("X-Pulsar-num-batch-message", str(metadata.num_messages_in_batch)))
-        headers.append(("X-Pulsar-batch-size", str(len(entry.data) - metadata.ByteSize())))
-    if metadata.HasField("null_value"):
-        headers.append(("X-Pulsar-null-value", _bool(metadata.null_value)))
+        headers.append(("X-Pulsar-batch-size", str(entry_size - metadata.ByteSize())))
+    headers += _optional_headers(metadata, _NULL_VALUE_HEADER)
     headers.append(("X-Pulsar-Is-Encrypted", _bool(len(metadata.encryption_keys) > 0)))
     headers.append(("X-Pulsar-producer-name", metadata.producer_name))
     headers.append(("X-Pulsar-sequence-id", str(metadata.sequence_id)))
-    if metadata.HasField("replicated_from"):
-        headers.append(("X-Pulsar-replicated-from", metadata.replicated_from))
-    headers.extend(("X-Pulsar-replicated-to", cluster) for cluster in metadata.replicate_to)
-    if metadata.HasField("partition_key"):
-        headers.append(("X-Pulsar-partition-key", metadata.partition_key))
-    if metadata.HasField("compression"):
-        headers.append(("X-Pulsar-compression", CompressionType.Name(metadata.compression)))
-    if metadata.HasField("uncompressed_size"):
-        headers.append(("X-Pulsar-uncompressed-size", str(metadata.uncompressed_size)))
-    if metadata.HasField("encryption_algo"):
-        headers.append(("X-Pulsar-encryption-algo", metadata.encryption_algo))
-    if metadata.HasField("schema_version"):
-        headers.append(("X-Pulsar-Base64-schema-version", _b64(metadata.schema_version)))
-    if metadata.HasField("partition_key_b64_encoded"):
-        headers.append(("X-Pulsar-partition-key-b64-encoded", _bool(metadata.partition_key_b64_encoded)))
-    if metadata.HasField("ordering_key"):
-        headers.append(("X-Pulsar-Base64-ordering-key", _b64(metadata.ordering_key)))
-    if metadata.HasField("highest_sequence_id"):
-        headers.append(("X-Pulsar-highest-sequence-id", str(metadata.highest_sequence_id)))
-    if metadata.HasField("uuid"):
-        headers.append(("X-Pulsar-uuid", metadata.uuid))
-    if metadata.HasField("num_chunks_from_msg"):
-        headers.append(("X-Pulsar-num-chunks-from-msg", str(metadata.num_chunks_from_msg)))
-    if metadata.HasField("total_chunk_msg_size"):
-        headers.append(("X-Pulsar-total-chunk-msg-size", str(metadata.total_chunk_msg_size)))
-    if metadata.HasField("chunk_id"):
-        headers.append(("X-Pulsar-chunk-id", str(metadata.chunk_id)))
-    response = Response(content=_payload(metadata, parsed.payload), media_type="application/octet-stream")
-    for key, value in headers:
-        encoded = value.encode()
-        # HTTP forbids control characters and surrounding blanks in a header value; such a property
-        # stays in the JSON header only (json.dumps escapes everything outside ASCII).
-        if _TOKEN.match(key) and encoded == encoded.strip() and not any(b < 0x20 or b == 0x7F for b in encoded):
-            response.raw_headers.append((key.encode(), encoded))
-    return response
+    headers += _optional_headers(metadata, _REPLICATED_FROM_HEADER)
+    headers += (("X-Pulsar-replicated-to", cluster) for cluster in metadata.replicate_to)
+    headers += _optional_headers(metadata, _DESCRIPTION_HEADERS)
+    return headers
+
+
+def _property_headers(metadata: Any) -> list[tuple[str, str]]:
+    """One `X-Pulsar-PROPERTY-{key}` header per property, then all of them as JSON in `X-Pulsar-PROPERTY`."""
+    properties = {p.key: p.value for p in metadata.properties}
+    headers = [(f"X-Pulsar-PROPERTY-{key}", value) for key, value in properties.items()]
+    if properties:
+        headers.append(("X-Pulsar-PROPERTY", json.dumps(properties)))
+    return headers
+
+
+def _optional_headers(
+    metadata: Any, fields: tuple[tuple[str, str, Callable[[Any], str]], ...]
+) -> list[tuple[str, str]]:
+    return [(header, text(getattr(metadata, name))) for name, header, text in fields if metadata.HasField(name)]
+
+
+def _header_allowed(key: str, encoded: bytes) -> bool:
+    """HTTP forbids control characters and surrounding blanks in a header value; such a property stays
+    in the JSON header only (json.dumps escapes everything outside ASCII)."""
+    return bool(_TOKEN.match(key)) and encoded == encoded.strip() and not any(b < 0x20 or b == 0x7F for b in encoded)
 
 
 def _payload(metadata: Any, payload: bytes) -> bytes:
@@ -679,6 +673,30 @@ def _bool(value: bool) -> str:
 
 def _b64(value: bytes) -> str:
     return base64.b64encode(value).decode()
+
+
+# MessageMetadata's optional fields and the header each becomes when it is set (name, header, text),
+# in four tables because other headers go out between them.
+_TIME_HEADERS = (
+    ("event_time", "X-Pulsar-event-time", _date),
+    ("deliver_at_time", "X-Pulsar-deliver-at-time", _date),
+)
+_NULL_VALUE_HEADER = (("null_value", "X-Pulsar-null-value", _bool),)
+_REPLICATED_FROM_HEADER = (("replicated_from", "X-Pulsar-replicated-from", str),)
+_DESCRIPTION_HEADERS = (
+    ("partition_key", "X-Pulsar-partition-key", str),
+    ("compression", "X-Pulsar-compression", CompressionType.Name),
+    ("uncompressed_size", "X-Pulsar-uncompressed-size", str),
+    ("encryption_algo", "X-Pulsar-encryption-algo", str),
+    ("schema_version", "X-Pulsar-Base64-schema-version", _b64),
+    ("partition_key_b64_encoded", "X-Pulsar-partition-key-b64-encoded", _bool),
+    ("ordering_key", "X-Pulsar-Base64-ordering-key", _b64),
+    ("highest_sequence_id", "X-Pulsar-highest-sequence-id", str),
+    ("uuid", "X-Pulsar-uuid", str),
+    ("num_chunks_from_msg", "X-Pulsar-num-chunks-from-msg", str),
+    ("total_chunk_msg_size", "X-Pulsar-total-chunk-msg-size", str),
+    ("chunk_id", "X-Pulsar-chunk-id", str),
+)
 
 
 # ----------------------------------------------------------------------- topic-level policies

@@ -33,8 +33,9 @@ import threading
 import time
 from array import array
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate
+from typing import Any
 
 import pulsar
 
@@ -49,13 +50,12 @@ from magnetar.client.wire import (
     individual_ack_frame,
     normalize_topic,
 )
-from magnetar.protocol.framing import encode_frame
+from magnetar.protocol.framing import Frame, encode_frame
 from magnetar.protocol.messages import parse_entry
 from magnetar.protocol.pulsar_api_pb2 import (
     BaseCommand,
     CommandFlow,
     CommandSend,
-    CommandSendError,
     CommandSubscribe,
     ServerError,
 )
@@ -363,106 +363,169 @@ def produce_magnetar(args: argparse.Namespace) -> int:
     except (BrokerError, ConnectionLost, ReadTimeout) as error:
         print(f"produce: {error}", file=sys.stderr)
         return 1
-    batcher = _KeyBatcher(args, producer.producer_id, producer.name)
-    total, rate, delay_s = args.messages, args.rate, args.batch_delay_ms / 1000 if args.batching else 0.0
-    outgoing = bytearray()
-    in_flight: collections.deque[tuple[float, int, int]] = collections.deque()
-    latencies, counts = array("d"), array("q")
-    generated = opened = received = failures = in_flight_messages = 0
-    opened_at = last_receipt = 0.0
-    cpu_start = _cpu_seconds()
-    start = heard_at = time.perf_counter()
-    next_report, reported, reported_batches, reported_at = start + REPORT_INTERVAL_S, 0, 0, start
+    run = _PipelinedProduce(args, _KeyBatcher(args, producer.producer_id, producer.name))
     try:
-        while received < total:
-            now = time.perf_counter()
-            open_count = generated - opened
-            allowed = min(
-                total - generated,
-                args.max_pending - in_flight_messages - open_count,
-                batcher.limit - open_count,
-            )
-            if rate:
-                allowed = min(allowed, int((now - start) * rate) + 1 - generated)
-            if allowed > 0:
-                if not open_count:
-                    opened_at = now
-                generated += allowed
-                open_count += allowed
-            if open_count and (open_count >= batcher.limit or generated == total or now - opened_at >= delay_s):
-                batcher.close(opened, generated, outgoing, in_flight, now)
-                in_flight_messages += open_count
-                opened, open_count = generated, 0
-            wake = min(next_report, now + RECEIPT_TIMEOUT_S)
-            if open_count:
-                wake = min(wake, opened_at + delay_s)
-            if min(total - generated, args.max_pending - in_flight_messages - open_count) > 0:
-                wake = min(wake, max(start + generated / rate, now + PACE_TICK_S) if rate else now)
-            frames = connection.pump(outgoing, wake - time.perf_counter())
-            now = time.perf_counter()
-            for frame in frames:
-                command = frame.command
-                kind = command.type
-                if kind == BaseCommand.SEND_RECEIPT or kind == BaseCommand.SEND_ERROR:
-                    answer = command.send_receipt if kind == BaseCommand.SEND_RECEIPT else command.send_error
-                    if answer.producer_id != producer.producer_id:
-                        continue
-                    closed_at, count, sequence = in_flight.popleft()
-                    if answer.sequence_id != sequence:
-                        raise ConnectionLost(f"receipt for sequence id {answer.sequence_id}, expected {sequence}")
-                    if isinstance(answer, CommandSendError):
-                        if not failures:
-                            print(
-                                f"produce: SEND_ERROR {ServerError.Name(answer.error)}: {answer.message}",
-                                file=sys.stderr,
-                            )
-                        failures += count
-                    latencies.append((now - closed_at) * 1e3)
-                    counts.append(count)
-                    received += count
-                    in_flight_messages -= count
-                    last_receipt = heard_at = now
-                elif kind == BaseCommand.CLOSE_PRODUCER:
-                    raise ConnectionLost("the broker closed the producer")
-            if in_flight and now - heard_at > RECEIPT_TIMEOUT_S:
-                raise ReadTimeout(f"no receipt from the broker in {RECEIPT_TIMEOUT_S:.0f} s")
-            if not in_flight:
-                heard_at = now
-            if now >= next_report:
-                # After the pump: a batch closed (and stamped) in this turn has left already.
-                done = len(latencies)
-                window, window_counts = latencies[reported_batches:done], counts[reported_batches:done]
-                _progress("produce", received, reported, now - reported_at, args.size, window, window_counts)
-                next_report, reported, reported_batches, reported_at = now + REPORT_INTERVAL_S, received, done, now
-        cpu = _cpu_seconds() - cpu_start
+        cpu = run.publish(connection, producer.producer_id)
         producer.close()
     except (BrokerError, ConnectionLost, ReadTimeout) as error:
-        print(f"produce: failed after {received:,} of {total:,} receipts: {error}", file=sys.stderr)
+        print(f"produce: failed after {run.received:,} of {run.total:,} receipts: {error}", file=sys.stderr)
         return 1
     finally:
         connection.close()
-    seconds = last_receipt - start
-    summary = {
-        "role": "produce",
-        "client": "magnetar",
-        "topic": args.topic,
-        "messages": total,
-        "entries": len(latencies),
-        "failures": failures,
-        "size_bytes": args.size,
-        "keys": args.keys,
-        "batching": args.batching,
-        "batching_max_messages": args.batching_max_messages,
-        "rate_target": rate,
-        "max_pending": args.max_pending,
-        "seconds": seconds,
-        "msg_per_s": total / seconds,
-        "mb_per_s": total * args.size / seconds / 1e6,
-        "latency_ms": percentiles(latencies, counts),
-        "client_cpu_us_per_msg": cpu / total * 1e6,
-    }
-    _finish("produce", summary, args.json)
-    return 1 if failures else 0
+    _finish("produce", run.summary(args, cpu), args.json)
+    return 1 if run.failures else 0
+
+
+class _ProgressLines:
+    """A progress line every REPORT_INTERVAL_S for a loop that holds one latency per entry, weighted by
+    the entry's messages: the rate since the line before, the latencies of the entries since then."""
+
+    def __init__(self, role: str, size: int, start: float) -> None:
+        self.role = role
+        self.size = size
+        self.due = start + REPORT_INTERVAL_S
+        self.at = start
+        self.messages = 0
+        self.entries = 0
+
+    def report(self, now: float, messages: int, latencies: array, weights: array) -> None:
+        done = len(latencies)
+        window, window_weights = latencies[self.entries : done], weights[self.entries : done]
+        _progress(self.role, messages, self.messages, now - self.at, self.size, window, window_weights)
+        self.due, self.messages, self.entries, self.at = now + REPORT_INTERVAL_S, messages, done, now
+
+
+class _PipelinedProduce:
+    """One `produce --client magnetar` run: messages go into the open batch container as the pace and
+    `--max-pending` allow, the container closes into SENDs (`_KeyBatcher.close`), and each receipt
+    settles the oldest SEND in flight.
+
+    Invariants: `opened <= generated <= total`; the messages `opened..generated-1` are in the open
+    container and `in_flight_messages` are closed without a receipt yet, together at most `--max-pending`.
+    """
+
+    def __init__(self, args: argparse.Namespace, batcher: _KeyBatcher) -> None:
+        self.batcher = batcher
+        self.total = args.messages
+        self.rate = args.rate
+        self.max_pending = args.max_pending
+        self.size = args.size
+        self.delay_s = args.batch_delay_ms / 1000 if args.batching else 0.0
+        self.outgoing = bytearray()
+        self.in_flight: collections.deque[tuple[float, int, int]] = collections.deque()
+        self.latencies, self.counts = array("d"), array("q")
+        self.generated = self.opened = self.received = self.failures = self.in_flight_messages = 0
+        self.opened_at = self.last_receipt = self.start = self.heard_at = 0.0
+
+    def publish(self, connection: Connection, producer_id: int) -> float:
+        """Send every message and wait for its receipt; the CPU seconds it took."""
+        cpu_start = _cpu_seconds()
+        self.start = self.heard_at = time.perf_counter()
+        progress = _ProgressLines("produce", self.size, self.start)
+        while self.received < self.total:
+            now = time.perf_counter()
+            self._add_messages(now)
+            self._close_batch_when_due(now)
+            frames = connection.pump(self.outgoing, self._wake_at(now, progress.due) - time.perf_counter())
+            now = time.perf_counter()
+            for frame in frames:
+                self._on_command(frame.command, producer_id, now)
+            self._check_receipt_timeout(now)
+            if now >= progress.due:
+                # After the pump: a batch closed (and stamped) in this turn has left already.
+                progress.report(now, self.received, self.latencies, self.counts)
+        return _cpu_seconds() - cpu_start
+
+    def _add_messages(self, now: float) -> None:
+        """Generate what the pace, `--max-pending` and the container's limit allow into the open container."""
+        open_count = self.generated - self.opened
+        allowed = min(
+            self.total - self.generated,
+            self.max_pending - self.in_flight_messages - open_count,
+            self.batcher.limit - open_count,
+        )
+        if self.rate:
+            allowed = min(allowed, int((now - self.start) * self.rate) + 1 - self.generated)
+        if allowed > 0:
+            if not open_count:
+                self.opened_at = now
+            self.generated += allowed
+
+    def _close_batch_when_due(self, now: float) -> None:
+        """Close the open container when it is full, when no message follows, or when its delay
+        (batchingMaxPublishDelayMs) has passed."""
+        open_count = self.generated - self.opened
+        if open_count and (
+            open_count >= self.batcher.limit or self.generated == self.total or now - self.opened_at >= self.delay_s
+        ):
+            self.batcher.close(self.opened, self.generated, self.outgoing, self.in_flight, now)
+            self.in_flight_messages += open_count
+            self.opened = self.generated
+
+    def _wake_at(self, now: float, report_due: float) -> float:
+        """When the pump must return: the next progress line, the open container's delay, the next
+        message the pace allows, or at once when messages can be generated now."""
+        wake = min(report_due, now + RECEIPT_TIMEOUT_S)
+        open_count = self.generated - self.opened
+        if open_count:
+            wake = min(wake, self.opened_at + self.delay_s)
+        if min(self.total - self.generated, self.max_pending - self.in_flight_messages - open_count) > 0:
+            wake = min(wake, max(self.start + self.generated / self.rate, now + PACE_TICK_S) if self.rate else now)
+        return wake
+
+    def _on_command(self, command: BaseCommand, producer_id: int, now: float) -> None:
+        kind = command.type
+        if kind == BaseCommand.SEND_RECEIPT:
+            if command.send_receipt.producer_id == producer_id:
+                self._on_receipt(command.send_receipt, False, now)
+        elif kind == BaseCommand.SEND_ERROR:
+            if command.send_error.producer_id == producer_id:
+                self._on_receipt(command.send_error, True, now)
+        elif kind == BaseCommand.CLOSE_PRODUCER:
+            raise ConnectionLost("the broker closed the producer")
+
+    def _on_receipt(self, answer: Any, failed: bool, now: float) -> None:
+        """A SEND_RECEIPT, or a SEND_ERROR when `failed`, for the oldest SEND in flight."""
+        closed_at, count, sequence = self.in_flight.popleft()
+        if answer.sequence_id != sequence:
+            raise ConnectionLost(f"receipt for sequence id {answer.sequence_id}, expected {sequence}")
+        if failed:
+            if not self.failures:
+                print(f"produce: SEND_ERROR {ServerError.Name(answer.error)}: {answer.message}", file=sys.stderr)
+            self.failures += count
+        self.latencies.append((now - closed_at) * 1e3)
+        self.counts.append(count)
+        self.received += count
+        self.in_flight_messages -= count
+        self.last_receipt = self.heard_at = now
+
+    def _check_receipt_timeout(self, now: float) -> None:
+        if not self.in_flight:
+            self.heard_at = now
+        elif now - self.heard_at > RECEIPT_TIMEOUT_S:
+            raise ReadTimeout(f"no receipt from the broker in {RECEIPT_TIMEOUT_S:.0f} s")
+
+    def summary(self, args: argparse.Namespace, cpu: float) -> dict:
+        seconds = self.last_receipt - self.start
+        return {
+            "role": "produce",
+            "client": "magnetar",
+            "topic": args.topic,
+            "messages": self.total,
+            "entries": len(self.latencies),
+            "failures": self.failures,
+            "size_bytes": self.size,
+            "keys": args.keys,
+            "batching": args.batching,
+            "batching_max_messages": args.batching_max_messages,
+            "rate_target": self.rate,
+            "max_pending": self.max_pending,
+            "seconds": seconds,
+            "msg_per_s": self.total / seconds,
+            "mb_per_s": self.total * self.size / seconds / 1e6,
+            "latency_ms": percentiles(self.latencies, self.counts),
+            "client_cpu_us_per_msg": cpu / self.total * 1e6,
+        }
 
 
 def consume(args: argparse.Namespace) -> int:
@@ -488,57 +551,12 @@ def consume(args: argparse.Namespace) -> int:
         f"consume: subscribed {args.consumers} {args.type} consumers to {args.topic} as {args.subscription}",
         flush=True,
     )
-    latencies = array("d")
-    counts = [0] * args.consumers
-    first = [0.0] * args.consumers
-    last = [0.0] * args.consumers
-    done = threading.Event()
-
-    def receive_one(consumer: pulsar.Consumer) -> tuple[pulsar.Message, ...]:
-        try:
-            return (consumer.receive(RECEIVE_POLL_MS),)
-        except pulsar.Timeout:
-            return ()
-
     # One receive per message, or a batch_receive (up to N messages or 10 ms); each message acked.
-    take = pulsar.Consumer.batch_receive if args.batch_receive else receive_one
-
-    def receive_loop(index: int, consumer: pulsar.Consumer) -> None:
-        count = 0
-        while not done.is_set():
-            messages = take(consumer)
-            if not messages:
-                continue
-            now = time.time()
-            now_ms = now * 1e3
-            for message in messages:
-                latencies.append(now_ms - message.publish_timestamp())
-                consumer.acknowledge(message)
-            if not count:
-                first[index] = now
-            count += len(messages)
-            counts[index] = count
-            last[index] = now
-
+    receivers = _Receivers(consumers, pulsar.Consumer.batch_receive if args.batch_receive else _receive_one)
     cpu_start = _cpu_seconds()
-    threads = [threading.Thread(target=receive_loop, args=(i, c), daemon=True) for i, c in enumerate(consumers)]
-    for thread in threads:
-        thread.start()
-    reported, reported_at, progress_at, latencies_seen = 0, time.perf_counter(), time.monotonic(), 0
-    while True:
-        time.sleep(REPORT_INTERVAL_S)
-        total = sum(counts)
-        now = time.perf_counter()
-        if total != reported:
-            progress_at = time.monotonic()
-        if total >= args.messages or time.monotonic() - progress_at > args.idle_timeout:
-            break
-        seen = len(latencies)
-        _progress("consume", total, reported, now - reported_at, args.size, latencies[latencies_seen:seen])
-        reported, reported_at, latencies_seen = total, now, seen
-    done.set()
-    for thread in threads:
-        thread.join()
+    receivers.start()
+    receivers.report_until_done(args.messages, args.idle_timeout, args.size)
+    receivers.stop()
     cpu = _cpu_seconds() - cpu_start
     for consumer in consumers:
         consumer.close()
@@ -546,12 +564,78 @@ def consume(args: argparse.Namespace) -> int:
     return _consume_summary(
         args,
         {"client": "pulsar", "batch_receive": args.batch_receive},
-        counts,
-        first,
-        last,
-        percentiles(latencies),
+        receivers.counts,
+        receivers.first,
+        receivers.last,
+        percentiles(receivers.latencies),
         cpu,
     )
+
+
+def _receive_one(consumer: pulsar.Consumer) -> tuple[pulsar.Message, ...]:
+    try:
+        return (consumer.receive(RECEIVE_POLL_MS),)
+    except pulsar.Timeout:
+        return ()
+
+
+class _Receivers:
+    """The official client's consumers, one thread each taking messages with `take` and acking each;
+    the main thread reads what they count for its progress lines and the summary."""
+
+    def __init__(
+        self, consumers: list[pulsar.Consumer], take: Callable[[pulsar.Consumer], Sequence[pulsar.Message]]
+    ) -> None:
+        self.take = take
+        self.latencies = array("d")
+        self.counts = [0] * len(consumers)
+        self.first = [0.0] * len(consumers)
+        self.last = [0.0] * len(consumers)
+        self.done = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._receive_loop, args=(i, c), daemon=True) for i, c in enumerate(consumers)
+        ]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self.done.set()
+        for thread in self.threads:
+            thread.join()
+
+    def _receive_loop(self, index: int, consumer: pulsar.Consumer) -> None:
+        count = 0
+        while not self.done.is_set():
+            messages = self.take(consumer)
+            if not messages:
+                continue
+            now = time.time()
+            now_ms = now * 1e3
+            for message in messages:
+                self.latencies.append(now_ms - message.publish_timestamp())
+                consumer.acknowledge(message)
+            if not count:
+                self.first[index] = now
+            count += len(messages)
+            self.counts[index] = count
+            self.last[index] = now
+
+    def report_until_done(self, messages: int, idle_timeout_s: float, size: int) -> None:
+        """A progress line a second until `messages` arrived or none did for `idle_timeout_s`."""
+        reported, reported_at, progress_at, latencies_seen = 0, time.perf_counter(), time.monotonic(), 0
+        while True:
+            time.sleep(REPORT_INTERVAL_S)
+            total = sum(self.counts)
+            now = time.perf_counter()
+            if total != reported:
+                progress_at = time.monotonic()
+            if total >= messages or time.monotonic() - progress_at > idle_timeout_s:
+                return
+            seen = len(self.latencies)
+            _progress("consume", total, reported, now - reported_at, size, self.latencies[latencies_seen:seen])
+            reported, reported_at, latencies_seen = total, now, seen
 
 
 def _consume_summary(
@@ -618,72 +702,92 @@ def consume_magnetar(args: argparse.Namespace) -> int:
         f"consume: subscribed {args.consumers} {args.type} consumers to {args.topic} as {args.subscription}",
         flush=True,
     )
-    index_of = {consumer_id: index for index, consumer_id in enumerate(consumer_ids)}
-    queue = args.receiver_queue_size
-    outgoing = bytearray()
-    for consumer_id in consumer_ids:
-        outgoing += _flow_frame(consumer_id, queue)
-    unreturned = [0] * args.consumers
-    acks: list[list[tuple[int, int]]] = [[] for _ in consumer_ids]
-    counts, first, last = [0] * args.consumers, [0.0] * args.consumers, [0.0] * args.consumers
-    latencies, weights = array("d"), array("q")
-    total = 0
-    cpu_start = _cpu_seconds()
-    start = heard_at = time.perf_counter()
-    ack_due, next_report = start + ACK_GROUP_S, start + REPORT_INTERVAL_S
-    reported, reported_entries, reported_at = 0, 0, start
+    consumers = _PipelinedConsumers(consumer_ids, args.receiver_queue_size)
     try:
-        while total < args.messages:
-            frames = connection.pump(outgoing, min(ack_due, next_report) - time.perf_counter())
+        cpu = consumers.receive(connection, args.messages, args.idle_timeout, args.size)
+        consumers.close(connection)
+    except (BrokerError, ConnectionLost, ReadTimeout) as error:
+        print(f"consume: failed after {consumers.total:,} of {args.messages:,} messages: {error}", file=sys.stderr)
+        return 1
+    finally:
+        connection.close()
+    fields = {"client": "magnetar", "entries": len(consumers.latencies)}
+    latency_ms = percentiles(consumers.latencies, consumers.weights)
+    return _consume_summary(args, fields, consumers.counts, consumers.first, consumers.last, latency_ms, cpu)
+
+
+class _PipelinedConsumers:
+    """The consumers of `consume --client magnetar` on one connection: what each received, the permits
+    it has yet to give back (`unreturned`: one FLOW once half the queue is used, ConsumerImpl's
+    receiverQueueRefillThreshold) and its acks waiting for the next group."""
+
+    def __init__(self, consumer_ids: list[int], receiver_queue_size: int) -> None:
+        self.consumer_ids = consumer_ids
+        self.index_of = {consumer_id: index for index, consumer_id in enumerate(consumer_ids)}
+        self.queue = receiver_queue_size
+        self.outgoing = bytearray()
+        for consumer_id in consumer_ids:
+            self.outgoing += _flow_frame(consumer_id, receiver_queue_size)
+        consumers = len(consumer_ids)
+        self.unreturned = [0] * consumers
+        self.acks: list[list[tuple[int, int]]] = [[] for _ in consumer_ids]
+        self.counts, self.first, self.last = [0] * consumers, [0.0] * consumers, [0.0] * consumers
+        self.latencies, self.weights = array("d"), array("q")
+        self.total = 0
+
+    def receive(self, connection: Connection, messages: int, idle_timeout_s: float, size: int) -> float:
+        """Receive until `messages` arrived or none did for `idle_timeout_s`; the CPU seconds it took."""
+        cpu_start = _cpu_seconds()
+        start = heard_at = time.perf_counter()
+        ack_due = start + ACK_GROUP_S
+        progress = _ProgressLines("consume", size, start)
+        while self.total < messages:
+            frames = connection.pump(self.outgoing, min(ack_due, progress.due) - time.perf_counter())
             wall_ms = time.time() * 1e3
             for frame in frames:
-                command = frame.command
-                if command.type == BaseCommand.MESSAGE:
-                    message = command.message
-                    index = index_of[message.consumer_id]
-                    entry = parse_entry(frame.payload)
-                    count = entry.num_messages
-                    latencies.append(wall_ms - entry.publish_time)
-                    weights.append(count)
-                    acks[index].append((message.message_id.ledgerId, message.message_id.entryId))
-                    if not counts[index]:
-                        first[index] = wall_ms / 1e3
-                    counts[index] += count
-                    last[index] = wall_ms / 1e3
-                    total += count
-                    unreturned[index] += count
-                    if unreturned[index] >= queue // 2:
-                        outgoing += _flow_frame(message.consumer_id, unreturned[index])
-                        unreturned[index] = 0
-                elif command.type == BaseCommand.CLOSE_CONSUMER:
-                    raise ConnectionLost("the broker closed a consumer")
+                self._on_frame(frame, wall_ms)
             now = time.perf_counter()
             if frames:
                 heard_at = now
             if now >= ack_due:
-                _queue_acks(outgoing, consumer_ids, acks)
+                _queue_acks(self.outgoing, self.consumer_ids, self.acks)
                 ack_due = now + ACK_GROUP_S
-            if now >= next_report:
-                done = len(latencies)
-                window, window_counts = latencies[reported_entries:done], weights[reported_entries:done]
-                _progress("consume", total, reported, now - reported_at, args.size, window, window_counts)
-                next_report, reported, reported_entries, reported_at = now + REPORT_INTERVAL_S, total, done, now
-                if now - heard_at > args.idle_timeout:
+            if now >= progress.due:
+                progress.report(now, self.total, self.latencies, self.weights)
+                if now - heard_at > idle_timeout_s:
                     break
-        cpu = _cpu_seconds() - cpu_start
-        _queue_acks(outgoing, consumer_ids, acks)
+        return _cpu_seconds() - cpu_start
+
+    def _on_frame(self, frame: Frame, wall_ms: float) -> None:
+        command = frame.command
+        if command.type == BaseCommand.MESSAGE:
+            message = command.message
+            index = self.index_of[message.consumer_id]
+            entry = parse_entry(frame.payload)
+            count = entry.num_messages
+            self.latencies.append(wall_ms - entry.publish_time)
+            self.weights.append(count)
+            self.acks[index].append((message.message_id.ledgerId, message.message_id.entryId))
+            if not self.counts[index]:
+                self.first[index] = wall_ms / 1e3
+            self.counts[index] += count
+            self.last[index] = wall_ms / 1e3
+            self.total += count
+            self.unreturned[index] += count
+            if self.unreturned[index] >= self.queue // 2:
+                self.outgoing += _flow_frame(message.consumer_id, self.unreturned[index])
+                self.unreturned[index] = 0
+        elif command.type == BaseCommand.CLOSE_CONSUMER:
+            raise ConnectionLost("the broker closed a consumer")
+
+    def close(self, connection: Connection) -> None:
+        """Send the acks still grouped, then close the consumers."""
+        _queue_acks(self.outgoing, self.consumer_ids, self.acks)
         deadline = time.perf_counter() + RECEIPT_TIMEOUT_S
-        while outgoing and time.perf_counter() < deadline:
-            connection.pump(outgoing, 0.1)
-        for consumer_id in consumer_ids:
+        while self.outgoing and time.perf_counter() < deadline:
+            connection.pump(self.outgoing, 0.1)
+        for consumer_id in self.consumer_ids:
             connection.close_consumer(consumer_id)
-    except (BrokerError, ConnectionLost, ReadTimeout) as error:
-        print(f"consume: failed after {total:,} of {args.messages:,} messages: {error}", file=sys.stderr)
-        return 1
-    finally:
-        connection.close()
-    fields = {"client": "magnetar", "entries": len(latencies)}
-    return _consume_summary(args, fields, counts, first, last, percentiles(latencies, weights), cpu)
 
 
 def _flow_frame(consumer_id: int, permits: int) -> bytes:

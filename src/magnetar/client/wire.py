@@ -505,11 +505,7 @@ def _read_range_once(
                     raise ReadTimeout(
                         f"{topic}: the range after {start} up to {end} did not complete in {timeout_s:.0f} s"
                     )
-                # Quiet: has the broker's reader passed `end` with only other hashes left?
-                if received is not None:
-                    connection.ack_cumulative(consumer_id, received)
-                _last, mark_delete = connection.last_message_id(consumer_id)
-                if mark_delete is not None and mark_delete >= end:
+                if _reader_passed_end(connection, consumer_id, received, end):
                     break
                 idle_s = min(idle_s * 2, 0.02)
                 continue
@@ -529,10 +525,26 @@ def _read_range_once(
             if position == end:
                 break
             deadline = time.monotonic() + timeout_s
-        try:
-            connection.close_consumer(consumer_id)
-        except (BrokerError, ReadTimeout):
-            pass  # the connection closes next; a non-durable subscription goes with it
+        _close_reader(connection, consumer_id)
+
+
+def _reader_passed_end(
+    connection: Connection, consumer_id: int, received: tuple[int, int] | None, end: tuple[int, int]
+) -> bool:
+    """Asked when the reader is quiet: has the broker's reader passed `end` with only other hashes left?
+    Acks what was received, then reads the reader's mark-delete position, which also covers the filtered
+    entries the broker acked."""
+    if received is not None:
+        connection.ack_cumulative(consumer_id, received)
+    _last, mark_delete = connection.last_message_id(consumer_id)
+    return mark_delete is not None and mark_delete >= end
+
+
+def _close_reader(connection: Connection, consumer_id: int) -> None:
+    try:
+        connection.close_consumer(consumer_id)
+    except (BrokerError, ReadTimeout):
+        pass  # the connection closes next; a non-durable subscription goes with it
 
 
 # ------------------------------------------------------------------------------------------ producing

@@ -188,88 +188,80 @@ class RowBuilder:
         default ("", b"", 0), so only messages with the default are looked at again, to tell an empty
         value from none; optional fields are first looked for by their tag byte in all the messages'
         metadata at once: a batch where no metadata holds the byte has none of them."""
-        count = len(singles)
         names = self.names
         metadata = b"".join(raws)
         if "key" in names:
-            if _TAG_PARTITION_KEY not in metadata:
-                self._key += [None] * count
-            else:
-                keys = list(map(_PARTITION_KEY, singles))
-                if "" in keys:
-                    for index, key in enumerate(keys):
-                        if key == "" and not singles[index].HasField("partition_key"):
-                            keys[index] = None
-                self._key += keys
+            self._key += _partition_keys(singles, metadata)
         if "orderingKey" in names:
-            if _TAG_ORDERING_KEY not in metadata:
-                self._ordering += [None] * count
-            else:
-                ordering = list(map(_ORDERING_KEY, singles))
-                for index, key in enumerate(ordering):
-                    if key == b"" and not singles[index].HasField("ordering_key"):
-                        ordering[index] = None
-                self._ordering += ordering
+            self._ordering += _ordering_keys(singles, metadata)
         if "eventTime" in names:
-            if _TAG_EVENT_TIME not in metadata:
-                self._event.loose += [None] * count
-            else:
-                # Pulsar's event time 0 means "not set", as for a single message.
-                self._event.loose += [time * 1000 or None for time in map(_EVENT_TIME, singles)]
+            self._event.loose += _event_times(singles, metadata)
         if "sequenceId" in names:
-            sequences = list(map(_SEQUENCE_ID, singles))
-            if 0 in sequences:
-                # A message without its own sequence id has the entry's plus its index in the batch.
-                for index, sequence in enumerate(sequences):
-                    if sequence == 0 and not singles[index].HasField("sequence_id"):
-                        sequences[index] = first_sequence_id + index
-            self._sequence.loose += sequences
+            self._sequence.loose += _sequence_ids(singles, first_sequence_id)
         if "properties" in names:
-            keys, offsets = self._prop_keys, self._prop_offsets
-            if _TAG_PROPERTIES not in metadata:
-                offsets += [len(keys)] * count
+            self._add_parsed_properties(singles, raws, metadata)
+
+    def _add_parsed_properties(self, singles: list, raws: list, metadata: bytes) -> None:
+        keys, offsets = self._prop_keys, self._prop_offsets
+        if _TAG_PROPERTIES not in metadata:
+            offsets += [len(keys)] * len(singles)
+            return
+        for raw, single in zip(raws, singles):
+            if _TAG_PROPERTIES in raw and single.properties:
+                self._add_properties(single.properties)
             else:
-                for raw, single in zip(raws, singles):
-                    if _TAG_PROPERTIES in raw and single.properties:
-                        self._add_properties(single.properties)
-                    else:
-                        offsets.append(len(keys))
+                offsets.append(len(keys))
 
     def take(self) -> pa.RecordBatch:
         """The rows added since the last `take`, as a record batch of `schema`."""
+        columns = self._entry_columns() | self._message_columns()
+        batch = pa.RecordBatch.from_arrays([columns[name] for name in self.schema.names], schema=self.schema)
+        self._reset()
+        return batch
+
+    def _entry_columns(self) -> dict[str, pa.Array]:
+        """The columns with one value per entry, expanded to one per message by run-end decoding; the
+        position columns always (a message id is made of them)."""
         columns = {}
         names = self.names
         n = self.rows
         run_ends = pa.array(self._run_ends, pa.int32())
-
-        def per_entry(values: list, kind: pa.DataType) -> pa.Array:
-            return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, pa.array(values, kind)))
-
-        if "key" in names:
-            columns["key"] = pa.array(self._key, pa.string())
-        if "value" in names:
-            columns["value"] = self._value.array()
         if "topic" in names:
             columns["topic"] = pa.repeat(pa.scalar(self.topic, pa.string()), n)
-        columns["ledgerId"] = per_entry(self._ledger, pa.int64())
-        columns["entryId"] = per_entry(self._entry, pa.int64())
+        columns["ledgerId"] = _per_entry(run_ends, self._ledger, pa.int64())
+        columns["entryId"] = _per_entry(run_ends, self._entry, pa.int64())
         # A message's index in its entry: its row number minus its entry's first row; -1 outside batches.
         starts = [0] + self._run_ends[:-1]
-        index = pc.subtract(_row_numbers(n), per_entry(starts, pa.int32()))
-        batch_index = pc.if_else(per_entry(self._is_batch, pa.bool_()), index, pa.scalar(-1, pa.int32()))
+        index = pc.subtract(_row_numbers(n), _per_entry(run_ends, starts, pa.int32()))
+        is_batch = _per_entry(run_ends, self._is_batch, pa.bool_())
+        batch_index = pc.if_else(is_batch, index, pa.scalar(-1, pa.int32()))
         columns["batchIndex"] = batch_index
         if "messageId" in names:
             prefixes = [f"{ledger}:{entry}:{self.partition}:" for ledger, entry in zip(self._ledger, self._entry)]
             columns["messageId"] = pc.binary_join_element_wise(
-                per_entry(prefixes, pa.string()), pc.cast(batch_index, pa.string()), ""
+                _per_entry(run_ends, prefixes, pa.string()), pc.cast(batch_index, pa.string()), ""
             )
         if "publishTime" in names:
-            columns["publishTime"] = per_entry(self._publish, pa.timestamp("us", tz="UTC"))
+            columns["publishTime"] = _per_entry(run_ends, self._publish, pa.timestamp("us", tz="UTC"))
+        if "keyHash" in names:
+            columns["keyHash"] = _per_entry(run_ends, self._hash, pa.int32())
+        if "producerName" in names:
+            columns["producerName"] = _per_entry(run_ends, self._producer, pa.string())
+        return columns
+
+    def _message_columns(self) -> dict[str, pa.Array]:
+        """The columns with a value per message."""
+        columns = {}
+        names = self.names
+        if "key" in names:
+            columns["key"] = pa.array(self._key, pa.string())
+        if "value" in names:
+            columns["value"] = self._value.array()
         if "eventTime" in names:
             columns["eventTime"] = self._event.array()
         if "properties" in names:
             # No properties in any row (the common case) needs no list of offsets from Python.
-            offsets = self._prop_offsets if self._prop_keys else pa.repeat(pa.scalar(0, pa.int32()), n + 1)
+            offsets = self._prop_offsets if self._prop_keys else pa.repeat(pa.scalar(0, pa.int32()), self.rows + 1)
             columns["properties"] = pa.MapArray.from_arrays(
                 pa.array(offsets, pa.int32()),
                 pa.array(self._prop_keys, pa.string()),
@@ -278,15 +270,56 @@ class RowBuilder:
             )
         if "orderingKey" in names:
             columns["orderingKey"] = pa.array(self._ordering, pa.binary())
-        if "keyHash" in names:
-            columns["keyHash"] = per_entry(self._hash, pa.int32())
-        if "producerName" in names:
-            columns["producerName"] = per_entry(self._producer, pa.string())
         if "sequenceId" in names:
             columns["sequenceId"] = self._sequence.array()
-        batch = pa.RecordBatch.from_arrays([columns[name] for name in self.schema.names], schema=self.schema)
-        self._reset()
-        return batch
+        return columns
+
+
+def _per_entry(run_ends: pa.Array, values: list, kind: pa.DataType) -> pa.Array:
+    """One value per entry repeated for each of its messages (`run_ends`: each entry's last row + 1)."""
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, pa.array(values, kind)))
+
+
+def _partition_keys(singles: list, metadata: bytes) -> list:
+    """The parsed messages' partition keys (None where unset); `metadata` is all their metadata's bytes."""
+    if _TAG_PARTITION_KEY not in metadata:
+        return [None] * len(singles)
+    keys = list(map(_PARTITION_KEY, singles))
+    if "" in keys:
+        for index, key in enumerate(keys):
+            if key == "" and not singles[index].HasField("partition_key"):
+                keys[index] = None
+    return keys
+
+
+def _ordering_keys(singles: list, metadata: bytes) -> list:
+    """The parsed messages' ordering keys (None where unset)."""
+    if _TAG_ORDERING_KEY not in metadata:
+        return [None] * len(singles)
+    ordering = list(map(_ORDERING_KEY, singles))
+    for index, key in enumerate(ordering):
+        if key == b"" and not singles[index].HasField("ordering_key"):
+            ordering[index] = None
+    return ordering
+
+
+def _event_times(singles: list, metadata: bytes) -> list:
+    """The parsed messages' event times in microseconds (None where unset)."""
+    if _TAG_EVENT_TIME not in metadata:
+        return [None] * len(singles)
+    # Pulsar's event time 0 means "not set", as for a single message.
+    return [time * 1000 or None for time in map(_EVENT_TIME, singles)]
+
+
+def _sequence_ids(singles: list, first_sequence_id: int) -> list:
+    """The parsed messages' sequence ids: a message without its own has the entry's plus its index in
+    the batch."""
+    sequences = list(map(_SEQUENCE_ID, singles))
+    if 0 in sequences:
+        for index, sequence in enumerate(sequences):
+            if sequence == 0 and not singles[index].HasField("sequence_id"):
+                sequences[index] = first_sequence_id + index
+    return sequences
 
 
 # SingleMessageMetadata fields a run of look-alike messages may hold (see `_layout`), with their wire

@@ -575,49 +575,59 @@ class SqliteEngine:
 
     def _commit_loop(self) -> None:
         take = self._queue.get
-        take_nowait = self._queue.get_nowait
         while True:
             queued_at, item = take()
             if item is _STOP:
                 return
-            batch = [item]
-            size, entries = (item[2], item[3]) if type(item) is tuple else (0, 0)
-            stop = False
-            # As BookKeeper's journal does, the wait counts from when the oldest write was queued:
-            # writes that queued during the previous commit's fsync have waited already.
-            deadline = queued_at + self.group_wait_s
-            while len(batch) < GROUP_COMMIT_ITEMS_MAX and size < GROUP_COMMIT_BYTES_MAX:
-                try:
-                    _, item = take_nowait()
-                except queue.Empty:
-                    if len(batch) >= GROUP_WAIT_ITEMS_MIN or entries >= GROUP_WAIT_ENTRIES_MIN or not self.group_wait_s:
-                        break
-                    # A small commit waits a little for company (journalMaxGroupWaitMSec).
-                    remaining = deadline - self._monotonic()
-                    if remaining <= 0:
-                        break
-                    try:
-                        _, item = take(timeout=remaining)
-                    except queue.Empty:
-                        break
-                if item is _STOP:
-                    stop = True
-                    break
-                batch.append(item)
-                if type(item) is tuple:
-                    size += item[2]
-                    entries += item[3]
+            batch, size, stop = self._take_group(queued_at, item)
             report = self._commit(batch)
             if report.error is None:
                 pages = WAL_PAGES_PER_COMMIT + WAL_PAGES_PER_LEDGER * len(report.appended) + len(report.ops)
                 self._after_commit(size + pages * self._page_size)
-            assert self._loop is not None and self._on_commit is not None
-            try:
-                self._loop.call_soon_threadsafe(self._on_commit, report)
-            except RuntimeError:
-                return  # the loop is gone; nobody is waiting any more
-            if stop:
+            if not self._report_commit(report) or stop:
                 return
+
+    def _take_group(self, queued_at: float, first: Any) -> tuple[list[Any], int, bool]:
+        """The writes of one commit: `first` (queued at `queued_at`) and what queued behind it, up to
+        GROUP_COMMIT_ITEMS_MAX items or GROUP_COMMIT_BYTES_MAX bytes; with their payload bytes, and
+        whether `_STOP` came after them."""
+        take = self._queue.get
+        take_nowait = self._queue.get_nowait
+        batch = [first]
+        size, entries = (first[2], first[3]) if type(first) is tuple else (0, 0)
+        # As BookKeeper's journal does, the wait counts from when the oldest write was queued:
+        # writes that queued during the previous commit's fsync have waited already.
+        deadline = queued_at + self.group_wait_s
+        while len(batch) < GROUP_COMMIT_ITEMS_MAX and size < GROUP_COMMIT_BYTES_MAX:
+            try:
+                _, item = take_nowait()
+            except queue.Empty:
+                if len(batch) >= GROUP_WAIT_ITEMS_MIN or entries >= GROUP_WAIT_ENTRIES_MIN or not self.group_wait_s:
+                    break
+                # A small commit waits a little for company (journalMaxGroupWaitMSec).
+                remaining = deadline - self._monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    _, item = take(timeout=remaining)
+                except queue.Empty:
+                    break
+            if item is _STOP:
+                return batch, size, True
+            batch.append(item)
+            if type(item) is tuple:
+                size += item[2]
+                entries += item[3]
+        return batch, size, False
+
+    def _report_commit(self, report: CommitReport) -> bool:
+        """Hand `report` to the event loop; False when the loop is gone and nobody waits any more."""
+        assert self._loop is not None and self._on_commit is not None
+        try:
+            self._loop.call_soon_threadsafe(self._on_commit, report)
+        except RuntimeError:
+            return False
+        return True
 
     def _commit(self, batch: list[Any]) -> CommitReport:
         report = CommitReport()

@@ -424,16 +424,24 @@ class SharedDispatcher:
                 unblocked = self._unacked_released(consumer, released)
         else:
             others = positions
-        for position in others:
-            # Acked by a consumer it is not pending on: it was redelivered to another one.
-            owner = self._owner_of(event.consumer_id, position)
+        if others:
+            unblocked |= self._on_acked_elsewhere(event.consumer_id, others)
+        if unblocked:
+            self._read_more()
+
+    def _on_acked_elsewhere(self, consumer_id: int, positions: Sequence[Position]) -> bool:
+        """Positions acked by a consumer they are not pending on: they were redelivered to another one,
+        which holds them now (or nobody does: already acked, or the holder left). Whether a consumer or
+        the subscription got unblocked."""
+        unblocked = False
+        for position in positions:
+            owner = self._owner_of(consumer_id, position)
             if owner is not None:
                 removed = owner.pending_acks.remove(position)
                 assert removed is not None, f"{position} is pending on {owner!r}"
                 batch_size = removed[0]
                 unblocked |= self._unacked_released(owner, batch_size - owner.partially_acked.pop(position, 0))
-        if unblocked:
-            self._read_more()
+        return unblocked
 
     def _remove_hook_needed(self) -> bool:
         """Whether removing pending acks must call their remove hook (Key_Shared: while hashes drain)."""
