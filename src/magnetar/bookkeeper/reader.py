@@ -130,34 +130,41 @@ async def read_last_confirmed(
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for future in done:
-                index = reads[future]
-                error = future.exception()
-                valid = False
-                if error is None:
-                    coverage.add_bookie(index, Answer.KNOWN)
-                    try:
-                        header, _ = digest.verify(None, future.result())
-                    except DigestMatchError as mismatch:
-                        last_error = mismatch
-                    else:
-                        valid = True
-                        if header.last_add_confirmed > best.last_add_confirmed:
-                            best = LastConfirmed(header.last_add_confirmed, header.length)
-                elif isinstance(error, (NoSuchEntryError, NoSuchLedgerError)):
-                    # The writer may have crashed before any entry reached this bookie.
-                    coverage.add_bookie(index, Answer.KNOWN)
-                    valid = True
-                elif isinstance(error, UnauthorizedAccessError):
-                    raise error
-                else:
-                    coverage.add_bookie(index, Answer.UNKNOWN)
-                    last_error = error if isinstance(error, BKError) else ReadError(str(error))
-                if valid and coverage.is_covered():
+                answer, found, error = _last_confirmed_answer(future, digest)
+                coverage.add_bookie(reads[future], answer)
+                if error is not None:
+                    last_error = error
+                    continue
+                if found is not None and found.last_add_confirmed > best.last_add_confirmed:
+                    best = found
+                if coverage.is_covered():
                     return best
         raise last_error
     finally:
         for future in pending:
             future.add_done_callback(_consume)
+
+
+def _last_confirmed_answer(
+    future: asyncio.Future[bytes], digest: DigestManager
+) -> tuple[Answer, LastConfirmed | None, BKError | None]:
+    """What one bookie's answer to a last-confirmed read tells: whether it counts for coverage, the last
+    add confirmed its last entry carries (None when it has no entry), and the error that makes it no
+    valid answer. An answer whose digest fails counts for coverage (the bookie answered, and is fenced
+    if asked to be) but is no valid answer. UnauthorizedAccessError is raised at once."""
+    error = future.exception()
+    if error is None:
+        try:
+            header, _ = digest.verify(None, future.result())
+        except DigestMatchError as mismatch:
+            return Answer.KNOWN, None, mismatch
+        return Answer.KNOWN, LastConfirmed(header.last_add_confirmed, header.length), None
+    if isinstance(error, (NoSuchEntryError, NoSuchLedgerError)):
+        # The writer may have crashed before any entry reached this bookie.
+        return Answer.KNOWN, None, None
+    if isinstance(error, UnauthorizedAccessError):
+        raise error
+    return Answer.UNKNOWN, None, error if isinstance(error, BKError) else ReadError(str(error))
 
 
 def _consume(future: asyncio.Future[bytes]) -> None:

@@ -212,7 +212,7 @@ class FrameDecoder:
         self._buffer = bytearray(stream[consumed:]) if consumed < len(stream) else bytearray()
         return frames
 
-    def _split(self, stream: bytes | bytearray, by_hand: _ByHand | None) -> tuple[list[Any], int]:
+    def _split(self, stream: bytes | bytearray, by_hand: _ByHand | None) -> tuple[list[Any], int]:  # noqa: C901 - every frame of a socket read goes through it: left whole until a split is measured
         """The whole frames of `stream` and the bytes they take, one kind of command read `by_hand`."""
         frames: list[Any] = []
         offset = 0
@@ -293,7 +293,7 @@ class FrameDecoder:
         return frames, offset
 
 
-def _receipt_by_hand(stream: bytes | bytearray, start: int, end: int, frame_end: int) -> SendReceipt | None:
+def _receipt_by_hand(stream: bytes | bytearray, start: int, end: int, frame_end: int) -> SendReceipt | None:  # noqa: C901 - a SEND_RECEIPT read without protobuf, per receipt: left whole until a split is measured
     """The CommandSendReceipt whose length prefix is at `start` and which ends at `end`, the frame's end:
     producer id, sequence id, a message id of ledger id and entry id alone, and optionally the highest
     sequence id, in that order. None for anything else, which the caller parses with protobuf instead.
@@ -378,7 +378,7 @@ def _receipt_by_hand(stream: bytes | bytearray, start: int, end: int, frame_end:
     return _new_receipt((producer_id, sequence_id, ledger_id, entry_id))
 
 
-def _send_by_hand(stream: bytes | bytearray, start: int, end: int, frame_end: int) -> SendFrame | None:
+def _send_by_hand(stream: bytes | bytearray, start: int, end: int, frame_end: int) -> SendFrame | None:  # noqa: C901 - a SEND read without protobuf, per SEND: a split cost 50-67 ns a SEND (docs/performance.md)
     """The SEND whose CommandSend has its length prefix at `start` and ends at `end`, the command's end,
     with its payload section up to `frame_end`: varint fields of `_SEND_TAGS` alone, in any order (the
     last of a repeated field counts, as in protobuf), producer id and sequence id among them. None for

@@ -629,7 +629,7 @@ class SqliteEngine:
             return False
         return True
 
-    def _commit(self, batch: list[Any]) -> CommitReport:
+    def _commit(self, batch: list[Any]) -> CommitReport:  # noqa: C901 - one transaction per group commit on the commit thread: left whole until a split is measured
         report = CommitReport()
         by_ledger: dict[int, list[Run]] = {}
         owners: dict[int, Any] = {}

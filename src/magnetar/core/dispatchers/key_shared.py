@@ -70,7 +70,7 @@ def _in_ranges(starts: list[int], ranges: list[Range], value: int) -> bool:
     return index >= 0 and value <= ranges[index][1]
 
 
-def admission_block(
+def admission_block(  # noqa: C901 - the one Key_Shared admission rule, per entry: left whole until measured
     consumer: Consumer | None,
     available: int,
     position: Position,

@@ -252,7 +252,7 @@ class SharedDispatcher:
         self._rr_index += 1
         return consumer
 
-    def _send(self, consumer: Consumer, group: Group, is_replay: bool) -> int:
+    def _send(self, consumer: Consumer, group: Group, is_replay: bool) -> int:  # noqa: C901 - the dispatch path, per read: left whole until a split is measured
         """Record the group as pending on the consumer and emit one `Dispatch`; returns entries sent."""
         pending = consumer.pending_acks
         replay = self.replay
