@@ -126,3 +126,29 @@ def test_draining_hash_gauges_rise_while_a_consumer_holds_moved_keys_and_fall_af
     assert value(samples, "magnetar_subscription_draining_hashes_unacked_messages", **sub) == 0
     assert value(samples, "magnetar_subscription_draining_hashes_cleared", **sub) == 2
     assert eventually(lambda: value(scrape(metrics_broker), "pulsar_subscription_in_replay", **sub) == 0)
+
+
+def test_connection_metrics_count_the_clients_open(broker_factory) -> None:
+    """Pulsar's pulsar_active_connections and pulsar_connection_created_total_count: each official client
+    holds one connection to the broker while open."""
+    broker = broker_factory()
+    before = scrape(broker)
+    assert value(before, "pulsar_active_connections", cluster="standalone") == 0
+    clients = [pulsar.Client(broker.url) for _ in range(2)]
+    try:
+        for client in clients:
+            client.create_producer(f"persistent://{NS}/connections-{uuid.uuid4().hex[:8]}")
+        during = scrape(broker)
+        assert value(during, "pulsar_active_connections", cluster="standalone") == 2
+        assert value(during, "pulsar_connection_created_total_count", cluster="standalone") == 2
+    finally:
+        for client in clients:
+            client.close()
+
+    def closed() -> dict | None:
+        samples = scrape(broker)
+        return samples if value(samples, "pulsar_active_connections", cluster="standalone") == 0 else None
+
+    after = eventually(closed)
+    assert after is not None, "the closed clients' connections are still counted"
+    assert value(after, "pulsar_connection_created_total_count", cluster="standalone") == 2

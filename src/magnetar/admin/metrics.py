@@ -181,6 +181,21 @@ class BrokerCollector:
         yield out_messages
         yield from replication_gauges.values()
         yield from _replicated_subscriptions_families(context, cluster)
+        yield from _connection_families(context, cluster)
+
+
+def _connection_families(context: BrokerContext, cluster: str) -> Iterator[Metric]:
+    """Pulsar's broker-wide connection metrics: client connections open now, and opened since start."""
+    active = GaugeMetricFamily("pulsar_active_connections", "Client connections open.", labels=["cluster"])
+    active.add_metric([cluster], context.connections.active)
+    created = GaugeMetricFamily(
+        "pulsar_connection_created_total_count",
+        "Client connections opened since the broker started.",
+        labels=["cluster"],
+    )
+    created.add_metric([cluster], context.connections.created)
+    yield active
+    yield created
 
 
 def _replicated_subscriptions_families(context: BrokerContext, cluster: str) -> Iterator[Metric]:

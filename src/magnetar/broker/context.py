@@ -17,6 +17,7 @@ from magnetar.broker.authorization import AuthorizationService
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.lookup import Lookup
 from magnetar.broker.operations import AdminOperations
+from magnetar.broker.peer import ConnectionCount
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.registry import TopicRegistry
 from magnetar.broker.schemas import SchemaRegistry
@@ -45,3 +46,4 @@ class BrokerContext:
     authentication: AuthenticationService
     authorization: AuthorizationService
     topics: TopicContext
+    connections: ConnectionCount

@@ -1,8 +1,9 @@
 """What a producer or a consumer reaches of the client connection it came on, and what the admin API
 reads of it: a narrow face of `connection.ServerConnection`, so that producers and consumers never name
-the connection's class (the connection is above them: it creates them and hands them its commands).
+the connection's class (the connection is above them: it creates them and hands them its commands); and
+the count of open connections the admin API reports.
 
-Owns: nothing but the shape. Must not touch: anything.
+Owns: nothing but the shape and the count. Must not touch: anything.
 """
 
 from __future__ import annotations
@@ -11,7 +12,18 @@ from typing import Any, Protocol
 
 from magnetar.broker.connection_auth import ConnectionAuthentication
 
-__all__ = ["ClientConnection"]
+__all__ = ["ClientConnection", "ConnectionCount"]
+
+
+class ConnectionCount:
+    """How many client connections the broker has open: Pulsar's `pulsar_active_connections`, and the
+    connections created since start (`pulsar_connection_created_total_count`)."""
+
+    __slots__ = ("active", "created")
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.created = 0
 
 
 class ClientConnection(Protocol):

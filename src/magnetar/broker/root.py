@@ -19,6 +19,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.context import BrokerContext
 from magnetar.broker.lookup import Lookup
 from magnetar.broker.operations import AdminOperations
+from magnetar.broker.peer import ConnectionCount
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.registry import TopicRegistry
 from magnetar.broker.schemas import SchemaRegistry
@@ -77,6 +78,7 @@ async def open_broker(
             authentication=authentication,
             authorization=AuthorizationService(config, metadata),
             topics=topics,
+            connections=ConnectionCount(),
         )
         broker = Broker(context, tasks)
         if create_defaults:

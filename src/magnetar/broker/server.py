@@ -91,11 +91,15 @@ class Broker:
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = open_connection(self.context, reader, writer)
         self.connections.add(connection)
+        count = self.context.connections
+        count.active += 1
+        count.created += 1
         log.info("New connection from %s", connection.remote_address)
         try:
             await connection.run()
         finally:
             self.connections.discard(connection)
+            self.context.connections.active -= 1
             log.info(
                 "[%s] Closed connection: %s", connection.remote_address, connection.close_reason or "client closed"
             )
