@@ -46,8 +46,9 @@ async def open_broker(
     bound (`Broker.listen`). `clock` is the event loop's with the system's wall clock unless given;
     `storage_engine` the threaded SQLite engine unless given. The standalone's cluster, tenant and
     namespace are created now unless `create_defaults` is false: `magnetar standalone` creates them
-    once its listeners serve (`Broker.create_defaults`), as Pulsar's standalone does. Raises what opening storage raises (a data
-    directory another process holds, a damaged one) and ConfigError for settings it cannot use."""
+    once its listeners serve (`Broker.create_defaults`), as Pulsar's standalone does. Raises what
+    opening storage raises (a data directory another process holds, a damaged one) and ConfigError for
+    settings it cannot use."""
     clock = clock or LoopClock(asyncio.get_running_loop())
     data_dir = Path(data_dir)
     # Before storage opens: settings it cannot use are refused without touching the data directory.
