@@ -115,6 +115,19 @@ console-browser:
 		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver; \
 	fi
 
+# Apache Pulsar's own load generator for bench/pulsar_perf.py: pulsar-testclient 4.0.8 (4.0.7's is not
+# served) with the two dependencies 4.0.8's POM names at versions not served taken at 4.0.7; the jars land in
+# build/m2 like the compatibility suites' (317 jars, once).
+PULSAR_PERF_CLASSPATH := build/pulsar-perf/classpath.txt
+.PHONY: pulsar-perf
+pulsar-perf: $(PULSAR_PERF_CLASSPATH)
+$(PULSAR_PERF_CLASSPATH): bench/pulsar_perf/pom.xml
+	@command -v mvn >/dev/null || { echo "mvn not found: pulsar-perf needs Maven 3.8+" >&2; exit 1; }
+	@command -v java >/dev/null || { echo "java not found: pulsar-perf needs Java 17" >&2; exit 1; }
+	mvn -B -q -f bench/pulsar_perf/pom.xml -Dmaven.repo.local=$(CURDIR)/build/m2 dependency:build-classpath \
+		-Dmdep.outputFile=$(CURDIR)/$@.tmp
+	mv $@.tmp $@
+
 sim: setup
 	$(BIN)/magnetar sim $(if $(SEED),--seed $(SEED),) $(if $(MODE),--mode $(MODE),)
 
