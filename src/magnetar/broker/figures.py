@@ -6,7 +6,8 @@ it, the backlog), Pulsar's estimates that need the ledger's and the cursor's int
 earliest publish time in a backlog, the serialized size of the unacked ranges) and the managed ledger's
 internal stats with the broker's per-cursor read state.
 Must not touch: state (no reads move a cursor, no figure is cached), nor any JSON key of Pulsar's REST
-shapes but the internal stats', which the storage layer already writes in Pulsar's shape.
+shapes but the internal stats', which the storage layer writes in Pulsar's shape and this module
+completes with each cursor's read state and the schema and compaction ledgers.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""A persistent topic: its managed ledger, producers and subscriptions.
+"""A persistent topic: its managed ledger, producers, subscriptions, replicators and compaction.
 
-Owns: which producers may publish (names, epochs, access modes), appending their messages with
-receipts in order after the durable append, deduplication by producer name and sequence id, and the
-topic's subscriptions (durable cursors and readers' non-durable ones).
+Owns: which producers may publish (names, epochs, access modes), deduplication by producer name and
+sequence id (what the producers' appends count as sent), the topic's subscriptions (durable cursors and
+readers' non-durable ones), its replicators to the other clusters and the replicated-subscriptions
+controller (PIP-33), its compaction, message expiry, and the entries the admin API and GET_LAST_MESSAGE_ID
+ask for. Appending and the receipts are the producers' (producer.py).
 Must not touch: the wire (producers and consumers write frames) or ordering (subscriptions' dispatchers).
 """
 
