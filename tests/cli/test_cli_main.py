@@ -137,8 +137,9 @@ def test_help_at_80_columns_keeps_option_names_whole_without_python_types(comman
     help_text = magnetar(*command, "--help", env={"COLUMNS": "80", "TERM": "xterm"}).stdout
     assert help_text.startswith(f"Usage: magnetar {' '.join(command)} [OPTIONS]"), help_text
     assert "…" not in help_text and "╭" not in help_text, help_text
-    for python_type in ("<bool>", "<int>", "<float>", "<list[", "<Path>"):
+    for python_type in ("<bool>", "<int>", "<float>", "<list[", "<Path>", "<str>"):
         assert python_type not in help_text, help_text
+    assert "{" not in help_text.splitlines()[0], help_text  # arguments as argparse writes them: TOPIC
     assert all(len(line) <= 80 for line in help_text.splitlines()), help_text
 
 

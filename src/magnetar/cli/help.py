@@ -13,7 +13,7 @@ from typing import Any
 
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
-__all__ = ["SuggestingGroup", "name_metavars", "reordered_command"]
+__all__ = ["PlainArgument", "SuggestingGroup", "name_metavars", "reordered_command"]
 
 
 class SuggestingGroup(TyperGroup):
@@ -35,10 +35,25 @@ def reordered_command(name: str, commands: list[str]) -> str | None:
     return next((command for command in commands if sorted(command.split("-")) == words), None)
 
 
+class PlainArgument(TyperArgument):
+    """An argument shown as argparse shows one: its name in capitals, in the usage line (`TOPIC`, where
+    typer writes `{TOPIC}`) and in the help (without typer's `<str>`)."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+    def _usage_display_name(self) -> str:
+        name = str(self.display_name_raw)
+        return name if self.required else f"[{name}]"
+
+
 def name_metavars(command: Any) -> None:
     """Give every option and argument of the command tree argparse's metavar, its name in capitals, where
-    typer would show the Python type (`<list[str]>`); choices keep typer's `<json|table>`, flags none."""
+    typer would show the Python type (`<list[str]>`); choices keep typer's `<json|table>`, flags none.
+    Arguments become `PlainArgument`s (typer builds its own class for them, with no way to name another)."""
     for param in command.params:
+        if isinstance(param, TyperArgument) and not param.type_descriptor.is_choice:
+            param.__class__ = PlainArgument
         if not isinstance(param, TyperOption | TyperArgument) or param.metavar is not None:
             continue
         if (isinstance(param, TyperOption) and param.is_flag) or param.type_descriptor.is_choice:
