@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from security_helpers import tls_urls
 
 SECURITY_DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
@@ -27,8 +25,8 @@ def certificate_block() -> str:
     return "\n".join(lines[start + 2 : end]) + "\n"
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="the documented steps use openssl")
 def test_documented_test_certificates_serve_tls_and_tls_authentication(broker_factory, tmp_path) -> None:
+    assert shutil.which("openssl"), "the documented steps use openssl: install it (apt-get install openssl)"
     made = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", certificate_block()],
         cwd=tmp_path,
