@@ -205,7 +205,8 @@ class PersistentTopic:
         if ledger.number_of_entries == 0:
             return
         last = ledger.last_confirmed_entry
-        position = self._nth_newest_position(DEDUP_SCAN_ENTRIES_MAX)
+        # Where the newest DEDUP_SCAN_ENTRIES_MAX entries start; all of them when there are fewer.
+        position = self.nth_entry_position(DEDUP_SCAN_ENTRIES_MAX, from_latest=True) or ledger.first_position()
         highest: dict[str, int] = {}
         while position <= last:
             entries = await ledger.read_entries(position, 10_000)
@@ -220,17 +221,6 @@ class PersistentTopic:
         for producer_name, sequence_id in highest.items():
             for known in (self.sequence_persisted, self.sequence_pushed):
                 known[producer_name] = max(known.get(producer_name, -1), sequence_id)
-
-    def _nth_newest_position(self, count: int) -> Position:
-        """Where the newest `count` entries start (the first position when there are fewer)."""
-        ledger = self.ledger
-        skip = ledger.number_of_entries - count
-        if skip > 0:
-            for info in ledger.ledgers:
-                if skip < info.entries:
-                    return Position(info.ledger_id, skip)
-                skip -= info.entries
-        return ledger.first_position()
 
     async def expire_messages(self, ttl_seconds: int, now_ms: int) -> None:
         """Message TTL: every subscription skips what was published more than `ttl_seconds` ago."""
