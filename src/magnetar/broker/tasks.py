@@ -37,9 +37,6 @@ class BackgroundTasks:
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("[%s] %s failed: %r", self._owner, task.get_name(), error, exc_info=error)
 
-    def __len__(self) -> int:
-        return len(self._tasks)
-
     def cancel(self) -> None:
         for task in list(self._tasks):
             task.cancel()
@@ -47,6 +44,5 @@ class BackgroundTasks:
     async def close(self) -> None:
         """Cancel every task and wait until each has ended."""
         tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
+        self.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
