@@ -18,22 +18,25 @@ ALLOWED: dict[str, set[str]] = {
     "positions": set(),
     "clock": set(),
     "core": set(),
-    "storage": set(),
+    # The metadata store's interface and stores (ZooKeeper, SQLite, memory): it knows no topic.
+    "metadata": set(),
+    # A managed ledger's engine keeps its ledgers on BookKeeper and their lists in a metadata store.
+    "storage": {"bookkeeper", "metadata"},
     # BookKeeper's client: its wire, digests, ledger metadata and ledgers; it knows no managed ledger.
     "bookkeeper": set(),
     # An entry's sticky key and hash come out of its metadata: core's pure functions.
     "protocol": {"core"},
     "client": {"protocol"},
     "replication": {"client", "protocol", "storage"},
-    "broker": {"client", "core", "protocol", "replication", "storage"},
+    "broker": {"client", "core", "metadata", "protocol", "replication", "storage"},
     # Storage's names only (its errors, stored schemas, the latency buckets' bounds): ledgers and
     # cursors are read through the broker's queries (broker/figures.py).
     "admin": {"broker", "core", "protocol", "replication", "storage"},
     # A network client: the broker's code is out of its reach.
     "spark": {"client", "core", "protocol"},
     # The simulator runs the real core and shell, with storage and transport injected.
-    "sim": {"broker", "core", "protocol", "replication", "storage"},
-    "cli": {"admin", "broker", "client", "protocol", "sim", "storage"},
+    "sim": {"broker", "core", "metadata", "protocol", "replication", "storage"},
+    "cli": {"admin", "broker", "client", "metadata", "protocol", "sim", "storage"},
 }
 # The position type and the clock every layer shares.
 SHARED = {"magnetar.positions", "magnetar.clock"}
