@@ -15,6 +15,7 @@ from magnetar.storage import (
     managed_ledger_internal_stats,
 )
 from magnetar.storage.entry_cache import ENTRY_OVERHEAD_BYTES, EntryCache
+from magnetar.storage.entry_reader import READ_ENTRIES_MAX, REPLAY_READ_GAP_MAX, _nearby_runs
 from magnetar.storage.sqlite_engine import Run
 
 TOPIC = "persistent://public/default/t"
@@ -434,6 +435,48 @@ def test_read_positions_mixes_cached_runs_and_disk_in_the_order_asked(run_storag
         assert [e.position for e in entries] == wanted[:9]
 
     run_storage(scenario, config)
+
+
+def test_a_replay_of_scattered_positions_reads_only_near_them(run_storage):
+    """Two positions 300 entries apart are two small reads, not one of the 300 between (a Key_Shared replay
+    at saturation read whole backlogs that way)."""
+    config = StorageConfig(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=-1, managedLedgerCacheSizeMB=1)
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        datas = [b"%06d" % i for i in range(400)]
+        positions = [
+            p for start in range(0, 400, 20) for p in await ledger.append_many(*_columns(datas[start : start + 20]))
+        ]
+        factory.cache.__init__(factory.cache.capacity_bytes)
+        engine = factory.engine
+        asked: list[tuple[int, int]] = []
+        read_entries = engine.read_entries
+
+        async def counting(ledger_id, first, last):
+            asked.append((first, last))
+            return await read_entries(ledger_id, first, last)
+
+        engine.read_entries = counting
+        wanted = [positions[i] for i in (350, 10, 12, 40)]
+        entries = await ledger.read_positions(wanted)
+        assert [e.data for e in entries] == [b"%06d" % i for i in (350, 10, 12, 40)]
+        assert asked == [(positions[10][1], positions[40][1]), (positions[350][1], positions[350][1])]
+
+    run_storage(scenario, config)
+
+
+def test_nearby_runs_split_at_gaps_ledgers_and_the_read_bound():
+    gap = REPLAY_READ_GAP_MAX
+    assert _nearby_runs([]) == []
+    assert _nearby_runs([(1, 0), (1, gap), (1, 2 * gap + 1), (2, 2 * gap + 2)]) == [
+        (1, 0, gap),
+        (1, 2 * gap + 1, 2 * gap + 1),
+        (2, 2 * gap + 2, 2 * gap + 2),
+    ]
+    steps = [(1, i * gap) for i in range(READ_ENTRIES_MAX // gap + 2)]
+    ranges = _nearby_runs(steps)
+    assert len(ranges) == 2 and all(last - first < READ_ENTRIES_MAX for _, first, last in ranges)
 
 
 def test_evicting_runs_that_are_not_a_ledgers_first_keeps_the_index_right():
