@@ -128,8 +128,13 @@ _new_entry = partial(tuple.__new__, Entry)
 # takes as many entries as all consumers have permits for, and those of consumers without permits
 # wait in the replay queue (as in Pulsar). Re-reading them from the entry cache, one lookup per run
 # of consecutive positions and a new Entry per entry, was a tenth of the event loop's time at
-# 100,000 batched msg/s. Bounded by payload bytes; beyond that, the acknowledged ones are dropped,
-# and if that is not enough all of them (a replay then reads, as before).
+# 100,000 batched msg/s. Bounded by payload bytes: entries are held while there is room, and those
+# read when there is none are not (their replay reads them). What is held is the oldest part of the
+# replay queue, the part dispatched next. Emptying the whole set when a read overflowed it, as
+# magnetar did before, threw away the replay queue's head at every read once entries were large
+# (pulsar-perf's batches of 1,000 messages are ~110 KB, so 8 MB is ~75 of them, less than one read
+# of 100): every replay then went to the entry cache or the disk, and at saturation the consumers'
+# FLOWs waited for those reads (docs/performance.md, "Key_Shared at saturation").
 # Only Shared and Key_Shared subscriptions replay in the normal course; the others (cumulative acks,
 # which would leave acknowledged entries held until the bound) only on redelivery.
 HELD_BYTES_MAX = 8 * 1024 * 1024
@@ -533,19 +538,30 @@ class PersistentSubscription(Generic[T]):
     def _hold(self, stored: list[Any]) -> None:
         held = self._held
         size = self._held_bytes
+        if size + sum(len(entry.data) for entry in stored) > HELD_BYTES_MAX:
+            size = self._prune_held()
         for entry in stored:
             if entry.position not in held:
+                length = len(entry.data)
+                if size + length > HELD_BYTES_MAX:
+                    break
                 held[entry.position] = entry
-                size += len(entry.data)
-        if size > HELD_BYTES_MAX:
-            mark_delete, is_deleted = self.cursor.mark_delete_position, self.cursor.is_deleted
-            kept = {p: e for p, e in held.items() if p > mark_delete and not is_deleted(p)}
-            size = sum(len(e.data) for e in kept.values())
-            if size > HELD_BYTES_MAX:
-                kept.clear()
-                size = 0
-            self._held = kept
+                size += length
         self._held_bytes = size
+
+    def _prune_held(self) -> int:
+        """Drop the held entries at or below the mark-delete position that nobody released (an ack
+        filtered by hash ranges, a skip, a TTL): from the oldest held on, up to the first one above it,
+        so the cost is what it drops. The payload bytes still held."""
+        held = self._held
+        mark_delete = self.cursor.mark_delete_position
+        size = self._held_bytes
+        while held:
+            position = next(iter(held))
+            if position > mark_delete:
+                break
+            size -= len(held.pop(position).data)
+        return size
 
     def _release(self, positions: list[Position]) -> None:
         pop = self._held.pop
