@@ -185,7 +185,8 @@ class BrokerCollector:
 
 
 def _connection_families(context: BrokerContext, cluster: str) -> Iterator[Metric]:
-    """Pulsar's broker-wide connection metrics: client connections open now, and opened since start."""
+    """Pulsar's broker-wide connection metrics: client connections open now, opened since start, and not
+    read now for the publish limits (broker/publish_limits.py)."""
     active = GaugeMetricFamily("pulsar_active_connections", "Client connections open.", labels=["cluster"])
     active.add_metric([cluster], context.connections.active)
     created = GaugeMetricFamily(
@@ -194,8 +195,23 @@ def _connection_families(context: BrokerContext, cluster: str) -> Iterator[Metri
         labels=["cluster"],
     )
     created.add_metric([cluster], context.connections.created)
+    buffer = context.publish_buffer
+    throttled = GaugeMetricFamily(
+        "pulsar_broker_throttled_connections",
+        "Connections not read now: their SENDs waiting for receipts reached maxPendingPublishRequestsPerConnection.",
+        labels=["cluster"],
+    )
+    throttled.add_metric([cluster], buffer.throttled_connections)
+    throttled_global = GaugeMetricFamily(
+        "pulsar_broker_throttled_connections_global_limit",
+        "Connections not read now: the broker's unanswered SENDs passed maxMessagePublishBufferSizeInMB.",
+        labels=["cluster"],
+    )
+    throttled_global.add_metric([cluster], buffer.throttled_global)
     yield active
     yield created
+    yield throttled
+    yield throttled_global
 
 
 def _replicated_subscriptions_families(context: BrokerContext, cluster: str) -> Iterator[Metric]:

@@ -206,6 +206,18 @@ BROKER_KEYS: tuple[Setting, ...] = (
         False,
         "Refuse producers without a schema on topics that have one.",
     ),
+    Setting(
+        "maxPendingPublishRequestsPerConnection",
+        1000,
+        "SENDs a connection may have waiting for their receipts before the broker stops reading it; it reads "
+        "again at half. 0: no limit.",
+    ),
+    Setting(
+        "maxMessagePublishBufferSizeInMB",
+        64,
+        "Bytes of SENDs the broker may hold unanswered, across connections, before every publishing connection "
+        "stops reading; they read again at half. 0: no limit (Pulsar: half its direct memory, at least 64).",
+    ),
     Setting("brokerShutdownTimeoutMs", 60000, "How long a clean shutdown waits for in-flight work."),
     Setting(
         "replicationProducerQueueSize",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.connection_auth import ConnectionAuthentication
@@ -21,6 +22,7 @@ from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.context import BrokerContext
 from magnetar.broker.logs import remote_address
 from magnetar.broker.producer import Send, ServerProducer
+from magnetar.broker.publish_limits import PendingPublishes
 from magnetar.broker.tasks import BackgroundTasks
 from magnetar.broker.topic_name import InvalidTopicName
 from magnetar.protocol import commands, messages
@@ -43,6 +45,8 @@ _OUTPUT_BYTES_MAX = 4 * 1024 * 1024
 _ACK = BaseCommand.ACK
 # A grouped ACK of this many ids or more lets the loop run in between (`run`).
 _ACK_YIELD_IDS = 64
+# A `Send`'s entry bytes: what the publish buffer counts.
+SEND_ENTRY = itemgetter(2)
 
 # A command's handler: installed per command type by its role's module (broker/commands/).
 CommandHandler = Callable[[BaseCommand], object]
@@ -74,6 +78,11 @@ class ServerConnection:
         self._tasks = BackgroundTasks(self.remote_address)
         # SENDs of the current socket read, per producer, until they are appended together.
         self._sends: dict[ServerProducer, list[Send]] = {}
+        # SENDs read and not yet answered, against maxPendingPublishRequestsPerConnection and the broker's
+        # publish buffer: over either, the connection stops reading (publish_limits.py).
+        self.publishes = PendingPublishes(
+            context.config["maxPendingPublishRequestsPerConnection"], context.publish_buffer
+        )
         # Frames written during this turn of the event loop; they leave together at its end (`_flush`).
         self._output: list[bytes] = []
         # The liveness check in progress (a PING waiting for its PONG), shared by everyone who asks.
@@ -157,6 +166,9 @@ class ServerConnection:
                 if self.writer.transport.get_write_buffer_size() > _OUTPUT_BYTES_MAX:
                     # Bounded output: a slow reader must not make the broker buffer without limit.
                     await self.writer.drain()
+                if self.publishes.over_limit:
+                    # Back-pressure on producers: read no more SENDs until the receipts caught up.
+                    await self.publishes.room()
         except (ConnectionError, asyncio.IncompleteReadError) as error:
             self.close_reason = self.close_reason or f"connection lost: {error!r}"
         finally:
@@ -309,4 +321,9 @@ class ServerConnection:
             sends, self._sends = self._sends, {}
             for producer, batch in sends.items():
                 if not producer.closed:
+                    self.publishes.read(len(batch), sum(map(len, map(SEND_ENTRY, batch))))
                     producer.publish_many(batch)
+
+    def publish_answered(self, count: int, size_bytes: int) -> None:
+        """`count` SENDs of `size_bytes` entry bytes got their receipt or their error."""
+        self.publishes.answered(count, size_bytes)

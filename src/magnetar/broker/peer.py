@@ -42,4 +42,9 @@ class ClientConnection(Protocol):
 
     def forget_producer(self, producer_id: int) -> None: ...
 
+    def publish_answered(self, count: int, size_bytes: int) -> None:
+        """`count` SENDs of `size_bytes` entry bytes, counted against the connection's publish limits when
+        read, got their receipt or their error."""
+        ...
+
     def forget_consumer(self, consumer_id: int) -> None: ...

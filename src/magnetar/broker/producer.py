@@ -14,6 +14,7 @@ import logging
 from collections import deque
 from collections.abc import Mapping
 from functools import partial
+from operator import itemgetter
 from typing import TYPE_CHECKING, Protocol
 
 from magnetar.protocol import commands
@@ -72,6 +73,8 @@ log = logging.getLogger(__name__)
 
 # A duplicate's receipt carries no position: Pulsar answers it with message id (-1, -1).
 _DUPLICATE = (-1, -1)
+# A `Send`'s entry bytes, which the connection's publish limits count.
+_ENTRY = itemgetter(2)
 
 
 # A SEND as the connection hands it over: (sequence id, highest sequence id, entry bytes, key hash, message
@@ -199,11 +202,14 @@ class ServerProducer:
         """Send every receipt that is due, in order, in one write."""
         pending = self._pending
         receipts: list[bytes] = []
+        answered = answered_bytes = 0
         while pending:
             future, run, index = pending[0]
             if future is not None and not future.done():
                 break
             pending.popleft()
+            answered += len(run)
+            answered_bytes += sum(map(len, map(_ENTRY, run)))
             if self.closed:
                 continue
             if future is None:
@@ -236,6 +242,8 @@ class ServerProducer:
             receipts.append(commands.send_receipts(self.producer_id, run, positions))
         if receipts:
             self.connection.write(b"".join(receipts))
+        if answered:
+            self.connection.publish_answered(answered, answered_bytes)
 
     def close_silently(self, by: str | None = None) -> None:
         """Forget the producer without a word to the client: its connection is gone, or the client

@@ -21,6 +21,7 @@ from magnetar.broker.lookup import Lookup
 from magnetar.broker.operations import AdminOperations
 from magnetar.broker.peer import ConnectionCount
 from magnetar.broker.policies import PolicyStore
+from magnetar.broker.publish_limits import PublishBuffer
 from magnetar.broker.registry import TopicRegistry
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.server import Broker
@@ -80,6 +81,7 @@ async def open_broker(
             authorization=AuthorizationService(config, metadata),
             topics=topics,
             connections=ConnectionCount(),
+            publish_buffer=PublishBuffer(config["maxMessagePublishBufferSizeInMB"]),
         )
         broker = Broker(context, tasks)
         if create_defaults:
