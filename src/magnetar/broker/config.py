@@ -218,6 +218,18 @@ BROKER_KEYS: tuple[Setting, ...] = (
         "Bytes of SENDs the broker may hold unanswered, across connections, before every publishing connection "
         "stops reading; they read again at half. 0: no limit (Pulsar: half its direct memory, at least 64).",
     ),
+    Setting(
+        "brokerPublisherThrottlingMaxMessageRate",
+        0,
+        "Messages a second the broker reads from all its producers together; past it, every publishing "
+        "connection waits. 0: no limit.",
+    ),
+    Setting(
+        "brokerPublisherThrottlingMaxByteRate",
+        0,
+        "Bytes a second the broker reads from all its producers together; past it, every publishing "
+        "connection waits. 0: no limit.",
+    ),
     Setting("brokerShutdownTimeoutMs", 60000, "How long a clean shutdown waits for in-flight work."),
     Setting(
         "replicationProducerQueueSize",

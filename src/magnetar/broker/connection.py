@@ -45,8 +45,9 @@ _OUTPUT_BYTES_MAX = 4 * 1024 * 1024
 _ACK = BaseCommand.ACK
 # A grouped ACK of this many ids or more lets the loop run in between (`run`).
 _ACK_YIELD_IDS = 64
-# A `Send`'s entry bytes: what the publish buffer counts.
+# A `Send`'s entry bytes and message count: what the publish limits count.
 SEND_ENTRY = itemgetter(2)
+SEND_MESSAGES = itemgetter(4)
 
 # A command's handler: installed per command type by its role's module (broker/commands/).
 CommandHandler = Callable[[BaseCommand], object]
@@ -83,6 +84,7 @@ class ServerConnection:
         self.publishes = PendingPublishes(
             context.config["maxPendingPublishRequestsPerConnection"], context.publish_buffer
         )
+        self._rate = context.publish_rate
         # Frames written during this turn of the event loop; they leave together at its end (`_flush`).
         self._output: list[bytes] = []
         # The liveness check in progress (a PING waiting for its PONG), shared by everyone who asks.
@@ -169,6 +171,8 @@ class ServerConnection:
                 if self.publishes.over_limit:
                     # Back-pressure on producers: read no more SENDs until the receipts caught up.
                     await self.publishes.room()
+                if self._rate.over_limit:
+                    await self._rate.room()
         except (ConnectionError, asyncio.IncompleteReadError) as error:
             self.close_reason = self.close_reason or f"connection lost: {error!r}"
         finally:
@@ -321,7 +325,10 @@ class ServerConnection:
             sends, self._sends = self._sends, {}
             for producer, batch in sends.items():
                 if not producer.closed:
-                    self.publishes.read(len(batch), sum(map(len, map(SEND_ENTRY, batch))))
+                    size_bytes = sum(map(len, map(SEND_ENTRY, batch)))
+                    self.publishes.read(len(batch), size_bytes)
+                    if self._rate.enabled:
+                        self._rate.read(sum(map(SEND_MESSAGES, batch)), size_bytes)
                     producer.publish_many(batch)
 
     def publish_answered(self, count: int, size_bytes: int) -> None:

@@ -4,7 +4,7 @@ composition root (broker/root.py).
 Owns: nothing but the references. Each part owns its own decisions: topics loaded (registry), policies
 and their precedence (policies), what an admin operation changes (operations), what a lookup answers
 (lookup), schemas, who a client is and what it may do (authentication, authorization), how many
-bytes of SENDs the broker holds unanswered (publish_buffer).
+bytes of SENDs the broker holds unanswered (publish_buffer) and how fast it reads them (publish_rate).
 Must not touch: sockets (the broker's listeners) or ordering.
 """
 
@@ -20,7 +20,7 @@ from magnetar.broker.lookup import Lookup
 from magnetar.broker.operations import AdminOperations
 from magnetar.broker.peer import ConnectionCount
 from magnetar.broker.policies import PolicyStore
-from magnetar.broker.publish_limits import PublishBuffer
+from magnetar.broker.publish_limits import PublishBuffer, PublishRate
 from magnetar.broker.registry import TopicRegistry
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.topic_context import TopicContext
@@ -50,3 +50,4 @@ class BrokerContext:
     topics: TopicContext
     connections: ConnectionCount
     publish_buffer: PublishBuffer
+    publish_rate: PublishRate

@@ -4,8 +4,14 @@ every connection that publishes stops while the broker holds too many bytes of S
 (`maxMessagePublishBufferSizeInMB`). Each resumes once its count is back to half its limit, as
 Pulsar's `resumeReadsThreshold` and `resumeProducerReadMessagePublishBufferSize` are.
 
-Owns: `PublishBuffer` (the broker-wide byte count and the connections waiting on it) and `PendingPublishes`
-(one connection's count and its wait). Must not touch: sockets (the connection stops reading), storage.
+And the broker's publish rate (`brokerPublisherThrottlingMaxMessageRate`, `...MaxByteRate`), as Pulsar's
+PIP-322 rate limiter does it: a token bucket per limit, filled at the rate up to one second's worth,
+from which every SEND read takes its messages and bytes; a bucket in debt stops every publishing
+connection until the debt is paid back, so the rate holds over any second whatever the reads' sizes.
+
+Owns: `PublishBuffer` (the broker-wide byte count and the connections waiting on it), `PendingPublishes`
+(one connection's count and its wait) and `PublishRate` (the token buckets). Must not touch: sockets (the
+connection stops reading), storage.
 
 While a connection does not read, the client's SENDs wait in its own queue (the Java client's
 `maxPendingMessages`, blocking or failing as the producer is configured), its socket buffers and ours:
@@ -16,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 
-__all__ = ["PendingPublishes", "PublishBuffer"]
+from magnetar.clock import Clock
+
+__all__ = ["PendingPublishes", "PublishBuffer", "PublishRate"]
 
 
 class PublishBuffer:
@@ -108,3 +116,64 @@ class PendingPublishes:
                 self._waiter = None
                 self._buffer.throttled_connections -= 1
         await self._buffer.room()
+
+
+class _TokenBucket:
+    """Tokens filled at `rate` a second up to one second's worth; taking more than there are leaves a debt."""
+
+    __slots__ = ("rate", "tokens", "updated_s")
+
+    def __init__(self, rate: int, now_s: float) -> None:
+        self.rate = rate
+        self.tokens = float(rate)
+        self.updated_s = now_s
+
+    def refill(self, now_s: float) -> None:
+        self.tokens = min(self.rate, self.tokens + (now_s - self.updated_s) * self.rate)
+        self.updated_s = now_s
+
+    def debt_s(self) -> float:
+        """Seconds until the bucket is out of debt (0 when it is not in debt)."""
+        return -self.tokens / self.rate if self.tokens < 0 else 0.0
+
+
+class PublishRate:
+    """The broker-wide publish rate limits; 0 turns a limit off (Pulsar's default)."""
+
+    __slots__ = ("_clock", "_buckets", "_messages", "_bytes")
+
+    def __init__(self, clock: Clock, max_message_rate: int, max_byte_rate: int) -> None:
+        self._clock = clock
+        now = clock.monotonic()
+        self._messages = _TokenBucket(max_message_rate, now) if max_message_rate > 0 else None
+        self._bytes = _TokenBucket(max_byte_rate, now) if max_byte_rate > 0 else None
+        self._buckets = tuple(b for b in (self._messages, self._bytes) if b is not None)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._buckets)
+
+    def read(self, messages: int, size_bytes: int) -> None:
+        """SENDs of `messages` messages and `size_bytes` bytes were read."""
+        now = self._clock.monotonic()
+        if self._messages is not None:
+            self._messages.refill(now)
+            self._messages.tokens -= messages
+        if self._bytes is not None:
+            self._bytes.refill(now)
+            self._bytes.tokens -= size_bytes
+
+    @property
+    def over_limit(self) -> bool:
+        return any(bucket.tokens < 0 for bucket in self._buckets)
+
+    async def room(self) -> None:
+        """Return once no bucket is in debt."""
+        while True:
+            now = self._clock.monotonic()
+            for bucket in self._buckets:
+                bucket.refill(now)
+            wait_s = max((bucket.debt_s() for bucket in self._buckets), default=0.0)
+            if wait_s <= 0:
+                return
+            await self._clock.sleep(wait_s)

@@ -21,7 +21,7 @@ from magnetar.broker.lookup import Lookup
 from magnetar.broker.operations import AdminOperations
 from magnetar.broker.peer import ConnectionCount
 from magnetar.broker.policies import PolicyStore
-from magnetar.broker.publish_limits import PublishBuffer
+from magnetar.broker.publish_limits import PublishBuffer, PublishRate
 from magnetar.broker.registry import TopicRegistry
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.server import Broker
@@ -82,6 +82,11 @@ async def open_broker(
             topics=topics,
             connections=ConnectionCount(),
             publish_buffer=PublishBuffer(config["maxMessagePublishBufferSizeInMB"]),
+            publish_rate=PublishRate(
+                clock,
+                config["brokerPublisherThrottlingMaxMessageRate"],
+                config["brokerPublisherThrottlingMaxByteRate"],
+            ),
         )
         broker = Broker(context, tasks)
         if create_defaults:

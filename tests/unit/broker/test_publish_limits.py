@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from magnetar.broker.config import load_config
-from magnetar.broker.publish_limits import PendingPublishes, PublishBuffer
+from magnetar.broker.publish_limits import PendingPublishes, PublishBuffer, PublishRate
 from magnetar.broker.root import open_broker
 from magnetar.client.wire import Connection, Producer
 from magnetar.protocol.messages import encode_entry
@@ -115,3 +115,85 @@ def test_a_burst_past_the_limit_is_answered_in_order_and_counted_out(tmp_path: P
     # The client pipelines up to 1,000 SENDs: the connection stopped reading over and over, each time with
     # at least its 16 unanswered.
     assert throttled and min(throttled) >= 16
+
+
+class _Clock:
+    """Monotonic time that only sleeping moves."""
+
+    def __init__(self) -> None:
+        self.now_s = 100.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now_s
+
+    async def sleep(self, delay_s: float) -> None:
+        self.slept.append(delay_s)
+        self.now_s += delay_s
+
+
+def test_the_publish_rate_holds_over_a_second_whatever_the_reads():
+    async def scenario() -> None:
+        clock = _Clock()
+        rate = PublishRate(clock, 1000, 0)  # type: ignore[arg-type]
+        assert rate.enabled and not rate.over_limit
+        rate.read(600, 1)
+        assert not rate.over_limit
+        # A second read takes the bucket 400 messages into debt: 0.4 s at 1,000 a second.
+        rate.read(800, 1)
+        assert rate.over_limit
+        await rate.room()
+        assert clock.slept == [0.4] and not rate.over_limit
+        # After a quiet second the bucket is full again, no fuller.
+        clock.now_s += 5
+        rate.read(1000, 1)
+        assert not rate.over_limit
+        rate.read(1, 1)
+        assert rate.over_limit
+
+    _run(scenario)
+
+
+def test_the_byte_rate_and_no_rate():
+    async def scenario() -> None:
+        clock = _Clock()
+        rate = PublishRate(clock, 0, 10_000)  # type: ignore[arg-type]
+        rate.read(1, 25_000)
+        await rate.room()
+        assert clock.slept == [1.5]
+        unlimited = PublishRate(clock, 0, 0)  # type: ignore[arg-type]
+        unlimited.read(10**9, 10**12)
+        assert not unlimited.enabled and not unlimited.over_limit
+
+    _run(scenario)
+
+
+def test_a_broker_rate_limit_stops_reading_and_loses_nothing(tmp_path: Path):
+    waits: list[bool] = []
+    original_room = PublishRate.room
+
+    async def counting_room(self: PublishRate) -> None:
+        waits.append(self.over_limit)
+        await original_room(self)
+
+    async def scenario() -> None:
+        config = load_config(overrides={"brokerServicePort": 0, "brokerPublisherThrottlingMaxMessageRate": 2000})
+        broker = await open_broker(config, tmp_path / "data")
+        try:
+            await broker.listen()
+            receipts: list = []
+            thread = threading.Thread(target=_produce, args=(broker.binary_port, 3000, receipts))
+            thread.start()
+            while thread.is_alive():
+                await asyncio.sleep(0.01)
+            assert [r.sequence_id for r in receipts] == list(range(3000))
+        finally:
+            await broker.stop()
+
+    PublishRate.room = counting_room  # type: ignore[method-assign]
+    try:
+        _run(scenario)
+    finally:
+        PublishRate.room = original_room  # type: ignore[method-assign]
+    # 3,000 messages against a bucket of 2,000: the connection waited at least once, each time in debt.
+    assert waits and all(waits)
