@@ -343,10 +343,11 @@ class ZKMetadataStore:
     def _op_result(self, op: Op, result: Any) -> Stat | None:
         if not isinstance(op, Put):
             return None
-        if isinstance(result, tuple):
-            path, stat = result
-            return self._stat(self._client.unchroot(path), stat)
-        return self._stat(op.path, result)
+        if isinstance(result, ZnodeStat):
+            return self._stat(op.path, result)
+        # A create2's (path, Stat), the path as the server has it, under the chroot.
+        path, stat = result
+        return self._stat(self._client.unchroot(path), stat)
 
     async def _plan(self, ops: Sequence[Op]) -> _Plan:
         plan = _Plan([], [], set())
