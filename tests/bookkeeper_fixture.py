@@ -1,6 +1,7 @@
 """A local BookKeeper cluster for tests: ZooKeeper and N bookies, each its own JVM, on loopback.
 
-Owns: `LocalBookKeeperCluster` (free ports, data directories under one root, readiness from each
+Owns: `ZooKeeperServer` (one ZooKeeperServerMain, alone for the metadata store's tests or under the
+bookies, and ZooKeeper's own command-line client against it), `LocalBookKeeperCluster` (free ports, data directories under one root, readiness from each
 process's own log line, `initnewcluster` once, stop by PID: SIGTERM then SIGKILL, kill -9 and restart of
 one bookie) and `run_java` for BookKeeper's tools (BookieShell) and compat/bookkeeper's programs. Must not
 touch: magnetar's code; it is tooling, kept in tests because it launches JVMs. The jars come from
@@ -90,8 +91,11 @@ class _Process:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        # The JVM goes with the test run whatever ends it: the kernel sends it SIGTERM when the process that
+        # started it exits (setpriv --pdeathsig, util-linux), so a killed run leaves no JVM behind.
+        command = ["setpriv", "--pdeathsig", "TERM", "--", *self.command]
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     @property
     def running(self) -> bool:
@@ -118,35 +122,82 @@ class _Process:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
+def _java(root: Path, main_class: str, *args: str) -> list[str]:
+    return ["java", *JVM_OPTIONS, _log4j_option(root), "-cp", classpath(), main_class, *args]
+
+
+def _wait_for_port(port: int, process: _Process) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not process.running:
+            raise RuntimeError(f"{process.name} exited:\n{process.output()}")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{process.name} not listening on {port} after {START_TIMEOUT_S} s:\n{process.output()}")
+
+
+class ZooKeeperServer:
+    """One standalone ZooKeeper 3.9 (ZooKeeperServerMain of the BookKeeper classpath) on 127.0.0.1:`port`,
+    its data and log under `root`."""
+
+    def __init__(self, root: Path, port: int | None = None) -> None:
+        self.root = root
+        self.port = port if port is not None else free_port()
+        self._process: _Process | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Returns once the server accepts connections."""
+        classpath()
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "zk-data").mkdir(exist_ok=True)
+        (self.root / "zoo.cfg").write_text(
+            f"tickTime=500\ndataDir={self.root / 'zk-data'}\nclientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,stat\n"
+            "maxSessionTimeout=20000\n"
+        )
+        self._process = _Process(
+            "zookeeper",
+            self.root / "zookeeper.log",
+            _java(self.root, "org.apache.zookeeper.server.ZooKeeperServerMain", str(self.root / "zoo.cfg")),
+        )
+        self._process.start()
+        _wait_for_port(self.port, self._process)
+
+    def cli(self, *command: str) -> subprocess.CompletedProcess[str]:
+        """ZooKeeper's own command-line client (zkCli.sh's ZooKeeperMain) running one command: `get /path`."""
+        return run_java(self.root, "org.apache.zookeeper.ZooKeeperMain", "-server", self.address, *command)
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.stop()
+
+
 class LocalBookKeeperCluster:
     """ZooKeeper + `bookies` bookies under `root`; bookie i listens on `bookie_ports[i]`, its id 127.0.0.1:port."""
 
     def __init__(self, root: Path, bookies: int = 3, journal_sync_data: bool = True) -> None:
         self.root = root
-        self.zk_port = free_port()
+        self.zookeeper = ZooKeeperServer(root)
+        self.zk_port = self.zookeeper.port
         self.bookie_ports = [free_port() for _ in range(bookies)]
         self.journal_sync_data = journal_sync_data
         self.metadata_service_uri = f"zk+hierarchical://127.0.0.1:{self.zk_port}/ledgers"
-        self._zookeeper: _Process | None = None
         self._bookies: list[_Process] = []
 
     @property
     def bookie_ids(self) -> list[str]:
         return [f"127.0.0.1:{port}" for port in self.bookie_ports]
 
-    def _java(self, main_class: str, *args: str) -> list[str]:
-        return ["java", *JVM_OPTIONS, _log4j_option(self.root), "-cp", classpath(), main_class, *args]
-
     def conf_path(self, index: int) -> Path:
         return self.root / f"bookie-{index}.conf"
 
     def _write_configs(self) -> None:
-        (self.root / "zk-data").mkdir(parents=True, exist_ok=True)
-        (self.root / "zoo.cfg").write_text(
-            f"tickTime=500\ndataDir={self.root / 'zk-data'}\nclientPort={self.zk_port}\n"
-            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,stat\n"
-            "maxSessionTimeout=20000\n"
-        )
         for index, port in enumerate(self.bookie_ports):
             data = self.root / f"bookie-{index}"
             self.conf_path(index).write_text(
@@ -164,13 +215,7 @@ class LocalBookKeeperCluster:
         classpath()
         self.root.mkdir(parents=True, exist_ok=True)
         self._write_configs()
-        self._zookeeper = _Process(
-            "zookeeper",
-            self.root / "zookeeper.log",
-            self._java("org.apache.zookeeper.server.ZooKeeperServerMain", str(self.root / "zoo.cfg")),
-        )
-        self._zookeeper.start()
-        self._wait_for_port(self.zk_port, self._zookeeper)
+        self.zookeeper.start()
         init = run_java(
             self.root, "org.apache.bookkeeper.bookie.BookieShell", "-conf", str(self.conf_path(0)), "initnewcluster"
         )
@@ -180,7 +225,7 @@ class LocalBookKeeperCluster:
             _Process(
                 f"bookie-{index}",
                 self.root / f"bookie-{index}.log",
-                self._java("org.apache.bookkeeper.server.Main", "--conf", str(self.conf_path(index))),
+                _java(self.root, "org.apache.bookkeeper.server.Main", "--conf", str(self.conf_path(index))),
             )
             for index in range(len(self.bookie_ports))
         ]
@@ -188,17 +233,6 @@ class LocalBookKeeperCluster:
             self.start_bookie(index, wait=False)
         for index in range(len(self._bookies)):
             self._wait_for_bookie(index, 0)
-
-    def _wait_for_port(self, port: int, process: _Process) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if not process.running:
-                raise RuntimeError(f"{process.name} exited:\n{process.output()}")
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    return
-            time.sleep(0.05)
-        raise RuntimeError(f"{process.name} not listening on {port} after {START_TIMEOUT_S} s:\n{process.output()}")
 
     def _wait_for_bookie(self, index: int, starts_before: int) -> None:
         bookie = self._bookies[index]
@@ -234,8 +268,7 @@ class LocalBookKeeperCluster:
         """Stop every process by its PID: SIGTERM, SIGKILL after STOP_TIMEOUT_S."""
         for bookie in self._bookies:
             bookie.stop()
-        if self._zookeeper is not None:
-            self._zookeeper.stop()
+        self.zookeeper.stop()
 
 
 def start_cluster(tmp_path_factory: pytest.TempPathFactory, bookies: int = 3) -> LocalBookKeeperCluster:
@@ -252,3 +285,20 @@ def start_cluster(tmp_path_factory: pytest.TempPathFactory, bookies: int = 3) ->
         cluster.stop()
         raise
     return cluster
+
+
+def start_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> ZooKeeperServer:
+    """A started ZooKeeper alone; the test is skipped, saying why, only when `make bookkeeper` has not been run
+    (make test runs it first); without Java it fails with what to install."""
+    if not CLASSPATH_FILE.exists():
+        pytest.skip(f"{CLASSPATH_FILE} is missing: run `make bookkeeper` for ZooKeeper's jars")
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    try:
+        server.start()
+    except MissingJava as missing:
+        server.stop()
+        pytest.fail(str(missing), pytrace=False)
+    except BaseException:
+        server.stop()
+        raise
+    return server
