@@ -95,6 +95,7 @@ class Event:
     message_id: str = ""
     redelivery_count: int = 0
     detail: str = ""
+    e2e_ms: float = 0.0  # a receive's wall-clock time minus the message's publish timestamp
 
     def __str__(self) -> str:
         text = f"seq {self.seq:>6} t={self.t:8.3f} {self.consumer:<7} {self.kind:<10}"
@@ -108,22 +109,30 @@ class Event:
 
 
 class DeliveryLog:
-    """Append-only, thread-safe; `seq` is the append order."""
+    """Append-only, thread-safe; `seq` is the append order. `observer` sees every event in that order,
+    under the lock; with `keep=False` the log keeps no events (a soak checks them as they come)."""
 
-    def __init__(self) -> None:
+    def __init__(self, observer: Callable[[Event], None] | None = None, keep: bool = True) -> None:
         self._lock = threading.Lock()
         self._events: list[Event] = []
+        self._count = 0
         self._start = time.monotonic()
-        self._acked: set[int] = set()
+        self._acked = IndexSet()
+        self._observer = observer
+        self._keep = keep
         self.last_event_at = self._start
 
     def record(self, kind: str, consumer: str, **fields: object) -> Event:
         with self._lock:
             now = time.monotonic()
-            event = Event(len(self._events), now - self._start, kind, consumer, **fields)
-            self._events.append(event)
+            event = Event(self._count, now - self._start, kind, consumer, **fields)
+            self._count += 1
+            if self._keep:
+                self._events.append(event)
             if kind == "acked":
                 self._acked.add(event.index)
+            if self._observer is not None:
+                self._observer(event)
             self.last_event_at = now
         return event
 
@@ -131,61 +140,102 @@ class DeliveryLog:
         with self._lock:
             return list(self._events)
 
-    def acked(self) -> set[int]:
+    def acked(self) -> IndexSet:
         with self._lock:
-            return set(self._acked)
+            return self._acked.copy()
 
 
 # -------------------------------------------------------------------------------------- checkers
+
+# Each rule is a checker fed one event at a time in log order, so that a soak can check hours of
+# deliveries without keeping them: a checker keeps only what is still open (messages held, sent and not
+# acked) and forgets the rest. `check_*` feed a whole log to one.
 
 
 def _with_lines(summary: str, *events: Event) -> str:
     return summary + "".join(f"\n      {e}" for e in sorted(set(events), key=lambda e: e.seq))
 
 
-def check_one_consumer_per_key(events: Sequence[Event]) -> list[str]:
+class IndexSet:
+    """A set of publish indexes that grows from 0 without keeping what lies below its low-water mark:
+    every index below `low` is in it, and only members at or above `low` are stored. Indexes are
+    handed out in order, so the stored part stays as wide as the window of messages still in flight."""
+
+    def __init__(self) -> None:
+        self.low = 0
+        self._above: set[int] = set()
+
+    def add(self, index: int) -> None:
+        if index < self.low:
+            return
+        self._above.add(index)
+        while self.low in self._above:
+            self._above.discard(self.low)
+            self.low += 1
+
+    def __contains__(self, index: object) -> bool:
+        return isinstance(index, int) and (index < self.low or index in self._above)
+
+    def stored(self) -> int:
+        return len(self._above)
+
+    def copy(self) -> IndexSet:
+        other = IndexSet()
+        other.low = self.low
+        other._above = set(self._above)
+        return other
+
+
+class OneConsumerPerKey:
     """No key is delivered to one incarnation while another still holds a message of it."""
-    holds: dict[str, dict[str, dict[int, Event]]] = defaultdict(dict)  # key -> consumer -> index -> receive
-    keys_held_by: dict[str, set[str]] = defaultdict(set)
-    violations = []
-    for event in events:
+
+    def __init__(self) -> None:
+        self.violations: list[str] = []
+        self._holds: dict[str, dict[str, dict[int, Event]]] = defaultdict(dict)  # key -> consumer -> i -> receive
+        self._keys_held_by: dict[str, set[str]] = defaultdict(set)
+
+    def feed(self, event: Event) -> None:
         if event.kind == "received":
-            for other, held in holds[event.key].items():
-                if other != event.consumer and held:
-                    first = min(held.values(), key=lambda e: e.seq)
-                    violations.append(
-                        _with_lines(
-                            f"key {event.key}: i={event.index} delivered to {event.consumer} at seq {event.seq} "
-                            f"while {other} holds i={first.index} unacked since seq {first.seq} "
-                            f"({len(held)} held)",
-                            first,
-                            event,
-                        )
-                    )
-                    break
-            holds[event.key].setdefault(event.consumer, {})[event.index] = event
-            keys_held_by[event.consumer].add(event.key)
+            self._received(event)
         elif event.kind == "acked":
-            holds[event.key].get(event.consumer, {}).pop(event.index, None)
+            self._holds[event.key].get(event.consumer, {}).pop(event.index, None)
         elif event.kind == "closing":
-            for key in keys_held_by.pop(event.consumer, ()):
-                holds[key].pop(event.consumer, None)
-    return violations
+            for key in self._keys_held_by.pop(event.consumer, ()):
+                self._holds[key].pop(event.consumer, None)
+
+    def _received(self, event: Event) -> None:
+        for other, held in self._holds[event.key].items():
+            if other != event.consumer and held:
+                first = min(held.values(), key=lambda e: e.seq)
+                self.violations.append(
+                    _with_lines(
+                        f"key {event.key}: i={event.index} delivered to {event.consumer} at seq {event.seq} "
+                        f"while {other} holds i={first.index} unacked since seq {first.seq} ({len(held)} held)",
+                        first,
+                        event,
+                    )
+                )
+                break
+        self._holds[event.key].setdefault(event.consumer, {})[event.index] = event
+        self._keys_held_by[event.consumer].add(event.key)
 
 
-def check_first_delivery_order(events: Sequence[Event]) -> list[str]:
+class FirstDeliveryOrder:
     """Per key, first deliveries come in publish order (#23307): a redelivery may repeat an older
     message, but no message may reach anyone for the first time after a later one of its key did."""
-    delivered: set[int] = set()
-    newest: dict[str, Event] = {}
-    violations = []
-    for event in events:
-        if event.kind != "received" or event.index in delivered:
-            continue
-        delivered.add(event.index)
-        last = newest.get(event.key)
+
+    def __init__(self) -> None:
+        self.violations: list[str] = []
+        self.delivered = IndexSet()
+        self._newest: dict[str, Event] = {}
+
+    def feed(self, event: Event) -> None:
+        if event.kind != "received" or event.index in self.delivered:
+            return
+        self.delivered.add(event.index)
+        last = self._newest.get(event.key)
         if last is not None and event.index < last.index:
-            violations.append(
+            self.violations.append(
                 _with_lines(
                     f"key {event.key}: i={event.index} first delivered to {event.consumer} at seq {event.seq} "
                     f"after i={last.index} was first delivered to {last.consumer} at seq {last.seq}",
@@ -194,61 +244,154 @@ def check_first_delivery_order(events: Sequence[Event]) -> list[str]:
                 )
             )
         else:
-            newest[event.key] = event
-    return violations
+            self._newest[event.key] = event
+
+
+class NoLoss:
+    """Every message whose send succeeded (`published`) was acked by some incarnation. The publisher's
+    receipt and the consumers' ack may come in either order."""
+
+    def __init__(self) -> None:
+        self.acked = IndexSet()
+        self._unacked: dict[int, str] = {}  # published, not acked yet: index -> key
+        self._trail: dict[int, list[Event]] = defaultdict(list)  # deliveries of messages not acked yet
+
+    def published(self, index: int, key: str) -> None:
+        if index not in self.acked:
+            self._unacked[index] = key
+
+    def feed(self, event: Event) -> None:
+        if event.kind == "received" and event.index not in self.acked:
+            self._trail[event.index].append(event)
+        elif event.kind == "acked":
+            self.acked.add(event.index)
+            self._unacked.pop(event.index, None)
+            self._trail.pop(event.index, None)
+
+    def unacked(self) -> int:
+        return len(self._unacked)
+
+    @property
+    def violations(self) -> list[str]:
+        found = []
+        for index in sorted(self._unacked):
+            key, deliveries = self._unacked[index], self._trail.get(index, [])
+            if not deliveries:
+                found.append(f"key {key}: i={index} published, never delivered")
+            else:
+                to = ", ".join(f"{e.consumer} at seq {e.seq}" for e in deliveries)
+                found.append(
+                    _with_lines(f"key {key}: i={index} published, delivered to {to}, never acked", *deliveries)
+                )
+        return found
+
+
+class RedeliveredAfterClose:
+    """A message an incarnation held when it closed reaches some incarnation again later."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, dict[int, Event]] = defaultdict(dict)
+        self._latest: dict[int, Event] = {}  # index -> its latest receive by anyone, until acked
+        self._orphaned: dict[int, tuple[Event, Event]] = {}  # index -> (receive, closing)
+
+    def feed(self, event: Event) -> None:
+        if event.kind == "received":
+            self._held[event.consumer][event.index] = event
+            self._latest[event.index] = event
+            self._orphaned.pop(event.index, None)
+        elif event.kind == "acked":
+            self._held[event.consumer].pop(event.index, None)
+            self._latest.pop(event.index, None)  # acked: no longer anyone's to lose
+        elif event.kind == "closing":
+            for index, receive in self._held.pop(event.consumer, {}).items():
+                if self._latest.get(index) is receive:  # else another incarnation has it again, or acked it
+                    self._orphaned[index] = (receive, event)
+
+    @property
+    def violations(self) -> list[str]:
+        return [
+            _with_lines(
+                f"key {receive.key}: i={index} held by {receive.consumer} (received at seq {receive.seq}) when it "
+                f"closed at seq {closing.seq}, never delivered again",
+                receive,
+                closing,
+            )
+            for index, (receive, closing) in sorted(self._orphaned.items())
+        ]
+
+
+class Operations:
+    """Subscribes, acks and closes succeed: the broker refuses none of them under churn."""
+
+    def __init__(self) -> None:
+        self.violations: list[str] = []
+
+    def feed(self, event: Event) -> None:
+        if event.kind == "error":
+            self.violations.append(str(event))
+
+
+def _fed(
+    checker: OneConsumerPerKey | FirstDeliveryOrder | NoLoss | RedeliveredAfterClose | Operations,
+    events: Iterable[Event],
+) -> list[str]:
+    for event in events:
+        checker.feed(event)
+    return checker.violations
+
+
+def check_one_consumer_per_key(events: Sequence[Event]) -> list[str]:
+    return _fed(OneConsumerPerKey(), events)
+
+
+def check_first_delivery_order(events: Sequence[Event]) -> list[str]:
+    return _fed(FirstDeliveryOrder(), events)
 
 
 def check_no_loss(events: Sequence[Event], published: dict[int, str]) -> list[str]:
-    """Every message whose send succeeded was acked by some incarnation."""
-    acked = {e.index for e in events if e.kind == "acked"}
-    missing = set(published) - acked
-    trail: dict[int, list[Event]] = defaultdict(list)
-    for event in events:
-        if event.kind == "received" and event.index in missing:
-            trail[event.index].append(event)
-    violations = []
-    for index in sorted(missing):
-        deliveries = trail[index]
-        if not deliveries:
-            violations.append(f"key {published[index]}: i={index} published, never delivered")
-        else:
-            to = ", ".join(f"{e.consumer} at seq {e.seq}" for e in deliveries)
-            violations.append(
-                _with_lines(f"key {published[index]}: i={index} published, delivered to {to}, never acked", *deliveries)
-            )
-    return violations
+    checker = NoLoss()
+    for index, key in published.items():
+        checker.published(index, key)
+    return _fed(checker, events)
 
 
 def check_redelivered_after_close(events: Sequence[Event]) -> list[str]:
-    """A message an incarnation held when it closed reaches some incarnation again later."""
-    held: dict[str, dict[int, Event]] = defaultdict(dict)
-    latest: dict[int, Event] = {}  # index -> its latest receive, by anyone
-    orphaned: dict[int, tuple[Event, Event]] = {}  # index -> (receive, closing)
-    for event in events:
-        if event.kind == "received":
-            held[event.consumer][event.index] = event
-            latest[event.index] = event
-            orphaned.pop(event.index, None)
-        elif event.kind == "acked":
-            held[event.consumer].pop(event.index, None)
-        elif event.kind == "closing":
-            for index, receive in held.pop(event.consumer, {}).items():
-                if latest[index] is receive:  # else another incarnation already has it again
-                    orphaned[index] = (receive, event)
-    return [
-        _with_lines(
-            f"key {receive.key}: i={index} held by {receive.consumer} (received at seq {receive.seq}) when it "
-            f"closed at seq {closing.seq}, never delivered again",
-            receive,
-            closing,
-        )
-        for index, (receive, closing) in sorted(orphaned.items())
-    ]
+    return _fed(RedeliveredAfterClose(), events)
 
 
 def check_operations(events: Sequence[Event]) -> list[str]:
-    """Subscribes, acks and closes succeed: the broker refuses none of them under churn."""
-    return [str(e) for e in events if e.kind == "error"]
+    return _fed(Operations(), events)
+
+
+class Contract:
+    """Every rule's checker, fed as the log is written (`DeliveryLog(observer=contract.feed)`)."""
+
+    def __init__(self) -> None:
+        self.operations = Operations()
+        self.one_consumer_per_key = OneConsumerPerKey()
+        self.first_delivery_order = FirstDeliveryOrder()
+        self.no_loss = NoLoss()
+        self.redelivered_after_close = RedeliveredAfterClose()
+        self._checkers = (
+            self.operations,
+            self.one_consumer_per_key,
+            self.first_delivery_order,
+            self.no_loss,
+            self.redelivered_after_close,
+        )
+
+    def feed(self, event: Event) -> None:
+        for checker in self._checkers:
+            checker.feed(event)
+
+    def violations(self) -> dict[str, list[str]]:
+        return {
+            "operations": self.operations.violations,
+            "one-consumer-per-key": self.one_consumer_per_key.violations,
+            "first-delivery-order": self.first_delivery_order.violations,
+            "no-loss": self.no_loss.violations,
+            "redelivered-after-close": self.redelivered_after_close.violations,
+        }
 
 
 # -------------------------------------------------------------------------------------- consumers
@@ -428,6 +571,7 @@ class ConsumerWorker(threading.Thread):
             key=key,
             message_id=f"{mid.ledger_id()}:{mid.entry_id()}:{mid.batch_index()}",
             redelivery_count=message.redelivery_count(),
+            e2e_ms=time.time() * 1000 - message.publish_timestamp(),
         )
         if key == self.block_on_key:
             # The application is stuck on this key: no receive, no ack, until released.
@@ -449,9 +593,12 @@ class ConsumerWorker(threading.Thread):
 
 class Publisher:
     """One producer on its own client. Message i carries property i and its key as partition key;
-    `published` holds the indexes whose send succeeded, with their keys."""
+    `published` holds the indexes whose send succeeded, with their keys, or, given `on_published`, each
+    one goes to it instead (a soak keeps no list of hours of messages)."""
 
-    def __init__(self, url: str, topic: str, batching: bool) -> None:
+    def __init__(
+        self, url: str, topic: str, batching: bool, on_published: Callable[[int, str], None] | None = None
+    ) -> None:
         self.client = pulsar.Client(
             url, operation_timeout_seconds=OPERATION_TIMEOUT_S, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
         )
@@ -471,12 +618,13 @@ class Publisher:
             self.client.close()
             raise
         self.published: dict[int, str] = {}
+        self.on_published = on_published or self.published.__setitem__
         self.failed: list[str] = []
         self.next_index = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def publish(self, keys: Sequence[str], rate_per_s: float) -> None:
+    def publish(self, keys: Iterable[str], rate_per_s: float) -> None:
         """Send in the background, paced to `rate_per_s`."""
         self._thread = threading.Thread(target=self._send_all, args=(keys, rate_per_s), daemon=True, name="publisher")
         self._thread.start()
@@ -495,7 +643,7 @@ class Publisher:
         except PulsarException:
             pass  # the test's verdict does not depend on a clean producer close
 
-    def _send_all(self, keys: Sequence[str], rate_per_s: float) -> None:
+    def _send_all(self, keys: Iterable[str], rate_per_s: float) -> None:
         start = time.monotonic()
         first = self.next_index
         try:
@@ -517,7 +665,7 @@ class Publisher:
         def done(result: pulsar.Result, _message_id: pulsar.MessageId) -> None:
             with self._lock:
                 if result == pulsar.Result.Ok:
-                    self.published[index] = key
+                    self.on_published(index, key)
                 else:
                     self.failed.append(f"send i={index}: {result}")
 
@@ -630,14 +778,22 @@ class Workload:
     """The consumers, publisher and log of one run. `finish` drains and checks; leaving the `with`
     block stops every thread and closes every client, whatever happened."""
 
-    def __init__(self, url: str, http_url: str, topic: str, batching: bool) -> None:
+    def __init__(
+        self,
+        url: str,
+        http_url: str,
+        topic: str,
+        batching: bool,
+        log: DeliveryLog | None = None,
+        on_published: Callable[[int, str], None] | None = None,
+    ) -> None:
         self.url = url
         self.http_url = http_url
         self.topic = topic
         self.batching = batching
-        self.log = DeliveryLog()
+        self.log = log or DeliveryLog()
         self.workers: dict[str, ConsumerWorker] = {}
-        self.publisher = Publisher(url, topic, batching)
+        self.publisher = Publisher(url, topic, batching, on_published)
         self.extra: dict[str, list[str]] = defaultdict(list)
         self.notes: list[str] = []
 

@@ -151,3 +151,27 @@ def test_required_rules_per_mode() -> None:
     for mode in ("classic", "pip282"):
         assert {"no-loss", "drained", "progress"} <= set(churn.REQUIRED[mode])
         assert not set(churn.ORDERING_RULES) & set(churn.REQUIRED[mode])
+
+
+def test_an_index_set_keeps_only_what_lies_above_its_low_water_mark() -> None:
+    indexes = churn.IndexSet()
+    for index in (0, 2, 1, 5):
+        indexes.add(index)
+    assert (indexes.low, indexes.stored()) == (3, 1)
+    assert [i in indexes for i in range(7)] == [True, True, True, False, False, True, False]
+
+
+def test_a_message_acked_before_its_send_receipt_is_not_lost() -> None:
+    log = DeliveryLog()
+    log.record("received", "c1#1", index=0, key="a")
+    log.record("acked", "c1#1", index=0, key="a")
+    assert check_no_loss(log.events(), {0: "a"}) == []
+
+
+def test_a_log_that_keeps_nothing_still_feeds_its_observer_in_order() -> None:
+    contract = churn.Contract()
+    log = DeliveryLog(observer=contract.feed, keep=False)
+    log.record("received", "c1#1", index=1, key="k")
+    log.record("received", "c2#1", index=2, key="k")
+    assert log.events() == []
+    assert len(contract.violations()["one-consumer-per-key"]) == 1

@@ -12,6 +12,7 @@ Must not touch: consumers, pending acks, storage.
 from __future__ import annotations
 
 from collections.abc import Iterator, KeysView
+from itertools import repeat
 
 from sortedcontainers import SortedDict
 
@@ -86,8 +87,10 @@ class ReplayQueue:
         return iter(self._positions)
 
     def items(self) -> Iterator[tuple[Position, int]]:
-        """(position, key hash) in position order."""
-        return iter(self._positions.items())
+        """(position, key hash) in position order. Built from C iterators: SortedDict's own items view is a
+        generator with a lookup per position, and the Key_Shared replay filter walks the whole queue."""
+        positions = self._positions
+        return zip(positions, map(dict.__getitem__, repeat(positions), positions))
 
     def first(self) -> Position | None:
         return self._positions.peekitem(0)[0] if self._positions else None

@@ -433,10 +433,17 @@ class KeySharedDispatcher(SharedDispatcher):
         replay_floor = min(joined.values()) if joined else None
         permits: dict[Consumer, int] = {}
         blocked: set[int] = set()
+        # The queue holds many positions of few keys, and once a hash is blocked every later position of
+        # it is: a key hash seen blocked is skipped before its slot is computed again (a soak's replay
+        # queue of 10,000 positions was scanned in full on every dispatch, a core's worth of CPU).
+        blocked_keys: set[int] = set()
         positions: list[Position] = []
         for position, key_hash in self.replay.items():
+            if key_hash in blocked_keys:
+                continue
             sticky_hash = slot(key_hash)
             if sticky_hash in blocked:
+                blocked_keys.add(key_hash)
                 continue
             consumer = select(sticky_hash)
             if consumer is None:
@@ -454,6 +461,7 @@ class KeySharedDispatcher(SharedDispatcher):
                     break
                 continue
             blocked.add(sticky_hash)
+            blocked_keys.add(key_hash)
         return positions
 
     # ------------------------------------------------------------------------------- pip282 state
