@@ -69,7 +69,8 @@ class BKOptions:
     slow_fraction: float = 0.0
     metadata_s: float = 0.01
     faults: tuple[Fault, ...] = ()
-    recovery_at_s: float | None = None
+    # When second clients open the ledger with recovery (two of them race each other).
+    recovery_at_s: tuple[float, ...] = ()
     tail_read_at_s: float | None = None
 
     @classmethod
@@ -106,7 +107,7 @@ class BKOptions:
             slow_fraction=rng.choice((0.0, 0.0, 0.05)),
             metadata_s=rng.choice((0.001, 0.02, 0.5)),
             faults=faults,
-            recovery_at_s=rng.choice((None, rng.uniform(0, span * 1.5))),
+            recovery_at_s=tuple(rng.uniform(0, span * 1.5) for _ in range(rng.choice((0, 1, 1, 2)))),
             tail_read_at_s=rng.choice((None, rng.uniform(0, span))),
         )
 
@@ -301,6 +302,11 @@ class BKWorld:
                 self.event(f"recovery attempt {attempt} failed: {error!r}")
                 await asyncio.sleep(1.0)
                 continue
+            if self.recovered is not None and self.recovered.last_entry_id != handle.metadata.last_entry_id:
+                self.violation(
+                    "readers-disagree",
+                    f"recoveries closed at {self.recovered.last_entry_id} and {handle.metadata.last_entry_id}",
+                )
             self.recovered = handle.metadata
             self.event(f"second client opened the ledger closed at {handle.metadata.last_entry_id}")
             return
@@ -400,8 +406,7 @@ async def _schedule(world: BKWorld) -> None:
     options = world.options
     tasks = [asyncio.ensure_future(world.write())]
     tasks += [asyncio.ensure_future(world.inject(fault)) for fault in options.faults]
-    if options.recovery_at_s is not None:
-        tasks.append(asyncio.ensure_future(world.recover(options.recovery_at_s)))
+    tasks += [asyncio.ensure_future(world.recover(at_s)) for at_s in options.recovery_at_s]
     if options.tail_read_at_s is not None:
         tasks.append(asyncio.ensure_future(world.tail_read(options.tail_read_at_s)))
     await asyncio.gather(*tasks)
