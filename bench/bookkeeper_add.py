@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -121,6 +122,12 @@ HEADER = "E/W/A | mode | entry | window | adds/s | MB/s | p50 ms | p99 | p99.9 |
 
 def print_row(row: dict) -> None:
     latency = row["latency_ms"]
+    if not latency:
+        print(
+            f"{row['E']}/{row['W']}/{row['A']} | {row['mode']} | {row['entry_bytes']:,} B | no add completed",
+            flush=True,
+        )
+        return
     print(
         f"{row['E']}/{row['W']}/{row['A']} | {row['mode']} | {row['entry_bytes']:,} B | {row['window']} | "
         f"{row['adds_per_s']:,.0f} | {row['mb_per_s']:.2f} | {latency['p50']:.2f} | {latency['p99']:.2f} | "
@@ -138,6 +145,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 s rows after 0.5 s of warm-up")
     parser.add_argument("--dir", default=None, help="where the bookies keep their journals (default: a temp dir)")
     args = parser.parse_args()
+    # The client logs each bookie failure and ensemble change at INFO: a row they slowed says so.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("magnetar.bookkeeper").setLevel(logging.INFO)
     if args.quick:
         args.seconds, args.warmup = 1.0, 0.5
     with tempfile.TemporaryDirectory(prefix="magnetar-bench-bk-", dir=args.dir) as root:
