@@ -1,10 +1,11 @@
 """Bookies on the virtual loop, reached by the real `BookieClient` through simulated TCP connections.
 
-Owns: `SimLoop` (the virtual-clock loop whose `create_connection` reaches a `SimBookieServer`, and whose
-futures tell an observer when they get a result, so a checker sees the moment an add is acknowledged),
-`SimBookieServer` (a `Bookie` that takes seconds of virtual time to answer, answers requests out of their
-order, loses them while stalled, and crashes and restarts with its journal kept) and the connections
-between them. Must not touch: the client's code: it only carries its bytes.
+Owns: `SimLoop` (the virtual-clock loop whose `create_connection` reaches a `SimBookieServer`, whose
+futures tell an observer when they get a result, so a checker sees the moment an add is acknowledged, and
+which keeps what asyncio would log as unhandled), `SimBookieServer` (a `Bookie` that takes seconds of
+virtual time to answer, answers requests out of their order, loses them while stalled, and crashes and
+restarts with its journal kept) and the connections between them. Must not touch: the client's code: it
+only carries its bytes.
 
 A connection delivers bytes in order, as TCP does. A bookie handles each request after its own delay
 (journal and thread-pool latency), so its answers can leave in another order than the requests came, as a
@@ -44,6 +45,13 @@ class SimLoop(VirtualClockLoop):
         super().__init__()
         self.servers: dict[str, SimBookieServer] = {}
         self.result_observers: list[Callable[[], None]] = []
+        # What asyncio would log as unhandled (a task's exception never retrieved): a client that drops
+        # a failure on the floor. The world reports each as a violation.
+        self.unhandled: list[str] = []
+        self.set_exception_handler(self._record_unhandled)
+
+    def _record_unhandled(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        self.unhandled.append(f"{context.get('message')}: {context.get('exception')!r}")
 
     def create_future(self) -> asyncio.Future[Any]:
         return _ObservedFuture(loop=self)

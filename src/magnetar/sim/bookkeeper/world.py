@@ -15,6 +15,7 @@ a second client recovers the ledger), `BKWorld` (the bookies, the metadata, the 
 - `phantom-entry`: the closed ledger holds bytes the writer never appended;
 - `close-mismatch`: the writer's own close succeeded at an entry other than the ledger's last;
 - `lac`: the writer's last add confirmed is not its highest acknowledged entry;
+- `unretrieved-error`: the client left a failure nobody retrieved (asyncio would log it and drop it);
 - `recovery-failed`, `unreadable`, `stalled`: with every bookie back, the ledger could not be recovered or
   read, or the schedule never ended.
 As in the TLA+ model of BookKeeper's replication protocol: no acknowledged entry is lost, readers agree on
@@ -26,6 +27,7 @@ codec and the real `BookieClient`, and only reads the handles' public state.
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -436,9 +438,13 @@ def run_bk_schedule(seed: int | None, options: BKOptions | None = None) -> BKRes
     world = BKWorld(loop, options, seed, random.Random(f"bookkeeper-{seed}"))
     try:
         loop.run_until_complete(_run(world))
+        # A task's unretrieved exception is reported when the task is collected: collect now, in the run.
+        gc.collect()
     except Stalled as stalled:
         world.violation("stalled", str(stalled))
     finally:
+        for unhandled in loop.unhandled:
+            world.violation("unretrieved-error", unhandled)
         world.result.virtual_s = loop.time()
         world.result.acked = len(world.acked)
         loop.shut_down()
