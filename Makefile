@@ -132,12 +132,13 @@ sim: setup
 	$(BIN)/magnetar sim $(if $(SEED),--seed $(SEED),) $(if $(MODE),--mode $(MODE),)
 
 # Long seed sweeps across all cores: the core, 200,000 schedules per Key_Shared mode (40,000 per other
-# type); the shell simulator (the real broker), 20,000 per mode; the official client's churn suite
-# against a broker process, 20 seeds per mode and batching; and the README's commands with its Spark example,
-# which make test skips (a local Spark session alone takes 10 to 30 s to start).
+# type); the shell simulator (the real broker), 20,000 per mode; the BookKeeper client's simulation,
+# 20,000 schedules; the official client's churn suite against a broker process, 20 seeds per mode and
+# batching; and the README's commands with its Spark example, which make test skips (a local Spark session alone takes 10 to 30 s to start).
 soak: setup
 	MAGNETAR_SIM_SCHEDULES=200000 $(BIN)/python -m pytest tests/sim/test_sweep.py -q
 	MAGNETAR_SHELL_SCHEDULES=20000 $(BIN)/python -m pytest tests/sim/test_shell_sweep.py -q
+	MAGNETAR_BK_SCHEDULES=20000 $(BIN)/python -m pytest tests/sim/test_bookkeeper_sim.py -q
 	MAGNETAR_CHURN_SEEDS=1-20 $(BIN)/python -m pytest tests/e2e/test_e2e_churn.py -q
 	MAGNETAR_README_SOAK=1 $(BIN)/python -m pytest tests/docs/test_readme.py -q
 
