@@ -16,6 +16,7 @@ a second client recovers the ledger), `BKWorld` (the bookies, the metadata, the 
 - `close-mismatch`: the writer's own close succeeded at an entry other than the ledger's last;
 - `lac`: the writer's last add confirmed is not its highest acknowledged entry;
 - `unretrieved-error`: the client left a failure nobody retrieved (asyncio would log it and drop it);
+- `client-raised`: the client raised something other than a BookKeeper error;
 - `recovery-failed`, `unreadable`, `stalled`: with every bookie back, the ledger could not be recovered or
   read, or the schedule never ended.
 As in the TLA+ model of BookKeeper's replication protocol: no acknowledged entry is lost, readers agree on
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -426,6 +428,8 @@ async def _run(world: BKWorld) -> None:
         await asyncio.wait_for(_schedule(world), SCHEDULE_DEADLINE_S)
     except TimeoutError:
         world.violation("stalled", f"the schedule did not end within {SCHEDULE_DEADLINE_S} virtual seconds")
+    except Exception:  # noqa: BLE001 - whatever the client raised beyond its BKErrors is what the schedule found
+        world.violation("client-raised", traceback.format_exc())
     finally:
         for transport in world.transports:
             await transport.close()
