@@ -136,3 +136,15 @@ def test_the_coverage_check_catches_an_add_completed_on_a_replaced_bookies_ack(
     world, _ = _ensemble_change_schedule()
     kinds = {kind for kind, _ in world.result.violations}
     assert kinds == {"ack-not-covered"}, world.result.describe()
+
+
+def test_a_recovery_whose_adds_change_the_ensemble_twice_closes_the_ledger() -> None:
+    """Found by the sweep (seed 2320): bookies crashing under a recovery's re-adds made it change its
+    ensemble from entry 21, then 23, 24 and 26; its closing write applied those ensembles again to
+    metadata that had them already, and open_ledger raised ValueError ("a new ensemble cannot start at
+    20, before the last one (26)"), leaving the ledger IN_RECOVERY. The closing write now applies them to
+    the metadata as stored, as ReadOnlyLedgerHandle.closeRecovered does."""
+    result = run_bk_schedule(2320)
+    assert not result.violations, result.describe()
+    # The writer's change and at least two of the recovery's: the schedule still reaches the case.
+    assert result.ensemble_changes >= 3
