@@ -132,15 +132,16 @@ sim: setup
 	$(BIN)/magnetar sim $(if $(SEED),--seed $(SEED),) $(if $(MODE),--mode $(MODE),)
 
 # Long seed sweeps across all cores: the core, 200,000 schedules per Key_Shared mode (40,000 per other
-# type); the shell simulator (the real broker), 20,000 per mode; the official client's churn suite
-# against a broker process, 20 seeds per mode and batching; and the README's commands with its Spark example,
-# which make test skips (a local Spark session alone takes 10 to 30 s to start); then an hour of Key_Shared
-# churn at 5,000 msg/s against one broker process, its RSS and descriptors watched
-# (bench/soak_key_shared.py; `--minutes N` for a shorter run).
+# type); the shell simulator (the real broker), 20,000 per mode; the BookKeeper client's simulation,
+# 20,000 schedules; the official client's churn suite against a broker process, 20 seeds per mode and
+# batching; and the README's commands with its Spark example, which make test skips (a local Spark session
+# alone takes 10 to 30 s to start); then an hour of Key_Shared churn at 5,000 msg/s against one broker
+# process, its RSS and descriptors watched (bench/soak_key_shared.py; `--minutes N` for a shorter run).
 SOAK_MINUTES ?= 60
 soak: setup
 	MAGNETAR_SIM_SCHEDULES=200000 $(BIN)/python -m pytest tests/sim/test_sweep.py -q
 	MAGNETAR_SHELL_SCHEDULES=20000 $(BIN)/python -m pytest tests/sim/test_shell_sweep.py -q
+	MAGNETAR_BK_SCHEDULES=20000 $(BIN)/python -m pytest tests/sim/test_bookkeeper_sim.py -q
 	MAGNETAR_CHURN_SEEDS=1-20 $(BIN)/python -m pytest tests/e2e/test_e2e_churn.py -q
 	MAGNETAR_README_SOAK=1 $(BIN)/python -m pytest tests/docs/test_readme.py -q
 	$(BIN)/python bench/soak_key_shared.py --minutes $(SOAK_MINUTES)

@@ -27,6 +27,7 @@ CLASSES = REPOSITORY / "build" / "bookkeeper" / "classes"
 # A bookie's line once its server accepts requests (org.apache.bookkeeper.server.Main).
 BOOKIE_READY = "Started component {component=bookie-server}"
 START_TIMEOUT_S = 60
+DB_LEDGER_STORAGE = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
 STOP_TIMEOUT_S = 15
 # Small heaps and the serial collector: four JVMs share 2 cores and a few hundred MB with the tests.
 JVM_OPTIONS = [
@@ -205,6 +206,10 @@ class LocalBookKeeperCluster:
                 f"metadataServiceUri={self.metadata_service_uri}\n"
                 f"journalDirectories={data / 'journal'}\nledgerDirectories={data / 'ledgers'}\n"
                 "httpServerEnabled=false\nenableStatistics=false\njournalMaxGroupWaitMSec=1\n"
+                # Pulsar's ledger storage, which the dbStorage_ sizes below are for. 4.18's default,
+                # SortedLedgerStorage, buffers 64 MB skip lists on the heap and ran out of these bookies'
+                # 128 MB after ~100 MB of 64 KiB entries (bench/bookkeeper_add.py).
+                f"ledgerStorageClass={DB_LEDGER_STORAGE}\n"
                 f"journalSyncData={'true' if self.journal_sync_data else 'false'}\n"
                 "dbStorage_writeCacheMaxSizeMb=16\ndbStorage_readAheadCacheMaxSizeMb=16\n"
                 "dbStorage_rocksDB_blockCacheSize=8388608\nzkTimeout=10000\n"

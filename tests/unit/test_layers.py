@@ -34,8 +34,9 @@ ALLOWED: dict[str, set[str]] = {
     "admin": {"broker", "core", "protocol", "replication", "storage"},
     # A network client: the broker's code is out of its reach.
     "spark": {"client", "core", "protocol"},
-    # The simulator runs the real core and shell, with storage and transport injected.
-    "sim": {"broker", "core", "metadata", "protocol", "replication", "storage"},
+    # The simulator runs the real core and shell, with storage and transport injected, and the real
+    # BookKeeper client against its fake bookies (sim/bookkeeper): fakes belong to the simulator.
+    "sim": {"bookkeeper", "broker", "core", "metadata", "protocol", "replication", "storage"},
     "cli": {"admin", "broker", "client", "metadata", "protocol", "sim", "storage"},
 }
 # The position type and the clock every layer shares.

@@ -161,6 +161,9 @@ class LedgerHandle:
         self._unreplaceable: dict[int, str] = {}
         self._ensemble_changes = 0
         self._recovery_ensembles: dict[int, tuple[str, ...]] = {}
+        # The metadata as stored when the handle opened (at `_version`): a recovery's closing write applies
+        # its ensembles to it, not to `metadata`, which has them already.
+        self._opened_metadata = versioned.metadata
         self._error: BKError | None = None
         self._closed = False
 
@@ -441,6 +444,9 @@ class LedgerHandle:
                 metadata = metadata.with_ensemble(first_entry_id, ensemble)
             return metadata.closed_at(last_entry_id, length)
 
+        # As ReadOnlyLedgerHandle.closeRecovered, onto the metadata as stored: applied to `metadata`, which the
+        # ensemble changes moved on already, a second change's segment came before the first one's again.
+        self.metadata = self._opened_metadata
         await self._update_metadata(lambda metadata: metadata.state is State.IN_RECOVERY, close_recovered)
         return self.metadata
 

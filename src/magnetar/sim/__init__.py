@@ -1,5 +1,5 @@
-"""Deterministic simulations driven by one seed: of the ordering core alone, and (`sim/shell`) of the
-real broker's shell on virtual time.
+"""Deterministic simulations driven by one seed: of the ordering core alone, (`sim/shell`) of the
+real broker's shell on virtual time, and (`sim/bookkeeper`) of the BookKeeper client against fake bookies.
 
 Owns: the core's simulated world and its checkers (`world`, `checkers`), and the sweeps, replays and
 reports of both simulators (`runner`, `report`, `__main__`). The core's world imports `magnetar.core`

@@ -8,7 +8,6 @@ import asyncio
 import random
 
 import pytest
-from fake_bookies import FakeBookies
 
 from magnetar.bookkeeper import BookKeeper, MemoryLedgerManager
 from magnetar.bookkeeper.digest import DigestManager, DigestType, master_key
@@ -21,6 +20,7 @@ from magnetar.bookkeeper.metadata import State
 from magnetar.bookkeeper.schedule import write_set
 from magnetar.bookkeeper.wire import encode_add_request
 from magnetar.clock import LoopClock
+from magnetar.sim.bookkeeper.bookie import FakeBookies
 
 BOOKIES = ("b0:3181", "b1:3181", "b2:3181", "b3:3181")
 
