@@ -3,7 +3,7 @@ composition root (broker/root.py).
 
 Owns: nothing but the references. Each part owns its own decisions: topics loaded (registry), policies
 and their precedence (policies), what an admin operation changes (operations), what a lookup answers
-(lookup), schemas, who a client is and what it may do (authentication, authorization).
+(lookup), the cluster a broker belongs to (cluster), schemas, who a client is and what it may do (authentication, authorization).
 Must not touch: sockets (the broker's listeners) or ordering.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from magnetar.broker.auth import AuthenticationService
 from magnetar.broker.authorization import AuthorizationService
+from magnetar.broker.cluster.service import ClusterService
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.lookup import Lookup
 from magnetar.broker.operations import AdminOperations
@@ -47,3 +48,5 @@ class BrokerContext:
     authorization: AuthorizationService
     topics: TopicContext
     connections: ConnectionCount
+    # A broker of a cluster: its bundles, their owners, the brokers and the leader; None for a broker alone.
+    cluster: ClusterService | None = None
