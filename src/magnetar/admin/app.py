@@ -1,7 +1,7 @@
 """The FastAPI application and its uvicorn server, run as tasks of the broker's event loop.
 
 The routers live one module per area (clusters, tenants and namespaces; topics; stats; explain;
-brokers; lookup; metrics). Handlers find the broker context as `request.app.state.context`.
+brokers; bundles; lookup; metrics). Handlers find the broker context as `request.app.state.context`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException
 
 from magnetar.admin import (
     brokers,
+    bundles,
     clusters,
     compaction,
     console,
@@ -75,6 +76,9 @@ def create_app(context: BrokerContext, is_ready: object = lambda: True) -> FastA
     async def ready(request: Request) -> PlainTextResponse:
         return await brokers.health(request)
 
+    if context is not None and context.cluster is not None:
+        # A topic another broker owns: 307 to it (inside the security check, which runs first).
+        bundles.redirect_to_owners(app, context)
     # Who calls, and may they (authenticationEnabled, authorizationEnabled): before every route.
     app.add_middleware(SecurityMiddleware, context=context)
     app.include_router(clusters.router)
@@ -88,6 +92,7 @@ def create_app(context: BrokerContext, is_ready: object = lambda: True) -> FastA
         app.include_router(
             router, prefix=topics.NON_PERSISTENT_PREFIX, tags=["non-persistent topic"], include_in_schema=False
         )
+    app.include_router(bundles.router)
     for module in (explain, brokers, lookup, metrics, compaction):
         app.include_router(module.router)
     app.include_router(schemas.router)

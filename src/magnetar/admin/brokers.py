@@ -1,7 +1,7 @@
 """Admin routes: the broker itself at Pulsar's `/admin/v2/brokers` paths.
 
-Owns: health and readiness, the active brokers of the cluster and its leader (this broker: a standalone
-is a cluster of one), the namespaces it owns, and the listings of its configuration (the dynamic keys,
+Owns: health and readiness, the active brokers of the cluster and its leader (a broker of a cluster: the
+broker registry's and the election's; a standalone is a cluster of one), the bundles a broker owns, and the listings of its configuration (the dynamic keys,
 their overridden values, the whole runtime configuration) with Pulsar's JSON shapes.
 Must not touch: state; the configuration is read, never changed (magnetar has no dynamic updates).
 """
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from pydantic import BaseModel
 
 from magnetar.admin.errors import error_responses, not_found
@@ -20,6 +20,7 @@ from magnetar.broker.config import BROKER_KEYS
 from magnetar.core.settings import PULSAR_KEYS
 
 if TYPE_CHECKING:
+    from magnetar.broker.cluster.service import ClusterService
     from magnetar.broker.context import BrokerContext
 
 __all__ = ["BrokerInfo", "NamespaceOwnershipStatus", "router"]
@@ -74,15 +75,26 @@ async def ready(request: Request) -> PlainTextResponse:
     return PlainTextResponse("ok")
 
 
+async def _active_brokers(context: BrokerContext) -> list[str]:
+    if context.cluster is None:
+        return [broker_id(context)]
+    return sorted(await context.cluster.registry.live_brokers())
+
+
 @router.get("", response_model=list[str])
 async def get_active_brokers_of_this_cluster(request: Request) -> list[str]:
-    return [broker_id(_context(request))]
+    return await _active_brokers(_context(request))
 
 
-@router.get("/leaderBroker", response_model=BrokerInfo)
+@router.get("/leaderBroker", response_model=BrokerInfo, responses=error_responses(404))
 async def get_leader_broker(request: Request) -> BrokerInfo:
     context = _context(request)
-    return BrokerInfo(serviceUrl=context.config.advertised_web_url, brokerId=broker_id(context))
+    if context.cluster is None:
+        return BrokerInfo(serviceUrl=context.config.advertised_web_url, brokerId=broker_id(context))
+    leader = context.cluster.leader.leader
+    if leader is None:
+        raise not_found("No leader broker is elected")
+    return BrokerInfo(serviceUrl=leader["serviceUrl"], brokerId=leader.get("brokerId", ""))
 
 
 @router.get("/configuration", response_model=list[str])
@@ -108,7 +120,7 @@ async def get_runtime_configuration(request: Request) -> dict[str, str]:
 @router.get("/{cluster}", response_model=list[str])
 async def get_active_brokers(request: Request, cluster: str) -> list[str]:
     """Pulsar without authorization accepts any cluster name here and lists its own cluster's brokers."""
-    return [broker_id(_context(request))]
+    return await _active_brokers(_context(request))
 
 
 @router.get(
@@ -116,11 +128,16 @@ async def get_active_brokers(request: Request, cluster: str) -> list[str]:
     response_model=dict[str, NamespaceOwnershipStatus],
     responses=error_responses(404),
 )
-async def get_owned_namespaces(request: Request, cluster: str, broker: str) -> dict[str, NamespaceOwnershipStatus]:
-    """Every namespace, whole. Pulsar redirects a request naming another broker to that broker; in a
-    cluster of one there is no other broker to go to, so magnetar answers 404 instead of sending the
-    client to an address that serves nothing."""
+async def get_owned_namespaces(
+    request: Request, cluster: str, broker: str
+) -> dict[str, NamespaceOwnershipStatus] | Response:
+    """A broker alone: every namespace, whole. Pulsar redirects a request naming another broker to that
+    broker; in a cluster of one there is no other broker to go to, so magnetar answers 404 instead of
+    sending the client to an address that serves nothing. A broker of a cluster: the bundles it owns,
+    and a 307 to the broker named when it is another live one."""
     context = _context(request)
+    if context.cluster is not None:
+        return await _owned_bundles(request, context.cluster, broker)
     if broker != broker_id(context):
         raise not_found(f"Broker {broker} is not a broker of this cluster: {broker_id(context)} is")
     owned = {}
@@ -130,3 +147,18 @@ async def get_owned_namespaces(request: Request, cluster: str, broker: str) -> d
                 broker_assignment="shared", is_controlled=False, is_active=True
             )
     return owned
+
+
+async def _owned_bundles(
+    request: Request, cluster: ClusterService, broker: str
+) -> dict[str, NamespaceOwnershipStatus] | Response:
+    if broker != cluster.broker_id:
+        target = (await cluster.registry.live_brokers()).get(broker)
+        if target is None:
+            raise not_found(f"Broker {broker} is not a live broker of this cluster")
+        netloc = urlsplit(target.web_service_url)
+        return RedirectResponse(str(request.url.replace(scheme=netloc.scheme, netloc=netloc.netloc)), status_code=307)
+    return {
+        str(bundle): NamespaceOwnershipStatus(broker_assignment="shared", is_controlled=False, is_active=True)
+        for bundle in cluster.ownership.owned
+    }

@@ -2,19 +2,23 @@
 
 A client whose service URL is `http://host:8080` asks here which broker serves a topic (and reads
 partition metadata from the admin API), then talks the binary protocol to the broker it was given.
-Owns: the lookup answer (this broker: a standalone owns every topic) and when Pulsar refuses one.
+Owns: the lookup answer (this broker: a standalone owns every topic; a broker of a cluster answers the
+owner's URLs, or a 307 to the broker that decides, as Pulsar's TopicLookupBase) and when Pulsar refuses one.
 Must not touch: state; a lookup creates nothing.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Header, Request
+from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel
 
 from magnetar.admin.clusters import check_namespace
 from magnetar.admin.errors import RestError, error_responses, not_found, precondition_failed
+from magnetar.broker.cluster.ownership import BundleNotOwnedError
 from magnetar.broker.config import UnknownListener
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
@@ -49,7 +53,7 @@ async def lookup_topic(
     authoritative: bool = False,
     listenerName: str = "",
     listener_header: str = Header("", alias="X-Pulsar-ListenerName"),
-) -> LookupData:
+) -> LookupData | Response:
     """As TopicLookupBase: a topic that does not exist is found only when it would be auto-created,
     or when it is non-persistent and not partitioned (Pulsar has no metadata to check those against).
     The `listenerName` query parameter, else the `X-Pulsar-ListenerName` header (the Java client's),
@@ -71,14 +75,19 @@ async def lookup_topic(
     if not found:
         raise not_found("Topic not found.")
     try:
-        url, url_tls = context.config.lookup_urls(listenerName.strip() or listener_header.strip())
-    except UnknownListener as error:
+        result = await context.lookup.lookup(name, listenerName.strip() or listener_header.strip(), authoritative)
+    except (UnknownListener, BundleNotOwnedError) as error:
         raise RestError(500, str(error)) from error
-    web_url = context.config.advertised_web_url
+    if result.redirect:
+        # TopicLookupBase: the broker that decides is asked the same, `authoritative` when it must own it.
+        target = urlsplit(result.http_url)
+        url = request.url.replace(scheme=target.scheme, netloc=target.netloc)
+        url = url.include_query_params(authoritative="true" if result.authoritative else "false")
+        return RedirectResponse(str(url), status_code=307)
     return LookupData(
-        brokerUrl=url,
-        brokerUrlTls=url_tls,
-        httpUrl=web_url,
-        httpUrlTls=context.config.advertised_web_url_tls,
-        nativeUrl=url,
+        brokerUrl=result.broker_url,
+        brokerUrlTls=result.broker_url_tls,
+        httpUrl=result.http_url,
+        httpUrlTls=result.http_url_tls,
+        nativeUrl=result.broker_url,
     )

@@ -22,6 +22,8 @@ from magnetar.broker.schema_compatibility import STRATEGIES
 from magnetar.core.settings import PULSAR_KEYS, DispatcherSettings
 from magnetar.storage import StorageConfig
 
+MODULAR_LOAD_MANAGER = "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl"
+
 __all__ = ["AdvertisedListener", "BrokerConfig", "ConfigError", "BROKER_KEYS", "UnknownListener", "load_config"]
 
 
@@ -135,6 +137,31 @@ BROKER_KEYS: tuple[Setting, ...] = (
         "The listener of advertisedListeners answered to lookups that name none; empty: the first one.",
     ),
     Setting("clusterName", "standalone", "This cluster's name."),
+    # The cluster (docs/cluster.md): empty metadataStoreUrl is a broker alone that owns every topic.
+    Setting(
+        "metadataStoreUrl",
+        "",
+        "The cluster's metadata store (zk:host:port, sqlite:path, memory:name); empty: a broker alone.",
+    ),
+    Setting(
+        "configurationMetadataStoreUrl",
+        "",
+        "The configuration store of the clusters (tenants, namespaces); empty: the metadata store.",
+    ),
+    Setting("zookeeperServers", "", "Deprecated: metadataStoreUrl=zk:<this>."),
+    Setting("configurationStoreServers", "", "Deprecated: configurationMetadataStoreUrl=zk:<this>."),
+    Setting("metadataStoreSessionTimeoutMillis", 30000, "The metadata store's session timeout."),
+    Setting("defaultNumberOfNamespaceBundles", 4, "Bundles a namespace's hash range is cut into on first use."),
+    Setting(
+        "loadBalancerEnabled",
+        True,
+        "Pulsar: shed load off overloaded brokers. magnetar sheds none: bundles nobody owns always go to the least loaded broker.",
+    ),
+    Setting(
+        "loadManagerClassName",
+        MODULAR_LOAD_MANAGER,
+        "The load manager: Pulsar's ModularLoadManagerImpl (its LeastLongTermMessageRate choice) only.",
+    ),
     Setting("maxMessageSize", 5 * 1024 * 1024, "Largest message; frames may exceed it by 10 KiB of padding."),
     Setting("allowAutoTopicCreation", True, "Create a topic on first use by a producer or consumer.", True),
     Setting(
@@ -476,7 +503,8 @@ def load_config(
         values["logLevel"] = parse_log_level(values["logLevel"])
     except ValueError as error:
         raise ConfigError(f"logLevel: {error}") from error
-    config = BrokerConfig(values, _unknown_key_warnings(path, unknown, defaults))
+    deprecated = _apply_deprecated_store_keys(values)
+    config = BrokerConfig(values, _unknown_key_warnings(path, unknown, defaults) + deprecated)
     _check(config)
     return config
 
@@ -501,6 +529,27 @@ def _read_file(path: Path, defaults: Mapping[str, Any], values: dict[str, Any]) 
     return unknown
 
 
+# Pulsar's deprecated ZooKeeper keys and the URL keys that replace them.
+_DEPRECATED_STORE_KEYS = (
+    ("zookeeperServers", "metadataStoreUrl"),
+    ("configurationStoreServers", "configurationMetadataStoreUrl"),
+)
+
+
+def _apply_deprecated_store_keys(values: dict[str, Any]) -> tuple[str, ...]:
+    """zookeeperServers and configurationStoreServers, as Pulsar still reads them: the URL keys' value
+    (zk:<servers>) when those are empty, with a warning each."""
+    warnings = []
+    for old, new in _DEPRECATED_STORE_KEYS:
+        servers = str(values[old]).strip()
+        if not servers:
+            continue
+        warnings.append(f"{old} is deprecated: use {new}=zk:{servers}")
+        if not str(values[new]).strip():
+            values[new] = f"zk:{servers}"
+    return tuple(warnings)
+
+
 def _check(config: BrokerConfig) -> None:
     """What the parts built from the settings refuse, refused now with ConfigError: listeners, dispatcher
     and storage settings, the schema compatibility strategy."""
@@ -511,6 +560,10 @@ def _check(config: BrokerConfig) -> None:
         config.storage_config()
     except (TypeError, ValueError) as error:
         raise ConfigError(str(error)) from error
+    if values["loadManagerClassName"] != MODULAR_LOAD_MANAGER:
+        raise ConfigError(f"loadManagerClassName: only {MODULAR_LOAD_MANAGER} is offered")
+    if values["defaultNumberOfNamespaceBundles"] < 1:
+        raise ConfigError("defaultNumberOfNamespaceBundles: a namespace needs at least one bundle")
     if values["schemaCompatibilityStrategy"] not in STRATEGIES[1:]:
         raise ConfigError(
             f"schemaCompatibilityStrategy: {values['schemaCompatibilityStrategy']!r} is not one of {', '.join(STRATEGIES[1:])}"

@@ -3,8 +3,9 @@ composition root (broker/root.py).
 
 Owns: nothing but the references. Each part owns its own decisions: topics loaded (registry), policies
 and their precedence (policies), what an admin operation changes (operations), what a lookup answers
-(lookup), schemas, who a client is and what it may do (authentication, authorization), how many
-bytes of SENDs the broker holds unanswered (publish_buffer) and how fast it reads them (publish_rate).
+(lookup), the cluster a broker belongs to (cluster), schemas, who a client is and what it may do
+(authentication, authorization), how many bytes of SENDs the broker holds unanswered (publish_buffer)
+and how fast it reads them (publish_rate).
 Must not touch: sockets (the broker's listeners) or ordering.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from magnetar.broker.auth import AuthenticationService
 from magnetar.broker.authorization import AuthorizationService
+from magnetar.broker.cluster.service import ClusterService
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.lookup import Lookup
 from magnetar.broker.operations import AdminOperations
@@ -51,3 +53,5 @@ class BrokerContext:
     connections: ConnectionCount
     publish_buffer: PublishBuffer
     publish_rate: PublishRate
+    # A broker of a cluster: its bundles, their owners, the brokers and the leader; None for a broker alone.
+    cluster: ClusterService | None = None

@@ -195,6 +195,9 @@ class AdminOperations:
                 await self.delete_topic(partition, force=True)
         log.info("[%s] Deleted partitioned topic with %d partitions", name, len(partitions))
 
+    def loaded_topics(self) -> list[TopicName]:
+        return [topic.name for topic in self._registry.topics.values()]
+
     async def unload_topic(self, name: TopicName) -> None:
         """Close a loaded topic: its clients reconnect and load it again from storage, as after a
         restart. Readers' cursors go with it (they are never persisted)."""

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Protocol
 
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_context import TopicContext
 from magnetar.broker.topic_name import TopicName
 from magnetar.storage import ManagedLedgerFactory
 
-__all__ = ["TOPIC_DOMAINS", "TopicNotFoundError", "TopicRegistry"]
+__all__ = ["TOPIC_DOMAINS", "TopicNotFoundError", "TopicOwnership", "TopicRegistry"]
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +32,21 @@ class TopicNotFoundError(Exception):
     server_error = "TopicNotFound"
 
 
+class TopicOwnership(Protocol):
+    """Whether this broker may serve a topic: in a cluster, only the owner of its bundle does
+    (broker/cluster/service.py); a broker alone serves every topic and has none."""
+
+    async def check_serving(self, name: TopicName) -> None:
+        """Raises (ServiceNotReady) unless this broker may serve `name`."""
+        ...
+
+
 class TopicRegistry:
     def __init__(self, context: TopicContext, storage: ManagedLedgerFactory) -> None:
         self.context = context
         self.storage = storage
+        # Set by the composition root for a broker of a cluster.
+        self.ownership: TopicOwnership | None = None
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
         # Topics and namespaces whose deletion is under way: nobody may load (and so re-create) their
@@ -79,6 +91,8 @@ class TopicRegistry:
         auto-creation is on, the caller creates it `explicit`ly (the admin API), or it is a partition
         of a declared partitioned topic (which exists as soon as its partitioned topic does)."""
         key = str(name)
+        if self.ownership is not None:
+            await self.ownership.check_serving(name)
         topic = self.topics.get(key)
         if topic is not None:
             return topic

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from magnetar.broker.auth import AuthenticationService
 from magnetar.broker.authorization import AuthorizationService
+from magnetar.broker.cluster.service import ClusterService
+from magnetar.broker.cluster.store import open_metadata_store
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.context import BrokerContext
 from magnetar.broker.lookup import Lookup
@@ -28,6 +30,7 @@ from magnetar.broker.server import Broker
 from magnetar.broker.tasks import BackgroundTasks
 from magnetar.broker.topic_context import TopicContext
 from magnetar.clock import Clock, LoopClock
+from magnetar.metadata.store import MetadataStore
 from magnetar.replication.remote_cluster import RemoteClusters
 from magnetar.storage import ManagedLedgerFactory
 from magnetar.storage.sqlite_engine import SqliteEngine
@@ -42,6 +45,8 @@ async def open_broker(
     clock: Clock | None = None,
     storage_engine: SqliteEngine | None = None,
     create_defaults: bool = True,
+    metadata_store: MetadataStore | None = None,
+    configuration_store: MetadataStore | None = None,
 ) -> Broker:
     """A broker on `data_dir`, its storage open and its periodic checks running, its listeners not yet
     bound (`Broker.listen`). `clock` is the event loop's with the system's wall clock unless given;
@@ -49,11 +54,29 @@ async def open_broker(
     namespace are created now unless `create_defaults` is false: `magnetar standalone` creates them
     once its listeners serve (`Broker.create_defaults`), as Pulsar's standalone does. Raises what
     opening storage raises (a data directory another process holds, a damaged one) and ConfigError for
-    settings it cannot use."""
+    settings it cannot use.
+
+    `metadata_store` makes the broker one of a cluster (docs/cluster.md): the store its bundles' owners,
+    the brokers and the leader are kept in; without one, `metadataStoreUrl` names it, and when that is
+    empty the broker is alone and owns every topic. `configuration_store` (else
+    `configurationMetadataStoreUrl`, else the metadata store) holds the namespaces' policies. A broker of a cluster joins it once its listeners
+    are bound (`Broker.join_cluster`)."""
     clock = clock or LoopClock(asyncio.get_running_loop())
     data_dir = Path(data_dir)
     # Before storage opens: settings it cannot use are refused without touching the data directory.
     authentication = AuthenticationService(config)
+    if metadata_store is None and config["metadataStoreUrl"]:
+        metadata_store = open_metadata_store(
+            config["metadataStoreUrl"],
+            session_timeout_ms=config["metadataStoreSessionTimeoutMillis"],
+            time_ms=clock.time_ms,
+        )
+    if metadata_store is not None and configuration_store is None and config["configurationMetadataStoreUrl"]:
+        configuration_store = open_metadata_store(
+            config["configurationMetadataStoreUrl"],
+            session_timeout_ms=config["metadataStoreSessionTimeoutMillis"],
+            time_ms=clock.time_ms,
+        )
     data_dir.mkdir(parents=True, exist_ok=True)
     storage = await ManagedLedgerFactory.open(str(data_dir), config.storage_config(), storage_engine, clock)
     try:
@@ -65,6 +88,11 @@ async def open_broker(
         tasks = BackgroundTasks("broker")
         topics = TopicContext(config, clock, metadata, policies, clusters, config.dispatcher_settings(), tasks)
         registry = TopicRegistry(topics, storage)
+        operations = AdminOperations(registry, schemas, tasks)
+        cluster = None
+        if metadata_store is not None:
+            cluster = ClusterService(config, clock, metadata_store, operations, tasks.spawn, configuration_store)
+            registry.ownership = cluster
         context = BrokerContext(
             config=config,
             clock=clock,
@@ -75,8 +103,8 @@ async def open_broker(
             clusters=clusters,
             schemas=schemas,
             registry=registry,
-            lookup=Lookup(config, registry),
-            operations=AdminOperations(registry, schemas, tasks),
+            lookup=Lookup(config, registry, cluster),
+            operations=operations,
             authentication=authentication,
             authorization=AuthorizationService(config, metadata),
             topics=topics,
@@ -87,6 +115,7 @@ async def open_broker(
                 config["brokerPublisherThrottlingMaxMessageRate"],
                 config["brokerPublisherThrottlingMaxByteRate"],
             ),
+            cluster=cluster,
         )
         broker = Broker(context, tasks)
         if create_defaults:

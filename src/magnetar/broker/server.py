@@ -65,6 +65,12 @@ class Broker:
         super_users = sorted(self.context.authorization.super_users)
         await self.context.metadata.ensure_defaults(config["clusterName"], cluster_data, super_users)
 
+    async def join_cluster(self) -> None:
+        """A broker of a cluster registers itself and runs for leader, once its ports are bound (the URLs
+        it writes name them); a broker alone has nothing to join."""
+        if self.context.cluster is not None:
+            await self.context.cluster.start()
+
     async def listen(self) -> None:
         """Bind brokerServicePort."""
         clock = self.context.clock
@@ -114,8 +120,11 @@ class Broker:
 
     async def stop(self) -> None:
         """Staged shutdown: stop accepting, close clients, wait (bounded), stop the background tasks,
-        replicators and compactions, flush cursors, close storage."""
+        replicators and compactions, flush cursors, close storage. A broker of a cluster unloads every
+        bundle it owns first, so its clients find the new owners at once."""
         self.stop_accepting()
+        if self.context.cluster is not None:
+            await self.context.cluster.stop()
         for connection in list(self.connections):
             connection.close_gracefully()
         clock = self.context.clock

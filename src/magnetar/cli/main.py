@@ -1,6 +1,7 @@
 """`magnetar` entry point: one subcommand per verb, each handing its arguments to the module that owns it.
 
-Subcommands: `standalone` (the broker), `admin …` (pulsar-admin over the HTTP admin API, admin.py),
+Subcommands: `standalone` (the broker), `broker` and `initialize-cluster-metadata` (a broker of a cluster
+and the cluster's metadata, docs/cluster.md), `admin …` (pulsar-admin over the HTTP admin API, admin.py),
 `produce` and `consume` (pulsar-client over the official client, client.py), `sim` (the deterministic
 simulator) and `perf` (load generator), whose own argparse mains receive their arguments untouched.
 It also turns a broker that cannot start (a port taken, its data directory locked, a TLS file missing)
@@ -78,20 +79,106 @@ def standalone(
     ] = None,
 ) -> None:
     """Run a magnetar broker."""
+    overrides = _standalone_overrides(settings or [], port, http_port, log_level)
+    _serve(data_dir, config, overrides, cluster=False)
+
+
+@app.command("broker")
+def cluster_broker(
+    config: Annotated[str, typer.Option("--config", help="broker.conf: metadataStoreUrl names the cluster's store")],
+    data_dir: Annotated[str, typer.Option("--data-dir", help="where topics and cursors are stored")] = "data",
+    settings: Annotated[
+        list[str] | None, typer.Option("--set", "-c", metavar="KEY=VALUE", help="override one setting (repeatable)")
+    ] = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option("--log-level", help="debug, info, warning or error; overrides logLevel (default info)"),
+    ] = None,
+) -> None:
+    """Run a broker of a cluster: it shares bundle ownership with the others in the metadata store."""
+    overrides = _standalone_overrides(settings or [], None, None, log_level)
+    _serve(data_dir, config, overrides, cluster=True)
+
+
+@app.command("initialize-cluster-metadata")
+def initialize_cluster_metadata(
+    cluster: Annotated[str, typer.Option("--cluster", help="the cluster's name")],
+    metadata_store: Annotated[str, typer.Option("--metadata-store", help="the metadata store's URL")],
+    configuration_metadata_store: Annotated[
+        str, typer.Option("--configuration-metadata-store", help="the configuration store's URL")
+    ],
+    web_service_url: Annotated[str, typer.Option("--web-service-url", help="the cluster's http:// URL")],
+    broker_service_url: Annotated[str, typer.Option("--broker-service-url", help="the cluster's pulsar:// URL")],
+    web_service_url_tls: Annotated[str | None, typer.Option("--web-service-url-tls")] = None,
+    broker_service_url_tls: Annotated[str | None, typer.Option("--broker-service-url-tls")] = None,
+    existing_bk_metadata_service_uri: Annotated[
+        str | None, typer.Option("--existing-bk-metadata-service-uri", help="BookKeeper's, when it exists already")
+    ] = None,
+) -> None:
+    """Write a new cluster's metadata, as Pulsar's initialize-cluster-metadata."""
+    import asyncio
+
+    from magnetar.broker.cluster.setup import ClusterMetadata
+    from magnetar.broker.cluster.setup import initialize_cluster_metadata as initialize
+    from magnetar.broker.cluster.store import open_metadata_store
+    from magnetar.broker.config import ConfigError
+
+    setup = ClusterMetadata(
+        cluster,
+        web_service_url,
+        broker_service_url,
+        web_service_url_tls,
+        broker_service_url_tls,
+        existing_bk_metadata_service_uri,
+    )
+
+    async def run() -> None:
+        store = open_metadata_store(metadata_store)
+        configuration = (
+            store
+            if configuration_metadata_store == metadata_store
+            else open_metadata_store(configuration_metadata_store)
+        )
+        await initialize(setup, store, configuration)
+        await store.close()
+        if configuration is not store:
+            await configuration.close()
+
+    try:
+        asyncio.run(run())
+    except ConfigError as failure:
+        error(str(failure))
+        raise typer.Exit(2) from None
+    print(f"Cluster metadata for '{cluster}' setup correctly")
+
+
+def _load_config(path: str | None, overrides: list[tuple[str, str]], cluster: bool) -> BrokerConfig:
+    from magnetar.broker.config import ConfigError, load_config
+
+    try:
+        broker_config = load_config(path, overrides)
+    except (ConfigError, OSError) as failure:
+        error(str(failure))
+        raise typer.Exit(2) from None
+    if cluster and not broker_config["metadataStoreUrl"]:
+        error(f"{path}: metadataStoreUrl is empty: a broker of a cluster needs the cluster's metadata store")
+        raise typer.Exit(2)
+    if not cluster and broker_config["metadataStoreUrl"]:
+        error("metadataStoreUrl is set: run a broker of a cluster with magnetar broker --config")
+        raise typer.Exit(2)
+    return broker_config
+
+
+def _serve(data_dir: str, path: str | None, overrides: list[tuple[str, str]], *, cluster: bool) -> None:
     import uvloop
 
-    from magnetar.broker.config import ConfigError, load_config
+    from magnetar.broker.config import ConfigError
     from magnetar.broker.logs import configure_logging
     from magnetar.cli.standalone import run_standalone
     from magnetar.cli.tuning import tune_process
     from magnetar.storage import DataDirectoryLockedError
 
-    overrides = _standalone_overrides(settings or [], port, http_port, log_level)
-    try:
-        broker_config = load_config(config, overrides)
-    except (ConfigError, OSError) as failure:
-        error(str(failure))
-        raise typer.Exit(2) from None
+    broker_config = _load_config(path, overrides, cluster)
     configure_logging(broker_config["logLevel"])
     for warning in broker_config.warnings:
         logging.getLogger("magnetar.broker").warning("%s", warning)

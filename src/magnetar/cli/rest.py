@@ -32,10 +32,19 @@ __all__ = ["AdminClient", "AdminError", "decode_messages", "namespace_path", "sc
 
 # Long enough for a delete that closes many consumers or a large skip; a hung broker still ends the command.
 REQUEST_TIMEOUT_S = 60
+MAX_REDIRECTS = 20
 PROPERTY_HEADER = "x-pulsar-property-"
 # An error page's summary on one line of a terminal: its title, or the first line of a text body.
 SUMMARY_CHARS_MAX = 200
 _HTML_TITLE = re.compile(r"<title>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+
+
+class _Redirect(Exception):
+    """A 307 or 308 that urllib did not follow itself (it follows a GET's only)."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
 
 
 class AdminError(Exception):
@@ -111,6 +120,16 @@ class AdminClient:
         if params:
             url += "?" + urllib.parse.urlencode({key: _query_value(value) for key, value in params.items()})
         data = None if body is None else json.dumps(body).encode()
+        # A broker of a cluster sends a request about a topic another broker owns there with a 307, as
+        # Pulsar does; the same request follows it (urllib follows a GET's alone), up to Java's 20 hops.
+        for _hop in range(MAX_REDIRECTS):
+            try:
+                return self._send_once(method, url, data)
+            except _Redirect as redirect:
+                url = redirect.location
+        raise AdminError(0, f"{self.base_url + path}: more than {MAX_REDIRECTS} redirects")
+
+    def _send_once(self, method: str, url: str, data: bytes | None) -> tuple[dict[str, str], bytes]:
         request = urllib.request.Request(url, data=data, method=method)
         request.add_header("Accept", "application/json")
         if data is not None:
@@ -121,10 +140,14 @@ class AdminClient:
             with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S, context=self._ssl) as response:
                 return {name.lower(): value for name, value in response.headers.items()}, response.read()
         except urllib.error.HTTPError as error:
-            raise AdminError(error.code, _reason(error.code, error.read(), self.base_url + path)) from None
+            location = error.headers.get("Location") if error.code in (307, 308) else None
+            if location:
+                raise _Redirect(urllib.parse.urljoin(url, location)) from None
+            raise AdminError(error.code, _reason(error.code, error.read(), url.partition("?")[0])) from None
         except (urllib.error.URLError, OSError) as error:
             cause = error.reason if isinstance(error, urllib.error.URLError) else error
-            raise AdminError(0, f"cannot reach the admin API at {self.base_url}: {cause}") from None
+            parts = urllib.parse.urlsplit(url)
+            raise AdminError(0, f"cannot reach the admin API at {parts.scheme}://{parts.netloc}: {cause}") from None
 
     @staticmethod
     def _json(answer: tuple[dict[str, str], bytes]) -> Any:

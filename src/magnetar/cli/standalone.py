@@ -1,4 +1,4 @@
-"""`magnetar standalone`: one process composed of the broker (its binary listeners, broker/server.py) and
+"""`magnetar standalone` and `magnetar broker`: one process composed of the broker (its binary listeners, broker/server.py) and
 the admin API's HTTP and HTTPS servers (admin/app.py), started in order and stopped in stages.
 
 Owns: the start-up order (service and binary port first, then the admin API, imported on a worker
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from magnetar.admin.app import AdminServer
     from magnetar.broker.context import BrokerContext
     from magnetar.broker.server import Broker
+    from magnetar.metadata.store import MetadataStore
 
 __all__ = ["Standalone", "run_standalone"]
 
@@ -37,9 +38,11 @@ log = logging.getLogger("magnetar.broker")
 class Standalone:
     """A broker and its admin servers, sharing one event loop."""
 
-    def __init__(self, config: BrokerConfig, data_dir: str | Path) -> None:
+    def __init__(self, config: BrokerConfig, data_dir: str | Path, metadata_store: MetadataStore | None = None) -> None:
         self._config = config
         self._data_dir = data_dir
+        # A broker of a cluster (`magnetar broker`, the cluster tests): the store it shares with the others.
+        self._metadata_store = metadata_store
         self._broker: Broker | None = None
         self._http: AdminServer | None = None
         self._https: AdminServer | None = None
@@ -47,7 +50,9 @@ class Standalone:
 
     async def start(self) -> None:
         started = time.perf_counter()
-        broker = self._broker = await open_broker(self._config, self._data_dir, create_defaults=False)
+        broker = self._broker = await open_broker(
+            self._config, self._data_dir, create_defaults=False, metadata_store=self._metadata_store
+        )
         await broker.listen()
         host = broker.config["bindAddress"]
         # The admin API's imports (FastAPI, its OpenAPI models, our routes' models) take about half a
@@ -63,6 +68,8 @@ class Standalone:
             broker.advertise_ports({"webServicePort": self.http_port})
         await self._start_tls(host)
         await broker.create_defaults()
+        # Once every listener serves: the URLs a broker of a cluster registers name the ports bound.
+        await broker.join_cluster()
         broker.ready = True
         log.info(
             "magnetar ready in %.0f ms: pulsar://%s:%d, http://%s:%d, data %s",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from magnetar.broker.cluster.ownership import BundleNotOwnedError
 from magnetar.broker.config import UnknownListener
 from magnetar.broker.connection import CommandHandler, ServerConnection
 from magnetar.broker.registry import TOPIC_DOMAINS
@@ -75,6 +76,9 @@ def on_lookup(connection: ServerConnection, request: CommandLookupTopic) -> None
     if refusal is not None:
         connection.write(commands.lookup_response(request.request_id, error_code=refusal[0], message=refusal[1]))
         return
+    if connection.context.cluster is not None:
+        connection.spawn(on_cluster_lookup(connection, request, name), "lookup")
+        return
     try:
         # The listener the client names (Java's listenerName, Go's ListenerName, Python's listener_name),
         # else the internal one; Pulsar answers a name it does not have with ServiceNotReady.
@@ -85,6 +89,26 @@ def on_lookup(connection: ServerConnection, request: CommandLookupTopic) -> None
         return
     # TLS clients read brokerServiceUrlTls (the C++ client's BinaryProtoLookupService); both are answered, as Pulsar does.
     connection.write(commands.lookup_response(request.request_id, url, broker_service_url_tls=url_tls))
+
+
+async def on_cluster_lookup(connection: ServerConnection, request: CommandLookupTopic, name: TopicName) -> None:
+    """A broker of a cluster: Connect to the owner or Redirect to the broker that decides, with Pulsar's
+    `authoritative` flags (TopicLookupBase); ServiceNotReady when no broker can take the topic now."""
+    try:
+        result = await connection.context.lookup.lookup(name, request.advertised_listener_name, request.authoritative)
+    except (UnknownListener, BundleNotOwnedError) as error:
+        log.info("[%s] Request %d failed: ServiceNotReady: %s", connection.remote_address, request.request_id, error)
+        connection.write(commands.lookup_response(request.request_id, error_code="ServiceNotReady", message=str(error)))
+        return
+    connection.write(
+        commands.lookup_response(
+            request.request_id,
+            result.broker_url,
+            broker_service_url_tls=result.broker_url_tls,
+            authoritative=result.authoritative,
+            redirect=result.redirect,
+        )
+    )
 
 
 def _lookup_refusal(connection: ServerConnection, name: TopicName, operation: str) -> tuple[str, str] | None:

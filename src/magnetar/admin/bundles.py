@@ -1,0 +1,177 @@
+"""Admin routes of a cluster's bundles: Pulsar's `/admin/v2/namespaces/{tenant}/{namespace}/bundles` and
+the unloads, and the redirect of a topic's admin request to the broker that owns it.
+
+Owns: the bundle boundaries answered (a broker alone: one bundle, the whole range, as before), unloading
+a bundle (here when this broker owns it, else a 307 to its owner, as PulsarWebResource redirects) and a
+namespace (each bundle where it is owned), and `topic_owner_redirect`: the 307 a topic's admin request
+gets when another broker owns the topic, with the lookup run first when nobody does.
+Must not touch: what ownership means (broker/cluster/).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi.responses import JSONResponse, RedirectResponse
+from pydantic import BaseModel
+
+from magnetar.admin.clusters import check_namespace
+from magnetar.admin.errors import error_responses, precondition_failed
+from magnetar.broker.cluster.bundles import Bundle
+from magnetar.broker.cluster.ownership import BundleNotOwnedError
+from magnetar.broker.topic_name import InvalidTopicName, TopicName
+
+if TYPE_CHECKING:
+    from magnetar.broker.cluster.service import ClusterService
+    from magnetar.broker.context import BrokerContext
+
+__all__ = ["BundlesData", "redirect_to_owners", "router", "topic_owner_redirect"]
+
+router = APIRouter(prefix="/admin/v2/namespaces", tags=["namespaces"])
+
+_NO_CONTENT: dict[int | str, dict[str, Any]] = {204: {"description": "Done"}}
+# Seconds an unload forwarded to a bundle's owner may take.
+_FORWARD_TIMEOUT_S = 30
+# Topic admin paths that are not about one topic's data: served by any broker, as Pulsar serves them.
+_ANY_BROKER_SUFFIXES = ("/partitions", "/partitioned-stats", "/partitioned-internalStats")
+
+
+class BundlesData(BaseModel):
+    boundaries: list[str]
+    numBundles: int
+
+
+def _context(request: Request) -> BrokerContext:
+    return request.app.state.context
+
+
+def _redirect(request: Request, web_url: str) -> RedirectResponse:
+    """The same request at another broker's web service: Pulsar's temporaryRedirect."""
+    target = urlsplit(web_url)
+    url = request.url.replace(scheme=target.scheme, netloc=target.netloc)
+    return RedirectResponse(str(url), status_code=307)
+
+
+@router.get("/{tenant}/{namespace}/bundles", response_model=BundlesData, responses=error_responses(404, 412))
+async def get_bundles_data(request: Request, tenant: str, namespace: str) -> BundlesData:
+    context = _context(request)
+    name = check_namespace(context, tenant, namespace)
+    if context.cluster is None:
+        return BundlesData(boundaries=["0x00000000", "0xffffffff"], numBundles=1)
+    bundles = await context.cluster.bundles.bundles(name)
+    return BundlesData(boundaries=[f"0x{b:08x}" for b in bundles.boundaries], numBundles=len(bundles.boundaries) - 1)
+
+
+@router.put(
+    "/{tenant}/{namespace}/unload",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412),
+    response_model=None,
+)
+async def unload_namespace(request: Request, tenant: str, namespace: str) -> Response:
+    """Every bundle of the namespace, unloaded by its owner (this broker asks the others)."""
+    context = _context(request)
+    name = check_namespace(context, tenant, namespace)
+    cluster = context.cluster
+    if cluster is None:
+        for loaded in context.operations.loaded_topics():
+            if loaded.namespace_name == name:
+                await context.operations.unload_topic(loaded)
+        return Response(status_code=204)
+    for bundle in (await cluster.bundles.bundles(name)).bundles:
+        await _unload_anywhere(request, cluster, bundle)
+    return Response(status_code=204)
+
+
+async def _unload_anywhere(request: Request, cluster: ClusterService, bundle: Bundle) -> None:
+    if cluster.ownership.owns(bundle):
+        await cluster.unload_bundle(bundle)
+        return
+    owner = await cluster.ownership.owner(bundle)
+    if owner is None:
+        return
+    url = f"{owner.http_url}/admin/v2/namespaces/{bundle.namespace}/{bundle.range}/unload"
+    forwarded = urllib.request.Request(url, method="PUT")
+    authorization = request.headers.get("authorization")
+    if authorization:
+        forwarded.add_header("Authorization", authorization)
+    await asyncio.to_thread(_send, forwarded)
+
+
+def _send(forwarded: urllib.request.Request) -> None:
+    with urllib.request.urlopen(forwarded, timeout=_FORWARD_TIMEOUT_S):
+        pass
+
+
+@router.put(
+    "/{tenant}/{namespace}/{bundle}/unload",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412) | {307: {"description": "Owned by another broker"}},
+    response_model=None,
+)
+async def unload_namespace_bundle(request: Request, tenant: str, namespace: str, bundle: str) -> Response:
+    context = _context(request)
+    name = check_namespace(context, tenant, namespace)
+    cluster = context.cluster
+    if cluster is None:
+        return await unload_namespace(request, tenant, namespace)
+    try:
+        target = Bundle.parse(name, bundle)
+    except ValueError as error:
+        raise precondition_failed(f"Invalid bundle range {bundle}") from error
+    if target not in (await cluster.bundles.bundles(name)).bundles:
+        raise precondition_failed(f"Bundle {bundle} is not a bundle of {name}")
+    if cluster.ownership.owns(target):
+        await cluster.unload_bundle(target)
+        return Response(status_code=204)
+    owner = await cluster.ownership.owner(target)
+    if owner is None:
+        # Nobody serves it: already unloaded, as Pulsar answers.
+        return Response(status_code=204)
+    return _redirect(request, owner.http_url)
+
+
+async def topic_owner_redirect(request: Request, context: BrokerContext) -> Response | None:
+    """The 307 to the owner's web service for a topic's admin request when another broker owns the
+    topic (PulsarWebResource.validateTopicOwnership), assigning an owner first when it has none; None
+    when this broker serves it, or the request is not about one topic."""
+    cluster = context.cluster
+    name = _topic_of(request.url.path)
+    if cluster is None or name is None:
+        return None
+    authoritative = request.query_params.get("authoritative", "false") == "true"
+    try:
+        result = await cluster.lookup(name, authoritative)
+    except BundleNotOwnedError as error:
+        return JSONResponse({"reason": str(error)}, status_code=503)
+    if result.http_url == context.config.advertised_web_url:
+        return None
+    url = request.url.replace(scheme=urlsplit(result.http_url).scheme, netloc=urlsplit(result.http_url).netloc)
+    url = url.include_query_params(authoritative="true" if result.authoritative and result.redirect else "false")
+    return RedirectResponse(str(url), status_code=307)
+
+
+def redirect_to_owners(app: FastAPI, context: BrokerContext) -> None:
+    """Send every topic admin request another broker owns there (topic_owner_redirect)."""
+
+    @app.middleware("http")
+    async def _to_the_owner(request: Request, call_next: Any) -> Response:
+        redirect = await topic_owner_redirect(request, context)
+        return redirect if redirect is not None else await call_next(request)
+
+
+def _topic_of(path: str) -> TopicName | None:
+    """The topic of `/admin/v2/{persistent|non-persistent}/{tenant}/{namespace}/{topic}[/...]`."""
+    parts = path.split("/")
+    if len(parts) < 7 or parts[1:3] not in (["admin", "v2"],) or parts[3] not in ("persistent", "non-persistent"):
+        return None
+    if path.endswith(_ANY_BROKER_SUFFIXES):
+        return None
+    try:
+        return TopicName.parse(f"{parts[3]}://{parts[4]}/{parts[5]}/{parts[6]}")
+    except InvalidTopicName:
+        return None

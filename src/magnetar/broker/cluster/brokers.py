@@ -1,0 +1,171 @@
+"""The broker registry: the live brokers of the cluster, each under its ephemeral
+`/loadbalance/brokers/{advertisedAddress}:{webServicePort}` holding Pulsar's LocalBrokerData JSON.
+
+Owns: this broker's LocalBrokerData (its URLs, listeners and load figures) and writing it, and reading
+every live broker's. Must not touch: which broker gets a bundle (load_manager.py) or ownership.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from magnetar.metadata.store import BadVersionError, MetadataStore, NotFoundError
+
+__all__ = ["BROKERS_ROOT", "BrokerRegistry", "LocalBrokerData"]
+
+BROKERS_ROOT = "/loadbalance/brokers"
+
+
+@dataclass(slots=True)
+class LocalBrokerData:
+    """Pulsar's LocalBrokerData, the figures magnetar has: usage as Pulsar's ResourceUsage (usage, limit)."""
+
+    web_service_url: str
+    web_service_url_tls: str | None
+    pulsar_service_url: str
+    pulsar_service_url_tls: str | None
+    advertised_listeners: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    msg_rate_in: float = 0.0
+    msg_rate_out: float = 0.0
+    msg_throughput_in: float = 0.0
+    msg_throughput_out: float = 0.0
+    num_topics: int = 0
+    num_bundles: int = 0
+    num_producers: int = 0
+    num_consumers: int = 0
+    bundles: list[str] = field(default_factory=list)
+    last_update: int = 0
+    start_timestamp: int = 0
+
+    def to_json(self) -> bytes:
+        unused = {"usage": 0.0, "limit": 0.0}
+        data: dict[str, Any] = {
+            "webServiceUrl": self.web_service_url,
+            "webServiceUrlTls": self.web_service_url_tls,
+            "pulsarServiceUrl": self.pulsar_service_url,
+            "pulsarServiceUrlTls": self.pulsar_service_url_tls,
+            "persistentTopicsEnabled": True,
+            "nonPersistentTopicsEnabled": True,
+            "cpu": unused,
+            "memory": unused,
+            "directMemory": unused,
+            "bandwidthIn": unused,
+            "bandwidthOut": unused,
+            "msgThroughputIn": self.msg_throughput_in,
+            "msgThroughputOut": self.msg_throughput_out,
+            "msgRateIn": self.msg_rate_in,
+            "msgRateOut": self.msg_rate_out,
+            "lastUpdate": self.last_update,
+            "numTopics": self.num_topics,
+            "numBundles": self.num_bundles,
+            "numConsumers": self.num_consumers,
+            "numProducers": self.num_producers,
+            "bundles": self.bundles,
+            "lastBundleGains": [],
+            "lastBundleLosses": [],
+            "advertisedListeners": {
+                name: {"brokerServiceUrl": url, "brokerServiceUrlTls": url_tls}
+                for name, (url, url_tls) in self.advertised_listeners.items()
+            },
+            "loadManagerClassName": "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl",
+            "startTimestamp": self.start_timestamp,
+            "loadReportType": "LocalBrokerData",
+        }
+        return json.dumps(data).encode()
+
+    @classmethod
+    def from_json(cls, value: bytes) -> LocalBrokerData:
+        data = json.loads(value)
+        listeners = {
+            name: (urls.get("brokerServiceUrl"), urls.get("brokerServiceUrlTls"))
+            for name, urls in (data.get("advertisedListeners") or {}).items()
+        }
+        return cls(
+            data["webServiceUrl"],
+            data.get("webServiceUrlTls"),
+            data["pulsarServiceUrl"],
+            data.get("pulsarServiceUrlTls"),
+            listeners,
+            float(data.get("msgRateIn", 0.0)),
+            float(data.get("msgRateOut", 0.0)),
+            float(data.get("msgThroughputIn", 0.0)),
+            float(data.get("msgThroughputOut", 0.0)),
+            int(data.get("numTopics", 0)),
+            int(data.get("numBundles", 0)),
+            int(data.get("numProducers", 0)),
+            int(data.get("numConsumers", 0)),
+            list(data.get("bundles") or []),
+            int(data.get("lastUpdate", 0)),
+            int(data.get("startTimestamp", 0)),
+        )
+
+
+class BrokerRegistry:
+    def __init__(self, store: MetadataStore, broker_id: str, data: LocalBrokerData) -> None:
+        self._store = store
+        self.broker_id = broker_id
+        self.data = data
+        self._version: int | None = None
+        # One write at a time: a second update asked meanwhile is written after it, with its version.
+        self._writing = False
+        self._dirty = False
+
+    @property
+    def path(self) -> str:
+        return f"{BROKERS_ROOT}/{self.broker_id}"
+
+    async def register(self) -> None:
+        """Create this broker's node (again, after a new session); a node of this broker's previous
+        session that is not yet expired is replaced, as Pulsar's ModularLoadManager waits for it to go."""
+        try:
+            stat = await self._store.put(self.path, self.data.to_json(), -1, ephemeral=True)
+        except BadVersionError:
+            found = await self._store.exists(self.path)
+            if found is not None and not found.created_by_self:
+                raise
+            stat = await self._store.put(self.path, self.data.to_json())
+        self._version = stat.version
+
+    async def update(self) -> None:
+        """Write this broker's figures (`writeBrokerDataOnZooKeeper`), unless it is not registered."""
+        if self._writing:
+            self._dirty = True
+            return
+        self._writing = True
+        try:
+            while self._version is not None:
+                self._dirty = False
+                try:
+                    stat = await self._store.put(self.path, self.data.to_json(), self._version)
+                except (NotFoundError, BadVersionError):
+                    # The session was lost: the next register() writes it.
+                    self._version = None
+                    return
+                self._version = stat.version
+                if not self._dirty:
+                    return
+        finally:
+            self._writing = False
+
+    def forget(self) -> None:
+        self._version = None
+
+    async def unregister(self) -> None:
+        if self._version is None:
+            return
+        try:
+            await self._store.delete(self.path, self._version)
+        except (NotFoundError, BadVersionError):
+            pass
+        self._version = None
+
+    async def live_brokers(self) -> dict[str, LocalBrokerData]:
+        """Every registered broker's data by its id (host:port), sorted by id."""
+        brokers = {}
+        for broker_id in await self._store.get_children(BROKERS_ROOT):
+            found = await self._store.get(f"{BROKERS_ROOT}/{broker_id}")
+            if found is not None:
+                brokers[broker_id] = LocalBrokerData.from_json(found.value)
+        return brokers
