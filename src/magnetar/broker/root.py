@@ -66,16 +66,18 @@ async def open_broker(
     # Before storage opens: settings it cannot use are refused without touching the data directory.
     authentication = AuthenticationService(config)
     if metadata_store is None and config["metadataStoreUrl"]:
-        metadata_store = open_metadata_store(
+        metadata_store = await open_metadata_store(
             config["metadataStoreUrl"],
             session_timeout_ms=config["metadataStoreSessionTimeoutMillis"],
             time_ms=clock.time_ms,
+            data_dir=data_dir,
         )
     if metadata_store is not None and configuration_store is None and config["configurationMetadataStoreUrl"]:
-        configuration_store = open_metadata_store(
+        configuration_store = await open_metadata_store(
             config["configurationMetadataStoreUrl"],
             session_timeout_ms=config["metadataStoreSessionTimeoutMillis"],
             time_ms=clock.time_ms,
+            data_dir=data_dir,
         )
     data_dir.mkdir(parents=True, exist_ok=True)
     storage = await ManagedLedgerFactory.open(str(data_dir), config.storage_config(), storage_engine, clock)

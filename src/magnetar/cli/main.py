@@ -133,11 +133,11 @@ def initialize_cluster_metadata(
     )
 
     async def run() -> None:
-        store = open_metadata_store(metadata_store)
+        store = await open_metadata_store(metadata_store)
         configuration = (
             store
             if configuration_metadata_store == metadata_store
-            else open_metadata_store(configuration_metadata_store)
+            else await open_metadata_store(configuration_metadata_store)
         )
         await initialize(setup, store, configuration)
         await store.close()
