@@ -351,8 +351,7 @@ class BookKeeperEngine:
                 await asyncio.wait([before])
             if previous is not None:
                 await self._close_writer(previous)
-                if previous.entries == 0:
-                    del topic.ledgers[previous.ledger_id]
+                if previous.entries == 0 and topic.ledgers.pop(previous.ledger_id, None) is not None:
                     self._spawn(self._delete_bk_ledger(previous.ledger_id))
             await self._write_info(topic)
         except (BKError, StorageError, MetadataStoreError) as error:
@@ -659,8 +658,13 @@ class BookKeeperEngine:
         return self._write(self._delete_ledger(topic, ledger_id, entries))
 
     async def _delete_ledger(self, topic: _Topic, ledger_id: int, entries: int) -> None:
-        if topic.ledgers.pop(ledger_id, None) is None:
+        ledger = topic.ledgers.pop(ledger_id, None)
+        if ledger is None:
             return
+        # Retention may pick a ledger the moment it stops being current: its rollover closes it first.
+        if topic.rolling is not None:
+            await asyncio.wait([topic.rolling])
+        await self._close_writer(ledger)
         topic.trimmed += entries
         await self._write_info(topic)
         await self._delete_bk_ledger(ledger_id)
