@@ -54,8 +54,14 @@ class ZkMetadataStore:
         self._listeners: list[Callable[[Notification], None]] = []
 
     @classmethod
-    async def connect(cls, hosts: str) -> ZkMetadataStore:
-        store = cls(hosts)
+    async def connect(cls, hosts: str, chroot: str = "") -> ZkMetadataStore:
+        """A store on `hosts`, its paths under `chroot` (created if missing) when given: tests that share a
+        ZooKeeper keep their records apart."""
+        if chroot:
+            root = await cls.connect(hosts)
+            await root._call(root._zk.ensure_path, chroot)
+            await root.close()
+        store = cls(hosts + chroot)
         await store._call(store._zk.start, 10)
         return store
 
