@@ -440,13 +440,20 @@ class BookKeeperEngine:
         for run in runs:
             by_ledger.setdefault(run.ledger_id, []).append(run)
         submission = _Submission(owner, [])
-        topic.order.append(submission)
         for ledger_id, ledger_runs in by_ledger.items():
             ledger = topic.ledgers[ledger_id]
             rows: list[tuple[Any, ...]] = []
-            entries, size = _encode_segments(ledger_id, ledger_runs, rows, _no_crc)
             last = ledger_runs[-1]
-            part = _Part(ledger_id, last.first_entry_id + len(last.datas) - 1, entries, size, len(rows))
+            last_entry_id = last.first_entry_id + len(last.datas) - 1
+            try:
+                entries, size = _encode_segments(ledger_id, ledger_runs, rows, _no_crc)
+            except (struct.error, OverflowError, TypeError) as error:
+                # As in the SQLite engine: a field its column cannot hold fails that ledger, nothing else.
+                bad = StorageWriteError(f"{topic.name}: ledger {ledger_id}: an entry field does not fit: {error}")
+                self._ledger_failed(topic, ledger, bad)
+                submission.parts.append(_Part(ledger_id, last_entry_id, 0, 0, 0, ledger.failed))
+                continue
+            part = _Part(ledger_id, last_entry_id, entries, size, len(rows))
             submission.parts.append(part)
             payloads = []
             for row in rows:
@@ -458,6 +465,9 @@ class BookKeeperEngine:
                 ledger.backlog.append((payloads, part))
             else:
                 self._add(topic, ledger, payloads, part, rows)
+        # In the order once whole: a ledger failing above reports what is done, and must not take this
+        # submission for done while parts of it are still to come. Adds complete on later loop turns.
+        topic.order.append(submission)
         self._report(topic)
 
     def _pump(self, topic: _Topic, ledger: _Ledger) -> None:

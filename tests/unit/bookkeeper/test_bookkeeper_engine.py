@@ -213,3 +213,28 @@ def test_retention_deletes_consumed_ledgers_from_the_list_and_the_bookies() -> N
         await again.close()
 
     run(scenario)
+
+
+def test_a_field_that_does_not_fit_fails_its_ledger_and_the_next_ledger_takes_appends() -> None:
+    async def scenario(cluster: Cluster) -> None:
+        factory = await cluster.factory()
+        ledger = await factory.open_ledger(TOPIC)
+        good = ledger.append(b"ok")
+        too_big = ledger.append(b"bad", sticky_key_hash=2**40)
+        for refused in (too_big, good):
+            with pytest.raises(StorageError, match="does not fit"):
+                await refused
+        after = await ledger.append(b"after")
+        assert after.entry_id == 0 and after.ledger_id != refused_in_ledger(too_big)
+        assert [entry.data for entry in await ledger.read_entries(after, 5)] == [b"after"]
+        assert factory.pending_adds == 0
+        await factory.close()
+
+    run(scenario)
+
+
+def refused_in_ledger(refused: asyncio.Future[Position]) -> int:
+    """The ledger an append was refused in, from its error's message."""
+    error = refused.exception()
+    assert error is not None
+    return int(str(error).split("ledger ")[1].split(":")[0])
