@@ -161,7 +161,7 @@ clean:
 # that pyproject allows (newer protoc output refuses runtimes older than itself); it installs into
 # build/ so that the venv's own protobuf stays as pyproject resolved it.
 PROTO_TOOLS := build/grpc-tools
-PROTOS := src/magnetar/protocol/pulsar_api.proto src/magnetar/protocol/pulsar_markers.proto src/magnetar/bookkeeper/data_formats.proto
+PROTOS := src/magnetar/protocol/pulsar_api.proto src/magnetar/protocol/pulsar_markers.proto src/magnetar/bookkeeper/data_formats.proto src/magnetar/storage/ml_data_formats.proto
 .PHONY: proto
 proto: setup
 	$(BIN)/pip install --quiet --no-deps --target $(PROTO_TOOLS) 'grpcio-tools==1.63.0' 'mypy-protobuf==5.1.0'

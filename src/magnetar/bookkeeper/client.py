@@ -91,8 +91,11 @@ class BookKeeper:
         digest_type: DigestType = DigestType.CRC32C,
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
+        ledger_id: int | None = None,
     ) -> LedgerHandle:
-        """A new ledger on `ensemble_size` writable bookies drawn at random, open for adds."""
+        """A new ledger on `ensemble_size` writable bookies drawn at random, open for adds. With `ledger_id`
+        (one `generate_ledger_id` gave, as the Java client's `createLedgerAdv(ledgerId, ...)` takes it) the
+        ledger gets that id, and LedgerExistError if it is taken; without, a generated one."""
         writable = list(await self._context.ledger_manager.writable_bookies())
         if len(writable) < ensemble_size:
             raise NotEnoughBookiesError(
@@ -110,6 +113,9 @@ class BookKeeper:
             custom_metadata=dict(custom_metadata or {}),
         )
         manager = self._context.ledger_manager
+        if ledger_id is not None:
+            version = await manager.create_ledger_metadata(ledger_id, metadata)
+            return LedgerHandle(self._context, ledger_id, Versioned(metadata, version), password)
         for _ in range(_CREATE_ATTEMPTS_MAX):
             ledger_id = await manager.generate_ledger_id()
             try:

@@ -33,7 +33,7 @@ from magnetar.clock import Clock, LoopClock
 from magnetar.metadata.store import MetadataStore
 from magnetar.replication.remote_cluster import RemoteClusters
 from magnetar.storage import ManagedLedgerFactory
-from magnetar.storage.sqlite_engine import SqliteEngine
+from magnetar.storage.engine import StorageEngine
 
 __all__ = ["open_broker"]
 
@@ -43,14 +43,14 @@ async def open_broker(
     data_dir: str | Path,
     *,
     clock: Clock | None = None,
-    storage_engine: SqliteEngine | None = None,
+    storage_engine: StorageEngine | None = None,
     create_defaults: bool = True,
     metadata_store: MetadataStore | None = None,
     configuration_store: MetadataStore | None = None,
 ) -> Broker:
     """A broker on `data_dir`, its storage open and its periodic checks running, its listeners not yet
     bound (`Broker.listen`). `clock` is the event loop's with the system's wall clock unless given;
-    `storage_engine` the threaded SQLite engine unless given. The standalone's cluster, tenant and
+    `storage_engine` the threaded SQLite engine unless given (any `StorageEngine`: the simulator's, BookKeeper's). The standalone's cluster, tenant and
     namespace are created now unless `create_defaults` is false: `magnetar standalone` creates them
     once its listeners serve (`Broker.create_defaults`), as Pulsar's standalone does. Raises what
     opening storage raises (a data directory another process holds, a damaged one) and ConfigError for

@@ -1,7 +1,9 @@
-"""Durable storage: managed ledgers, cursors and metadata on SQLite, with group commit.
+"""Durable storage: managed ledgers, cursors and metadata, on an engine (`engine.StorageEngine`): SQLite with
+group commit (the default), or BookKeeper bookies with the records in a metadata store (`bookkeeper_engine`).
 
-Owns everything under the data directory. The broker uses it through `ManagedLedgerFactory`
-(asyncio-facing; SQLite and fsync run on worker threads). Must not know about consumers or the wire.
+Owns everything under the data directory (and, on BookKeeper, the topics' ledgers and records). The broker
+uses it through `ManagedLedgerFactory` (asyncio-facing; SQLite and fsync run on worker threads). Must not
+know about consumers or the wire.
 """
 
 from magnetar.storage.config import StorageConfig

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from magnetar.clock import Clock
     from magnetar.storage.config import StorageConfig
+    from magnetar.storage.engine import StorageEngine
     from magnetar.storage.entry_cache import EntryCache
-    from magnetar.storage.sqlite_engine import SqliteEngine
 
 __all__ = ["LedgerStorage", "StorageAccess"]
 
 
 class StorageAccess(Protocol):
     @property
-    def engine(self) -> SqliteEngine: ...
+    def engine(self) -> StorageEngine: ...
 
     def check_open(self) -> None:
         """Raise StorageClosedError once storage is closed: every write checks before it queues."""
@@ -46,7 +46,7 @@ class LedgerStorage(StorageAccess, Protocol):
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
-    def allocate_ledger_id(self) -> int: ...
+    def allocate_ledger_id(self, topic_id: int) -> int: ...
 
     def schedule_trim(self, ledger: Any) -> None:
         """Trim `ledger` (a managed ledger) by its retention at the loop's next turn."""

@@ -55,6 +55,20 @@ class StorageConfig:
     # the same thing per connection with maxPendingPublishRequestsPerConnection (1000); 100 000 is
     # ~100 MB of 1 KB entries, enough for every connection of a small broker to be full at once.
     managedLedgerMaxPendingAdds: int = 100_000
+    # The BookKeeper engine's ledgers (storage/bookkeeper_engine.py; the SQLite engine ignores these): each
+    # on this many bookies, each entry written to this many of them and acknowledged once this many have it.
+    managedLedgerDefaultEnsembleSize: int = 2
+    managedLedgerDefaultWriteQuorum: int = 2
+    managedLedgerDefaultAckQuorum: int = 2
+    # CRC32C, CRC32, MAC (HMAC-SHA1) or DUMMY, as Pulsar names them.
+    managedLedgerDigestType: str = "CRC32C"
+    # Where the bookies' metadata is: zk+hierarchical://host:port/ledgers ("" : the SQLite engine).
+    bookkeeperMetadataServiceUri: str = ""
+    # A request to a bookie that gets no answer in this time fails (and the bookie is replaced).
+    bookkeeperClientTimeoutInSeconds: int = 30
+    # Only this many acknowledged ranges of a cursor go into its ManagedCursorInfo in the metadata store
+    # (the rest as after managedLedgerMaxUnackedRangesToPersist: delivered again after a load).
+    managedLedgerMaxUnackedRangesToPersistInMetadataStore: int = 1000
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> StorageConfig:

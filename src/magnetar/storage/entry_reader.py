@@ -9,9 +9,10 @@ cursors or retention; which entries exist is the `LedgerIndex`'s, which are dura
 from __future__ import annotations
 
 from magnetar.positions import Position
+from magnetar.storage.engine import StorageEngine
 from magnetar.storage.entry_cache import EntryCache
 from magnetar.storage.ledger_index import LedgerIndex
-from magnetar.storage.sqlite_engine import Entry, SqliteEngine
+from magnetar.storage.sqlite_engine import Entry
 
 __all__ = ["EntryReader", "READ_ENTRIES_MAX"]
 
@@ -53,7 +54,7 @@ class EntryReader:
 
     __slots__ = ("_index", "_cache", "_engine")
 
-    def __init__(self, index: LedgerIndex, cache: EntryCache, engine: SqliteEngine) -> None:
+    def __init__(self, index: LedgerIndex, cache: EntryCache, engine: StorageEngine) -> None:
         self._index = index
         self._cache = cache
         self._engine = engine

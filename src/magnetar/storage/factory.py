@@ -10,11 +10,11 @@ wire; SQL (the engine's).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from magnetar.clock import Clock, LoopClock
 from magnetar.storage.config import StorageConfig
 from magnetar.storage.cursor import decode_ranges
+from magnetar.storage.engine import StorageEngine
 from magnetar.storage.entry_cache import EntryCache
 from magnetar.storage.errors import StorageClosedError
 from magnetar.storage.ledger_index import LedgerInfo
@@ -31,17 +31,18 @@ class ManagedLedgerFactory:
     """The storage of one data directory: engine, cache, metadata, and a managed ledger per topic."""
 
     def __init__(
-        self, data_dir: str, config: StorageConfig, engine: SqliteEngine | None = None, clock: Clock | None = None
+        self, data_dir: str, config: StorageConfig, engine: StorageEngine | None = None, clock: Clock | None = None
     ) -> None:
         self.config = config
-        self.engine = engine or SqliteEngine(data_dir, config.journalSyncData, config.journalMaxGroupWaitMSec)
+        self.engine: StorageEngine = engine or SqliteEngine(
+            data_dir, config.journalSyncData, config.journalMaxGroupWaitMSec
+        )
         self.cache = EntryCache(config.managedLedgerCacheSizeMB * MB)
         self.loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         self.clock: Clock = clock or LoopClock(self.loop)
         self.ledgers: dict[str, ManagedLedger] = {}
         self.pending_adds = 0
         self._topic_ids: dict[str, int] = {}
-        self._next_ledger_id = 1
         self._opening: dict[str, asyncio.Future[ManagedLedger]] = {}
         self._trim_scheduled: set[ManagedLedger] = set()
         self._trim_writes: set[asyncio.Future[None]] = set()
@@ -54,33 +55,23 @@ class ManagedLedgerFactory:
         cls,
         data_dir: str,
         config: StorageConfig | None = None,
-        engine: SqliteEngine | None = None,
+        engine: StorageEngine | None = None,
         clock: Clock | None = None,
     ) -> ManagedLedgerFactory:
-        """`engine` replaces the threaded SQLite engine (the shell simulator commits on its event loop);
+        """`engine` replaces the threaded SQLite engine (the shell simulator commits on its event loop, the
+        BookKeeper engine keeps ledgers on bookies);
         `clock` the event loop's clock and the wall clock (`LoopClock`) that rollovers, retention,
         ledger timestamps and the periodic cursor flush read."""
         factory = cls(data_dir, config or StorageConfig(), engine, clock)
-        await asyncio.to_thread(factory._open_blocking)
+        catalog = await factory.engine.load()
+        factory._topic_ids = catalog.topic_ids
+        factory.metadata = MetadataStore(factory, catalog.metadata)
         factory.engine.start(factory.loop, factory._on_commit, factory.clock)
         factory._background = factory.loop.create_task(factory._run_background())
         return factory
 
-    def _open_blocking(self) -> None:
-        engine = self.engine
-        engine.open()
-        try:
-            self._topic_ids, ledger_id_max, metadata_rows = engine.load_catalog()
-            self._next_ledger_id = ledger_id_max + 1
-            self.metadata = MetadataStore(self, metadata_rows)
-        except BaseException:
-            engine.close()
-            raise
-
-    def allocate_ledger_id(self) -> int:
-        ledger_id = self._next_ledger_id
-        self._next_ledger_id += 1
-        return ledger_id
+    def allocate_ledger_id(self, topic_id: int) -> int:
+        return self.engine.allocate_ledger_id(topic_id)
 
     async def open_ledger(self, name: str) -> ManagedLedger:
         """The managed ledger of a topic, created on first use; its cursors are loaded with it."""
@@ -106,19 +97,14 @@ class ManagedLedgerFactory:
         return ledger
 
     async def _load_ledger(self, name: str) -> ManagedLedger:
-        topic_id = self._topic_ids.get(name)
-        if topic_id is None:
+        known = self._topic_ids.get(name)
+        if known is None:
             self.check_open()
-            topic_id = await self.engine.insert_topic(name)
-            self._topic_ids[name] = topic_id
-            ledgers: list[LedgerInfo] = []
-            cursors: list[tuple[Any, ...]] = []
-            trimmed = 0
-        else:
-            rows, cursors, trimmed = await self.engine.load_topic(topic_id, decode_ranges)
-            ledgers = [LedgerInfo(*row) for row in rows]
-        ledger = ManagedLedger(self, name, topic_id, ledgers, trimmed)
-        ledger.restore_cursors(cursors)
+        loaded = await self.engine.open_topic(name, known, decode_ranges)
+        self._topic_ids[name] = loaded.topic_id
+        ledgers = [LedgerInfo(*row) for row in loaded.ledgers]
+        ledger = ManagedLedger(self, name, loaded.topic_id, ledgers, loaded.entries_trimmed)
+        ledger.restore_cursors(loaded.cursors)
         self.schedule_trim(ledger)
         return ledger
 
@@ -223,4 +209,4 @@ class ManagedLedgerFactory:
         self._closed = True
         for ledger in self.ledgers.values():
             ledger.state = "Closed"
-        await asyncio.to_thread(self.engine.close)
+        await self.engine.shutdown()

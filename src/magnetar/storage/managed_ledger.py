@@ -375,7 +375,7 @@ class ManagedLedger:
         self._rollover.roll_if_too_old(self._next_entry_id)
 
     def _create_ledger(self) -> None:
-        ledger_id = self.factory.allocate_ledger_id()
+        ledger_id = self.factory.allocate_ledger_id(self.topic_id)
         now_ms = self._clock.time_ms()
         previous = self._current
         if previous is not None and previous.entries == 0 and not self._has_pending(previous.ledger_id):

@@ -55,6 +55,7 @@ import crc32c
 
 from magnetar.clock import Clock
 from magnetar.positions import Position
+from magnetar.storage.engine_records import Catalog, TopicState
 from magnetar.storage.errors import (
     DataDirectoryLockedError,
     LedgerFencedError,
@@ -75,6 +76,7 @@ __all__ = [
     "gc_paused",
     "new_entry",
     "new_position",
+    "run_of_columns",
     "runs_of_records",
 ]
 
@@ -289,6 +291,7 @@ class SqliteEngine:
         self._readers_lock = threading.Lock()
         self._local = threading.local()
         self._read_pool: ThreadPoolExecutor | None = None
+        self._next_ledger_id = 1
         self.commits = 0
 
     # ------------------------------------------------------------------ open / close
@@ -494,6 +497,39 @@ class SqliteEngine:
         if isinstance(error, sqlite3.OperationalError) and "malformed" not in message:
             return StorageError(f"{self.db_path}: {message}")
         return StorageCorruptionError(f"{self.db_path}: {message}")
+
+    # ------------------------------------------------------------------ the engine interface (engine.py)
+
+    async def load(self) -> Catalog:
+        """`open()` and `load_catalog()` on a worker thread; closed again if either fails."""
+        return await asyncio.to_thread(self._open_and_load)
+
+    def _open_and_load(self) -> Catalog:
+        self.open()
+        try:
+            topic_ids, ledger_id_max, metadata = self.load_catalog()
+        except BaseException:
+            self.close()
+            raise
+        self._next_ledger_id = ledger_id_max + 1
+        return Catalog(topic_ids, metadata)
+
+    async def shutdown(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    def allocate_ledger_id(self, topic_id: int) -> int:
+        """The next id after every id ever used in this database, whatever the topic."""
+        ledger_id = self._next_ledger_id
+        self._next_ledger_id += 1
+        return ledger_id
+
+    async def open_topic(self, name: str, topic_id: int | None, decode_ranges: Callable[[bytes], Any]) -> TopicState:
+        """A topic the catalog does not list is inserted, empty; one it lists is read back. One process
+        holds the data directory (`LOCK`), so there is no previous owner to fence."""
+        if topic_id is None:
+            return TopicState(await self.insert_topic(name), [], [], 0)
+        ledgers, cursors, trimmed = await self.load_topic(topic_id, decode_ranges)
+        return TopicState(topic_id, ledgers, cursors, trimmed)
 
     # ------------------------------------------------------------------ loading (open time only)
 
@@ -904,35 +940,63 @@ class SqliteEngine:
                 f"{self.db_path}: segment {seg_id >> _ENTRY_SHIFT}:{seg_id & _ENTRY_MASK} "
                 f"({count} entries) fails its checksum"
             )
-        length_array = array("I")
-        length_array.frombytes(lengths)
-        hash_array = array("i")
-        hash_array.frombytes(hashes)
-        count_array = array("i")
-        count_array.frombytes(counts)
-        if count > 1 and len(count_array) == 1:
-            count_array *= count  # one message count for every entry (see _encode_segment)
-        time_array = array("q")
-        time_array.frombytes(publish_times)
-        sequence_array = array("q")
-        sequence_array.frombytes(sequence_ids)
-        # Built with map over C callables only: a Python loop here costs ~3 us per entry and would
-        # cap a backlog read near 300 000 entries/s.
-        name_column = tuple(names.split("\0"))
-        if count > 1 and len(name_column) == 1:
-            name_column *= count  # one producer name for every entry (see _encode_segment)
-        offsets = list(accumulate(length_array, initial=0))
-        payloads = tuple(map(data.__getitem__, map(slice, offsets, offsets[1:])))
-        return Run(
+        return run_of_columns(
             seg_id >> _ENTRY_SHIFT,
             seg_id & _ENTRY_MASK,
-            payloads,
-            hash_array,
-            count_array,
-            time_array,
-            name_column,
-            sequence_array,
+            count,
+            data,
+            lengths,
+            hashes,
+            counts,
+            publish_times,
+            sequence_ids,
+            names,
         )
+
+
+def run_of_columns(
+    ledger_id: int,
+    first_entry_id: int,
+    count: int,
+    data: bytes,
+    lengths: bytes,
+    hashes: bytes,
+    counts: bytes,
+    publish_times: bytes,
+    sequence_ids: bytes,
+    names: str,
+) -> Run:
+    """The run of a segment's columns as `_encode_segment` packed them (the SQLite engine's rows and the
+    BookKeeper engine's entries hold the same columns)."""
+    length_array = array("I")
+    length_array.frombytes(lengths)
+    hash_array = array("i")
+    hash_array.frombytes(hashes)
+    count_array = array("i")
+    count_array.frombytes(counts)
+    if count > 1 and len(count_array) == 1:
+        count_array *= count  # one message count for every entry (see _encode_segment)
+    time_array = array("q")
+    time_array.frombytes(publish_times)
+    sequence_array = array("q")
+    sequence_array.frombytes(sequence_ids)
+    # Built with map over C callables only: a Python loop here costs ~3 us per entry and would
+    # cap a backlog read near 300 000 entries/s.
+    name_column = tuple(names.split("\0"))
+    if count > 1 and len(name_column) == 1:
+        name_column *= count  # one producer name for every entry (see _encode_segment)
+    offsets = list(accumulate(length_array, initial=0))
+    payloads = tuple(map(data.__getitem__, map(slice, offsets, offsets[1:])))
+    return Run(
+        ledger_id,
+        first_entry_id,
+        payloads,
+        hash_array,
+        count_array,
+        time_array,
+        name_column,
+        sequence_array,
+    )
 
 
 class _GcPause:
