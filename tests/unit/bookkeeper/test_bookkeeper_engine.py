@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from fake_bookies import FakeBookies
 
 from magnetar.bookkeeper import BookKeeper, MemoryLedgerManager
 from magnetar.bookkeeper.errors import NoSuchLedgerError
@@ -19,6 +18,7 @@ from magnetar.clock import LoopClock
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.metadata.store import Check
 from magnetar.positions import Position
+from magnetar.sim.bookkeeper.bookie import FakeBookies
 from magnetar.storage import LedgerFencedError, ManagedLedgerFactory, StorageConfig, StorageError
 from magnetar.storage import ml_data_formats_pb2 as pb
 from magnetar.storage.bookkeeper_engine import BookKeeperEngine, managed_ledger_path
