@@ -82,36 +82,45 @@ def _produce(port: int, count: int, result: list) -> None:
         result.extend(producer.flush())
 
 
-def test_a_burst_past_the_limit_is_answered_in_order_and_counted_out(tmp_path: Path):
-    throttled: list[int] = []
-    original_room = PendingPublishes.room
+def _burst(tmp_path: Path, overrides: dict[str, int], limiter: type, record, count: int = 3000) -> None:
+    """`count` SENDs pipelined into a broker with `overrides`, `limiter.room` wrapped to call `record(limiter)`
+    each time a connection waits: the receipts, after checking they are all there, in order, once each, and
+    that every SEND was counted out of the publish buffer."""
+    original_room = limiter.room
 
-    async def counting_room(self: PendingPublishes) -> None:
-        throttled.append(self.count)
+    async def recording_room(self) -> None:
+        record(self)
         await original_room(self)
 
     async def scenario() -> None:
-        config = load_config(overrides={"brokerServicePort": 0, "maxPendingPublishRequestsPerConnection": 16})
+        config = load_config(overrides={"brokerServicePort": 0, **overrides})
         broker = await open_broker(config, tmp_path / "data")
         try:
             await broker.listen()
             receipts: list = []
-            thread = threading.Thread(target=_produce, args=(broker.binary_port, 3000, receipts))
+            thread = threading.Thread(target=_produce, args=(broker.binary_port, count, receipts))
             thread.start()
             while thread.is_alive():
                 await asyncio.sleep(0.01)
-            assert [r.sequence_id for r in receipts] == list(range(3000))
+            assert [r.sequence_id for r in receipts] == list(range(count))
             positions = [r.position for r in receipts]
-            assert positions == sorted(positions) and len(set(positions)) == 3000
+            assert positions == sorted(positions) and len(set(positions)) == count
             assert broker.context.publish_buffer.size_bytes == 0
         finally:
             await broker.stop()
 
-    PendingPublishes.room = counting_room  # type: ignore[method-assign]
+    limiter.room = recording_room
     try:
         _run(scenario)
     finally:
-        PendingPublishes.room = original_room  # type: ignore[method-assign]
+        limiter.room = original_room
+
+
+def test_a_burst_past_the_limit_is_answered_in_order_and_counted_out(tmp_path: Path):
+    throttled: list[int] = []
+    _burst(
+        tmp_path, {"maxPendingPublishRequestsPerConnection": 16}, PendingPublishes, lambda p: throttled.append(p.count)
+    )
     # The client pipelines up to 1,000 SENDs: the connection stopped reading over and over, each time with
     # at least its 16 unanswered.
     assert throttled and min(throttled) >= 16
@@ -170,30 +179,8 @@ def test_the_byte_rate_and_no_rate():
 
 def test_a_broker_rate_limit_stops_reading_and_loses_nothing(tmp_path: Path):
     waits: list[bool] = []
-    original_room = PublishRate.room
-
-    async def counting_room(self: PublishRate) -> None:
-        waits.append(self.over_limit)
-        await original_room(self)
-
-    async def scenario() -> None:
-        config = load_config(overrides={"brokerServicePort": 0, "brokerPublisherThrottlingMaxMessageRate": 2000})
-        broker = await open_broker(config, tmp_path / "data")
-        try:
-            await broker.listen()
-            receipts: list = []
-            thread = threading.Thread(target=_produce, args=(broker.binary_port, 3000, receipts))
-            thread.start()
-            while thread.is_alive():
-                await asyncio.sleep(0.01)
-            assert [r.sequence_id for r in receipts] == list(range(3000))
-        finally:
-            await broker.stop()
-
-    PublishRate.room = counting_room  # type: ignore[method-assign]
-    try:
-        _run(scenario)
-    finally:
-        PublishRate.room = original_room  # type: ignore[method-assign]
-    # 3,000 messages against a bucket of 2,000: the connection waited at least once, each time in debt.
+    rate = {"brokerPublisherThrottlingMaxMessageRate": 400}
+    _burst(tmp_path, rate, PublishRate, lambda r: waits.append(r.over_limit), count=1000)
+    # 1,000 messages against a bucket of 400 filled at 400 a second: unless the client took 1.5 s to send
+    # them by itself, the bucket went into debt and the connection waited, each time in debt.
     assert waits and all(waits)
