@@ -21,6 +21,7 @@ from magnetar.metadata.store import (
     Check,
     ConnectionLostError,
     Delete,
+    EphemeralParentError,
     GetResult,
     NotEmptyError,
     NotFoundError,
@@ -35,11 +36,7 @@ from magnetar.metadata.store import (
     parent_of,
 )
 
-__all__ = ["EphemeralParentError", "MemoryMetadataServer", "MemoryMetadataStore"]
-
-
-class EphemeralParentError(NotFoundError):
-    """ZooKeeper refuses children under an ephemeral node (NoChildrenForEphemerals)."""
+__all__ = ["MemoryMetadataServer", "MemoryMetadataStore"]
 
 
 @dataclass(slots=True)

@@ -26,8 +26,8 @@ from magnetar.metadata.store import (
     BadVersionError,
     Check,
     Delete,
+    EphemeralParentError,
     GetResult,
-    MetadataStoreError,
     NotEmptyError,
     NotFoundError,
     Notification,
@@ -157,7 +157,7 @@ class _Tree:
             path = parent_of(path)
             row = self.row(path)
         if row[3]:
-            raise MetadataStoreError(f"{path} is ephemeral: it cannot have children (NoChildrenForEphemerals)")
+            raise EphemeralParentError(f"{path} is ephemeral: it cannot have children (NoChildrenForEphemerals)")
         for parent in reversed(missing):
             self._insert(parent, b"", now, False, notifications)
 

@@ -30,6 +30,7 @@ __all__ = [
     "Check",
     "ConnectionLostError",
     "Delete",
+    "EphemeralParentError",
     "GetResult",
     "MetadataStore",
     "MetadataStoreError",
@@ -57,6 +58,10 @@ class BadVersionError(MetadataStoreError):
 
 class NotFoundError(MetadataStoreError):
     pass
+
+
+class EphemeralParentError(NotFoundError):
+    """A node under an ephemeral one: ZooKeeper refuses it (NoChildrenForEphemerals)."""
 
 
 class NotEmptyError(MetadataStoreError):

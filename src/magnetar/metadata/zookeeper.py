@@ -36,6 +36,7 @@ from magnetar.metadata.store import (
     Check,
     ConnectionLostError,
     Delete,
+    EphemeralParentError,
     GetResult,
     MetadataStoreError,
     NotEmptyError,
@@ -90,6 +91,8 @@ def _translate(error: BaseException, path: str) -> BaseException:
         return NotFoundError(path)
     if isinstance(error, kazoo_errors.NotEmptyError):
         return NotEmptyError(f"{path} has children")
+    if isinstance(error, kazoo_errors.NoChildrenForEphemeralsError):
+        return EphemeralParentError(f"{path}: a node under an ephemeral one")
     if isinstance(error, kazoo_errors.ConnectionLoss):
         return ConnectionLostError(f"lost the connection to ZooKeeper during the operation on {path}")
     if isinstance(error, kazoo_errors.SessionExpiredError | kazoo_errors.ConnectionClosedError):
