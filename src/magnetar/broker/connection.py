@@ -14,14 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.connection_auth import ConnectionAuthentication
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.context import BrokerContext
 from magnetar.broker.logs import remote_address
-from magnetar.broker.producer import Send, ServerProducer
+from magnetar.broker.producer import SEND_ENTRY, SEND_MESSAGES, Send, ServerProducer
 from magnetar.broker.publish_limits import PendingPublishes
 from magnetar.broker.tasks import BackgroundTasks
 from magnetar.broker.topic_name import InvalidTopicName
@@ -45,9 +44,6 @@ _OUTPUT_BYTES_MAX = 4 * 1024 * 1024
 _ACK = BaseCommand.ACK
 # A grouped ACK of this many ids or more lets the loop run in between (`run`).
 _ACK_YIELD_IDS = 64
-# A `Send`'s entry bytes and message count: what the publish limits count.
-SEND_ENTRY = itemgetter(2)
-SEND_MESSAGES = itemgetter(4)
 
 # A command's handler: installed per command type by its role's module (broker/commands/).
 CommandHandler = Callable[[BaseCommand], object]
@@ -329,7 +325,12 @@ class ServerConnection:
                     self.publishes.read(len(batch), size_bytes)
                     if self._rate.enabled:
                         self._rate.read(sum(map(SEND_MESSAGES, batch)), size_bytes)
-                    producer.publish_many(batch)
+                    try:
+                        producer.publish_many(batch)
+                    except BaseException:
+                        # Refused before any of it was pending (storage busy): nothing will answer these.
+                        self.publishes.answered(len(batch), size_bytes)
+                        raise
 
     def publish_answered(self, count: int, size_bytes: int) -> None:
         """`count` SENDs of `size_bytes` entry bytes got their receipt or their error."""

@@ -67,20 +67,21 @@ class ProducerTopic(Protocol):
     def note_delayed_delivery(self) -> None: ...
 
 
-__all__ = ["Send", "ServerProducer"]
+__all__ = ["SEND_ENTRY", "SEND_MESSAGES", "Send", "ServerProducer"]
 
 log = logging.getLogger(__name__)
 
 # A duplicate's receipt carries no position: Pulsar answers it with message id (-1, -1).
 _DUPLICATE = (-1, -1)
-# A `Send`'s entry bytes, which the connection's publish limits count.
-_ENTRY = itemgetter(2)
 
 
 # A SEND as the connection hands it over: (sequence id, highest sequence id, entry bytes, key hash, message
 # count, publish time, producer name in the entry's metadata, whether the entry is a marker: only another
 # cluster's replicator forwards those).
 Send = tuple[int, int, bytes, int, int, int, str, bool]
+# A `Send`'s entry bytes and message count: what the connection's publish limits count.
+SEND_ENTRY = itemgetter(2)
+SEND_MESSAGES = itemgetter(4)
 
 
 class ServerProducer:
@@ -209,7 +210,7 @@ class ServerProducer:
                 break
             pending.popleft()
             answered += len(run)
-            answered_bytes += sum(map(len, map(_ENTRY, run)))
+            answered_bytes += sum(map(len, map(SEND_ENTRY, run)))
             if self.closed:
                 continue
             if future is None:
