@@ -293,10 +293,10 @@ def start_cluster(tmp_path_factory: pytest.TempPathFactory, bookies: int = 3) ->
 
 
 def start_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> ZooKeeperServer:
-    """A started ZooKeeper alone; the test is skipped, saying why, only when `make bookkeeper` has not been run
-    (make test runs it first); without Java it fails with what to install."""
+    """A started ZooKeeper alone; without `make bookkeeper` (make test runs it first) or without Java the test
+    fails with what to run, as the bookies' fixture does, rather than pass unseen."""
     if not CLASSPATH_FILE.exists():
-        pytest.skip(f"{CLASSPATH_FILE} is missing: run `make bookkeeper` for ZooKeeper's jars")
+        pytest.fail(f"{CLASSPATH_FILE} is missing: run `make bookkeeper` for ZooKeeper's jars", pytrace=False)
     server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
     try:
         server.start()
