@@ -19,6 +19,11 @@ this can hide a violation inside that window but never invent one. The same hold
 in a receiver queue, which the application never sees. Nothing here sends negative acks or asks for
 redelivery, so PIP-379 allows no reordering at all.
 
+Across brokers (tests/chaos) a hold also ends when it is `released`: the consumer's connection to the
+broker that delivered it ended, or that broker lost the topic. The new owner knows nothing of what the
+old one delivered and may give the key to another consumer, as Pulsar's does; until the incarnation is
+`connected` to a broker again, what it still takes from its receiver queue holds nothing.
+
 The seed fixes the plan (queue sizes, who holds messages and for how long, keys, the order and pace
 of restarts), not the thread interleaving: a failing seed shows the same kind of failure when run
 again, not necessarily the same log.
@@ -88,7 +93,7 @@ REQUIRED = {mode: RULES if mode == "pip379" else tuple(r for r in RULES if r not
 class Event:
     seq: int
     t: float  # seconds since the log started, for people
-    kind: str  # subscribed | received | acked | closing | closed | error
+    kind: str  # subscribed | connected | received | acked | released | closing | closed | error | fault
     consumer: str  # name#incarnation
     index: int = -1  # the publish index, message property "i"
     key: str = ""
@@ -187,21 +192,28 @@ class IndexSet:
 
 
 class OneConsumerPerKey:
-    """No key is delivered to one incarnation while another still holds a message of it."""
+    """No key is delivered to one incarnation while another still holds a message of it. A `released`
+    incarnation holds nothing until it is `connected` again (the module's doc)."""
 
     def __init__(self) -> None:
         self.violations: list[str] = []
         self._holds: dict[str, dict[str, dict[int, Event]]] = defaultdict(dict)  # key -> consumer -> i -> receive
         self._keys_held_by: dict[str, set[str]] = defaultdict(set)
+        self._released: set[str] = set()
 
     def feed(self, event: Event) -> None:
         if event.kind == "received":
-            self._received(event)
+            if event.consumer not in self._released:
+                self._received(event)
         elif event.kind == "acked":
             self._holds[event.key].get(event.consumer, {}).pop(event.index, None)
-        elif event.kind == "closing":
+        elif event.kind in ("closing", "released"):
             for key in self._keys_held_by.pop(event.consumer, ()):
                 self._holds[key].pop(event.consumer, None)
+            if event.kind == "released":
+                self._released.add(event.consumer)
+        elif event.kind == "connected":
+            self._released.discard(event.consumer)
 
     def _received(self, event: Event) -> None:
         for other, held in self._holds[event.key].items():
@@ -712,7 +724,7 @@ def explain_key(http_url: str, topic: str, key: str) -> str:
     )
 
 
-def _stats_line(stats: dict) -> str:
+def stats_line(stats: dict) -> str:
     consumers = ", ".join(
         f"{c.get('consumerName')}: unacked={c.get('unackedMessages')} permits={c.get('availablePermits')} "
         f"draining={c.get('drainingHashesCount')}"
@@ -867,7 +879,7 @@ class Workload:
             f"once publishing and churn stopped (last event {silent_s:.1f} s ago)"
         ]
         try:
-            detail.append("stats: " + _stats_line(subscription_stats(self.http_url, self.topic)))
+            detail.append("stats: " + stats_line(subscription_stats(self.http_url, self.topic)))
         except ADMIN_ERRORS as error:
             detail.append(f"stats failed: {error!r}")
         keys = list(dict.fromkeys(published[i] for i in missing))
@@ -886,7 +898,7 @@ class Workload:
                 return
             if time.monotonic() > deadline:
                 self.extra["drained"].append(
-                    f"every message acked by the application, but after {BACKLOG_S} s: " + _stats_line(stats)
+                    f"every message acked by the application, but after {BACKLOG_S} s: " + stats_line(stats)
                 )
                 return
             time.sleep(0.1)

@@ -111,6 +111,19 @@ def test_a_new_incarnation_of_the_same_name_is_another_consumer() -> None:
     assert len(check_one_consumer_per_key(log.events())) == 1
 
 
+def test_a_released_consumer_holds_nothing_until_it_is_connected_again() -> None:
+    log = DeliveryLog()
+    log.record("received", "c1#1", index=1, key="k")
+    log.record("released", "c1#1", detail="its broker lost the topic")
+    log.record("received", "c2#1", index=1, key="k")  # the new owner redelivers: c1's hold ended
+    log.record("received", "c1#1", index=2, key="k")  # from c1's receiver queue, sent by the old owner
+    log.record("connected", "c1#1", detail="broker 127.0.0.1:6651")
+    log.record("received", "c1#1", index=3, key="k")  # from the new owner while c2 holds i=1
+    found = check_one_consumer_per_key(log.events())
+    assert len(found) == 1
+    assert found[0].startswith("key k: i=3 delivered to c1#1 at seq 5 while c2#1 holds i=1 unacked since seq 2")
+
+
 def test_a_first_delivery_behind_a_later_message_of_its_key_is_flagged() -> None:
     log = DeliveryLog()
     log.record("received", "c1#1", index=5, key="k")
