@@ -39,6 +39,7 @@ type env struct {
 }
 
 var scenarios = map[string]func(env) (observed, error){
+	"chaos-produce":         chaosProduce,
 	"compaction-read":       compactionRead,
 	"compaction-table-view": compactionTableView,
 	"compaction-threshold":  compactionThreshold,
