@@ -28,6 +28,7 @@ from magnetar.broker.config import BrokerConfig, UnknownListener, parse_advertis
 from magnetar.broker.topic_name import TopicName
 from magnetar.clock import Clock
 from magnetar.metadata.store import Check, MetadataStore, SessionEvent
+from magnetar.storage.errors import LedgerFencedError
 
 __all__ = ["ClusterService", "LookupResult", "ServedTopics", "broker_id_of"]
 
@@ -233,6 +234,16 @@ class ClusterService:
         fail once this broker no longer owns its bundle."""
         bundle = await self.bundles.bundle_of(name)
         return self.ownership.check(bundle)
+
+    def storage_checks(self, topic: str) -> tuple[Check, ...]:
+        """`ownership_check` for a storage engine's writes, which cannot wait: a topic the engine writes
+        was loaded here, so its bundle is known. LedgerFencedError when this broker does not own it (any
+        more), which stops the engine writing the topic."""
+        name = TopicName.parse(topic)
+        bundle = self.bundles.known_bundle_of(name)
+        if bundle is None or not self.ownership.owns(bundle):
+            raise LedgerFencedError(f"{topic}: this broker does not own its bundle")
+        return (self.ownership.check(bundle),)
 
     # ------------------------------------------------------------------ unloading
 
