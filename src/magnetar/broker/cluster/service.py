@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from magnetar.broker.cluster.brokers import BrokerRegistry, LocalBrokerData
 from magnetar.broker.cluster.bundles import Bundle, BundleDirectory
 from magnetar.broker.cluster.leader import LeaderElection
+from magnetar.broker.cluster.lease import SessionLease
 from magnetar.broker.cluster.load_manager import select_broker_for_assignment
 from magnetar.broker.cluster.ownership import BundleNotOwnedError, OwnerData, OwnershipCache
 from magnetar.broker.config import BrokerConfig, UnknownListener, parse_advertised_listeners
@@ -94,6 +95,7 @@ class ClusterService:
         self._leader: LeaderElection | None = None
         # Bundles being unloaded: no lookup answers them and no topic of theirs loads meanwhile.
         self._unloading: set[Bundle] = set()
+        self.lease = SessionLease(store, clock, spawn)
         store.register_session_listener(self._on_session_event)
 
     # ------------------------------------------------------------------ joining and leaving
@@ -143,6 +145,8 @@ class ClusterService:
             start_timestamp=self._clock.time_ms(),
         )
         self._registry = BrokerRegistry(self.store, self.broker_id, data)
+        await self.lease.renew()
+        self.lease.start()
         await self._registry.register()
         self._leader = LeaderElection(
             self.store, {"brokerId": self.broker_id, "serviceUrl": config.advertised_web_url}, self._spawn
@@ -157,6 +161,7 @@ class ClusterService:
             return
         for bundle in self.ownership.owned:
             await self.unload_bundle(bundle)
+        self.lease.stop()
         await self.leader.stop()
         await self.registry.unregister()
 
@@ -222,11 +227,21 @@ class ClusterService:
 
     # ------------------------------------------------------------------ serving
 
+    def serving(self) -> bool:
+        """Whether this broker may still serve the bundles it owns: its session's lease holds (lease.py).
+        When it lapsed, every bundle is given up at once, as when the session is lost; the ones whose
+        nodes the session kept are taken back by the next lookups once the lease is renewed."""
+        if self.lease.valid():
+            return True
+        if self._ownership is not None and self._ownership.owned:
+            self._give_up_bundles("the metadata session's lease lapsed")
+        return False
+
     async def check_serving(self, name: TopicName) -> None:
         """BundleNotOwnedError (ServiceNotReady) unless this broker owns the topic's bundle, as Pulsar
         refuses to load a topic of a bundle it does not own."""
         bundle = await self.bundles.bundle_of(name)
-        if bundle in self._unloading or not self.ownership.owns(bundle):
+        if bundle in self._unloading or not self.serving() or not self.ownership.owns(bundle):
             raise BundleNotOwnedError(f"Namespace bundle for topic ({name}) not served by this instance")
 
     async def ownership_check(self, name: TopicName) -> Check:
@@ -283,13 +298,17 @@ class ClusterService:
             return
         if event is SessionEvent.SESSION_LOST:
             # Nothing is ours any more: stop serving at once, before any write could be attempted.
-            lost = set(self.ownership.forget_all())
+            self.lease.end()
             self.leader.forget()
             self.registry.forget()
-            log.warning("Metadata session lost: stopped serving %d bundles", len(lost))
-            self._spawn(self._close_topics(lost), "closing the topics of lost bundles")
+            self._give_up_bundles("Metadata session lost")
         elif event is SessionEvent.SESSION_REESTABLISHED:
             self._spawn(self._rejoin(), "joining the cluster again")
+
+    def _give_up_bundles(self, reason: str) -> None:
+        lost = set(self.ownership.forget_all())
+        log.warning("%s: stopped serving %d bundles", reason, len(lost))
+        self._spawn(self._close_topics(lost), "closing the topics of lost bundles")
 
     async def _rejoin(self) -> None:
         await self.registry.register()
