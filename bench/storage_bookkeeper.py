@@ -56,7 +56,9 @@ async def open_factory(engine_name: str, cluster: LocalBookKeeperCluster, data_d
     if engine_name == "sqlite":
         return await ManagedLedgerFactory.open(data_dir, CONFIG)
     bookkeeper = await BookKeeper.connect(cluster.metadata_service_uri, timeout_s=30)
-    engine = BookKeeperEngine(bookkeeper, MemoryMetadataServer().connect(), CONFIG, owns_clients=True)
+    engine = BookKeeperEngine(
+        bookkeeper, MemoryMetadataServer().connect(), CONFIG, owns_bookkeeper=True, owns_store=True
+    )
     return await ManagedLedgerFactory.open(data_dir, CONFIG, engine=engine)
 
 

@@ -81,7 +81,7 @@ def on_bookkeeper(cluster: LocalBookKeeperCluster, monkeypatch: pytest.MonkeyPat
             subtree = "/suite-" + hashlib.sha1(os.path.abspath(data_dir).encode()).hexdigest()[:16]
             store = await ZkMetadataStore.connect(f"127.0.0.1:{cluster.zk_port}", subtree)
             bookkeeper = await BookKeeper.connect(cluster.metadata_service_uri, timeout_s=10)
-            engine = BookKeeperEngine(bookkeeper, store, config, name=data_dir, owns_clients=True)
+            engine = BookKeeperEngine(bookkeeper, store, config, name=data_dir, owns_bookkeeper=True, owns_store=True)
         factory: ManagedLedgerFactory = await _open(cls, data_dir, config, engine, clock)
         return factory
 

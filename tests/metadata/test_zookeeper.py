@@ -161,6 +161,20 @@ async def test_another_clients_writes_are_notified(stores):
 
 
 @scenario
+async def test_the_session_timeout_is_the_one_the_server_granted(zookeeper):
+    # The fixture's server grants at most 20 s (maxSessionTimeout): a broker asking for Pulsar's 30 s
+    # default must count its lease on 20.
+    asked = await ZKMetadataStore.connect(zookeeper.address, "", 30_000)
+    granted = await ZKMetadataStore.connect(zookeeper.address, "", SESSION_TIMEOUT_MS)
+    try:
+        assert asked.session_timeout_ms == 20_000
+        assert granted.session_timeout_ms == SESSION_TIMEOUT_MS
+    finally:
+        await asked.close()
+        await granted.close()
+
+
+@scenario
 async def test_the_chroot_holds_the_tree(zookeeper):
     store = await open_metadata_store(
         f"zk:{zookeeper.address}/pulsar/chroot-test", session_timeout_ms=SESSION_TIMEOUT_MS

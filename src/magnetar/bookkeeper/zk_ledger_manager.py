@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from magnetar.bookkeeper.errors import LedgerExistError, LedgerIdOverflowError, MetadataVersionError, NoSuchLedgerError
 from magnetar.bookkeeper.ledger_manager import Versioned
@@ -70,7 +71,11 @@ class ZkLedgerManager:
         """A started manager for `zk+hierarchical://…` (the ledgers root must exist: `initnewcluster`)."""
         hosts, root = parse_metadata_service_uri(metadata_service_uri)
         manager = cls(hosts, root, session_timeout_s)
-        await manager._call(manager._zk.start, session_timeout_s)
+        try:
+            await manager._call(manager._zk.start, session_timeout_s)
+        except KazooTimeoutError:
+            await manager._call(manager._zk.stop)
+            raise ValueError(f"no ZooKeeper answered at {hosts} within {session_timeout_s:g} s") from None
         if await manager._call(manager._zk.exists, root) is None:
             await manager.close()
             raise ValueError(f"{root} does not exist in ZooKeeper {hosts}: run BookKeeper's initnewcluster first")

@@ -209,4 +209,5 @@ class AdminOperations:
         for subscription in list(topic.subscriptions.values()):
             if not subscription.durable:
                 await topic.ledger.delete_cursor(subscription.name)
+        await self._registry.storage.close_ledger(str(name))
         log.info("[%s] Unloaded topic", name)

@@ -17,7 +17,7 @@ from magnetar.broker.auth import AuthenticationService
 from magnetar.broker.authorization import AuthorizationService
 from magnetar.broker.cluster.service import ClusterService
 from magnetar.broker.cluster.store import open_metadata_store
-from magnetar.broker.config import BrokerConfig
+from magnetar.broker.config import BrokerConfig, ConfigError
 from magnetar.broker.context import BrokerContext
 from magnetar.broker.lookup import Lookup
 from magnetar.broker.operations import AdminOperations
@@ -33,6 +33,7 @@ from magnetar.clock import Clock, LoopClock
 from magnetar.metadata.store import MetadataStore
 from magnetar.replication.remote_cluster import RemoteClusters
 from magnetar.storage import ManagedLedgerFactory
+from magnetar.storage.bookkeeper_engine import BookKeeperEngine
 from magnetar.storage.engine import StorageEngine
 
 __all__ = ["open_broker"]
@@ -59,14 +60,17 @@ async def open_broker(
     `metadata_store` makes the broker one of a cluster (docs/cluster.md): the store its bundles' owners,
     the brokers and the leader are kept in; without one, `metadataStoreUrl` names it, and when that is
     empty the broker is alone and owns every topic. `configuration_store` (else
-    `configurationMetadataStoreUrl`, else the metadata store) holds the namespaces' policies. A broker of a cluster joins it once its listeners
-    are bound (`Broker.join_cluster`)."""
+    `configurationMetadataStoreUrl`, else the metadata store) holds the namespaces' policies. A broker of a
+    cluster joins it once its listeners are bound (`Broker.join_cluster`). With `bookkeeperMetadataServiceUri`
+    (and a metadata store) its topics are kept on those bookies, their ledger lists and cursors in the
+    metadata store, every write of them checked against this broker's ownership of the topic's bundle."""
     clock = clock or LoopClock(asyncio.get_running_loop())
     data_dir = Path(data_dir)
     # Before storage opens: settings it cannot use are refused without touching the data directory.
     authentication = AuthenticationService(config)
+    opened_store: MetadataStore | None = None
     if metadata_store is None and config["metadataStoreUrl"]:
-        metadata_store = await open_metadata_store(
+        metadata_store = opened_store = await open_metadata_store(
             config["metadataStoreUrl"],
             session_timeout_ms=config["metadataStoreSessionTimeoutMillis"],
             time_ms=clock.time_ms,
@@ -79,8 +83,22 @@ async def open_broker(
             time_ms=clock.time_ms,
             data_dir=data_dir,
         )
+    storage_config = config.storage_config()
+    if storage_engine is None and storage_config.bookkeeperMetadataServiceUri:
+        if metadata_store is None:
+            raise ConfigError(
+                "bookkeeperMetadataServiceUri needs metadataStoreUrl: the managed ledgers' lists and cursors "
+                "are kept in the metadata store"
+            )
+        try:
+            storage_engine = await BookKeeperEngine.connect(
+                storage_config, metadata_store, clock, owns_store=metadata_store is opened_store
+            )
+        except ValueError as failure:
+            raise ConfigError(f"bookkeeperMetadataServiceUri: {failure}") from None
+    bookkeeper_engine = storage_engine if isinstance(storage_engine, BookKeeperEngine) else None
     data_dir.mkdir(parents=True, exist_ok=True)
-    storage = await ManagedLedgerFactory.open(str(data_dir), config.storage_config(), storage_engine, clock)
+    storage = await ManagedLedgerFactory.open(str(data_dir), storage_config, storage_engine, clock)
     try:
         metadata = storage.metadata
         policies = PolicyStore(config, metadata)
@@ -95,6 +113,8 @@ async def open_broker(
         if metadata_store is not None:
             cluster = ClusterService(config, clock, metadata_store, operations, tasks.spawn, configuration_store)
             registry.ownership = cluster
+            if bookkeeper_engine is not None:
+                bookkeeper_engine.checks = cluster.storage_checks
         context = BrokerContext(
             config=config,
             clock=clock,

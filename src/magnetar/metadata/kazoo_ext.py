@@ -93,6 +93,13 @@ class _WatchingConnection(ConnectionHandler):
         super().__init__(client, retry, logger=logger)
         self._watching_client = client
 
+    def _connect(self, host: str, hostip: str, port: int) -> tuple[float, float]:
+        """kazoo's connect, keeping the session timeout the server granted (it may cut the one asked for to
+        its maxSessionTimeout): kazoo reads a connection dead after 2/3 of it, so that is what it returns."""
+        read_timeout, connect_timeout = super()._connect(host, hostip, port)
+        self._watching_client.negotiated_timeout_ms = int(read_timeout * 3 / 2)
+        return read_timeout, connect_timeout
+
     def _read_watch_event(self, buffer: bytes, offset: int) -> None:
         watch, _ = Watch.deserialize(buffer, offset)
         self._watching_client.on_watch_event(watch.type, self._watching_client.unchroot(watch.path))
@@ -107,6 +114,8 @@ class WatchingKazooClient(KazooClient):
     def __init__(self, on_watch_event: Callable[[int, str], None], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.on_watch_event = on_watch_event
+        # The session timeout the server granted at the last connection (the one asked for until then).
+        self.negotiated_timeout_ms = self._session_timeout
         self._connection = _WatchingConnection(self, self._conn_retry.copy(), self.logger)
 
     def add_watch_async(self, path: str, mode: int = PERSISTENT_RECURSIVE) -> Any:

@@ -61,9 +61,10 @@ class MemoryMetadataServer:
         self._next_session = 1
         self._clients: list[MemoryMetadataStore] = []
 
-    def connect(self) -> MemoryMetadataStore:
-        """A new client with a new session."""
-        client = MemoryMetadataStore(self, self.new_session())
+    def connect(self, session_timeout_ms: int = 0) -> MemoryMetadataStore:
+        """A new client with a new session, which expires only when told (`session_timeout_ms` is what
+        the client reports it was granted)."""
+        client = MemoryMetadataStore(self, self.new_session(), session_timeout_ms)
         self._clients.append(client)
         return client
 
@@ -258,9 +259,10 @@ class MemoryMetadataStore:
     """One client of a `MemoryMetadataServer`, with its session. A simulation calls `lose_connection`,
     then `reconnect` (the same session) or `expire_session` (a new one, its ephemeral nodes gone)."""
 
-    def __init__(self, server: MemoryMetadataServer, session: int) -> None:
+    def __init__(self, server: MemoryMetadataServer, session: int, session_timeout_ms: int = 0) -> None:
         self._server = server
         self.session = session
+        self.session_timeout_ms = session_timeout_ms
         self._connected = True
         self._closed = False
         self._listeners: list[Callable[[Notification], None]] = []

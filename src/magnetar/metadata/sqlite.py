@@ -208,6 +208,10 @@ class SqliteMetadataStore:
         self._closed = False
         self._listeners: list[Callable[[Notification], None]] = []
 
+    @property
+    def session_timeout_ms(self) -> int:
+        return 0
+
     @classmethod
     async def open(cls, path: str | Path, time_ms: Callable[[], int] = system_time_ms) -> SqliteMetadataStore:
         """The store of the file `path` (created with its directory when missing), its stale ephemeral nodes gone."""

@@ -149,6 +149,13 @@ class MetadataStore(Protocol):
     """A versioned tree of byte values with ephemeral nodes, notifications and a session. Every call is
     made on the event loop; a store that blocks runs its work elsewhere and returns an awaitable."""
 
+    @property
+    def session_timeout_ms(self) -> int:
+        """The session's timeout as the servers granted it: once a request this long ago was answered with
+        nothing heard since, the session may be gone. 0 for a session that ends only with the store (an
+        embedded one)."""
+        ...
+
     async def get(self, path: str) -> GetResult | None: ...
 
     async def exists(self, path: str) -> Stat | None: ...

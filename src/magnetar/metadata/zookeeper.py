@@ -145,6 +145,10 @@ class ZKMetadataStore:
         self._listeners: list[Callable[[Notification], None]] = []
         self._session_listeners: list[Callable[[SessionEvent], None]] = []
 
+    @property
+    def session_timeout_ms(self) -> int:
+        return self._client.negotiated_timeout_ms
+
     @classmethod
     async def connect(
         cls, hosts: str, chroot: str = "", session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS

@@ -40,7 +40,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from magnetar.bookkeeper import BKError, BookKeeper, DigestType, LedgerHandle, ReadHandle
 from magnetar.bookkeeper.errors import LedgerFencedError as BKLedgerFencedError
@@ -52,6 +52,8 @@ from magnetar.metadata.store import (
     MetadataStoreError,
     NotEmptyError,
     NotFoundError,
+    Notification,
+    NotificationType,
     Op,
     Put,
 )
@@ -81,6 +83,8 @@ log = logging.getLogger(__name__)
 ChecksFor = Callable[[str], Sequence[Check]]
 
 MANAGED_LEDGERS = "/managed-ledgers"
+# A ledger list's node is /managed-ledgers/{tenant}/{namespace}/{domain}/{topic}: four names down.
+_TOPIC_DEPTH = 4
 COMPACTED = "/magnetar/compacted"
 # Magic, format version, byte order ('<'), the segment's first entry id, its entry count, the ledger's
 # payload bytes before it, and the byte lengths of its seven columns.
@@ -97,6 +101,8 @@ _BATCH_SIZES = "magnetar.batchSizes"
 # before an append is refused with StorageBusyError. At Pulsar's 50 000 entries per ledger that is 1.6M
 # entries in a few milliseconds; only tests with ledgers of a few entries come near it.
 _IDS_AHEAD = 32
+# Reads and writes back of a cursor at a load before concluding that another owner writes it.
+_TAKE_ATTEMPTS = 5
 _DIGESTS = {"CRC32C": DigestType.CRC32C, "CRC32": DigestType.CRC32, "MAC": DigestType.HMAC, "DUMMY": DigestType.DUMMY}
 _PASSWORD = b""
 
@@ -111,6 +117,12 @@ def managed_ledger_path(name: str) -> str:
     domain, _, rest = name.partition("://")
     tenant, namespace, local = rest.split("/", 2)
     return f"{MANAGED_LEDGERS}/{tenant}/{namespace}/{domain}/{quote(local, safe='')}"
+
+
+def _topic_of_path(path: str) -> str:
+    """`/managed-ledgers/t/n/persistent/x` → `persistent://t/n/x` (`managed_ledger_path` undone)."""
+    tenant, namespace, domain, local = path[len(MANAGED_LEDGERS) + 1 :].split("/")
+    return f"{domain}://{tenant}/{namespace}/{unquote(local)}"
 
 
 def encode_segment_entry(row: tuple[Any, ...], bytes_before: int) -> bytes:
@@ -207,8 +219,10 @@ class _Topic:
 
 class BookKeeperEngine:
     """A `StorageEngine` on a BookKeeper client and a metadata store. `checks` gives the extra Checks of every
-    metadata write of a topic (none by default); with `owns_clients` its shutdown closes the two clients,
-    otherwise they stay the caller's (a broker shares its metadata store with its other parts)."""
+    metadata write of a topic (none by default; a broker sets it once its cluster service exists, before any
+    topic loads); it may raise LedgerFencedError, which fences the topic as a failed Check does. Its
+    shutdown closes the BookKeeper client with `owns_bookkeeper` and the store with `owns_store`; otherwise
+    they stay the caller's (a broker shares its metadata store with its other parts)."""
 
     def __init__(
         self,
@@ -218,13 +232,14 @@ class BookKeeperEngine:
         *,
         checks: ChecksFor | None = None,
         name: str = "bookkeeper",
-        owns_clients: bool = False,
+        owns_bookkeeper: bool = False,
+        owns_store: bool = False,
     ) -> None:
         self.data_dir = name
         self._bk = bookkeeper
         self._store = store
         self._config = config
-        self._checks: ChecksFor = checks or (lambda topic: ())
+        self.checks: ChecksFor = checks or (lambda topic: ())
         self._digest = _DIGESTS[config.managedLedgerDigestType]
         self._topics: dict[int, _Topic] = {}
         self._topic_ids: dict[str, int] = {}
@@ -236,16 +251,56 @@ class BookKeeperEngine:
         self._clock: Clock | None = None
         self._compacted: dict[int, tuple[Position | None, list[Entry]]] = {}
         self._next_topic_id = 1
-        self._owns_clients = owns_clients
+        self._owns_bookkeeper = owns_bookkeeper
+        self._stored: set[str] = set()
+        self._owns_store = owns_store
+
+    @classmethod
+    async def connect(
+        cls, config: StorageConfig, store: MetadataStore, clock: Clock, *, owns_store: bool = False
+    ) -> BookKeeperEngine:
+        """An engine on the bookies `bookkeeperMetadataServiceUri` names, its own client closed with it, its
+        records in `store`. ValueError, saying why, when the bookies' metadata cannot be reached."""
+        uri = config.bookkeeperMetadataServiceUri
+        try:
+            bookkeeper = await BookKeeper.connect(uri, clock=clock, timeout_s=config.bookkeeperClientTimeoutInSeconds)
+        except (BKError, OSError) as failure:
+            raise ValueError(f"cannot reach the bookies' metadata at {uri}: {failure}") from None
+        return cls(bookkeeper, store, config, name=uri, owns_bookkeeper=True, owns_store=owns_store)
 
     # ------------------------------------------------------------------ open / close
 
     async def load(self) -> Catalog:
-        """The admin records under /admin; topics are loaded when their owner opens them."""
+        """The admin records under /admin, and the names of the stored topics (kept from then on by the
+        store's notifications, as other brokers create and delete topics); topics are loaded when their
+        owner opens them."""
+        self._store.register_listener(self._on_notification)
         rows: list[tuple[str, str, int]] = []
         await self._walk("/admin", rows)
+        await self._list_topics(MANAGED_LEDGERS, 0)
         await self._refill_ids()
         return Catalog({}, rows)
+
+    async def _list_topics(self, path: str, depth: int) -> None:
+        children = await self._store.get_children(path)
+        if depth == _TOPIC_DEPTH - 1:
+            self._stored.update(_topic_of_path(f"{path}/{child}") for child in children)
+            return
+        for child in children:
+            await self._list_topics(f"{path}/{child}", depth + 1)
+
+    def _on_notification(self, notification: Notification) -> None:
+        path = notification.path
+        if not path.startswith(MANAGED_LEDGERS + "/") or path.count("/") != _TOPIC_DEPTH + 1:
+            return
+        if notification.type is NotificationType.CREATED:
+            self._stored.add(_topic_of_path(path))
+        elif notification.type is NotificationType.DELETED:
+            self._stored.discard(_topic_of_path(path))
+
+    def stored_topics(self) -> set[str]:
+        """Every topic with a ledger list in the store, whichever broker wrote it."""
+        return self._stored
 
     async def _walk(self, path: str, rows: list[tuple[str, str, int]]) -> None:
         got = await self._store.get(path)
@@ -265,15 +320,30 @@ class BookKeeperEngine:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         for topic in self._topics.values():
-            ledger = topic.current
-            if ledger is not None and ledger.writer is not None:
-                await self._close_writer(ledger)
-                await self._write_final_info(topic)
+            await self._close_topic(topic)
         if self._refilling is not None:
             await asyncio.gather(self._refilling, return_exceptions=True)
-        if self._owns_clients:
+        if self._owns_store:
             await self._store.close()
+        if self._owns_bookkeeper:
             await self._bk.close()
+
+    async def close_topic(self, topic_id: int) -> None:
+        """Close the topic's ledger (CLOSED in its metadata) and write the list with its figures; the topic
+        is forgotten, so a later load here reads everything back, as any other broker's would."""
+        topic = self._topics.pop(topic_id, None)
+        if topic is None:
+            return
+        del self._topic_ids[topic.name]
+        if topic.rolling is not None:
+            await asyncio.gather(topic.rolling, return_exceptions=True)
+        await self._close_topic(topic)
+
+    async def _close_topic(self, topic: _Topic) -> None:
+        ledger = topic.current
+        if ledger is not None and ledger.writer is not None and topic.fenced is None:
+            await self._close_writer(ledger)
+            await self._write_final_info(topic)
 
     async def _close_writer(self, ledger: _Ledger) -> None:
         while ledger.in_flight:
@@ -411,7 +481,11 @@ class BookKeeperEngine:
             topic.version = await self._cas(topic, topic.path, self._info_bytes(topic), topic.version)
 
     async def _cas(self, topic: _Topic, path: str, value: bytes, version: int) -> int:
-        ops: list[Op] = [*self._checks(topic.name), Put(path, value, version)]
+        try:
+            ops: list[Op] = [*self.checks(topic.name), Put(path, value, version)]
+        except LedgerFencedError as error:
+            self._fence(topic, error)
+            raise
         try:
             stats = await self._store.multi(ops)
         except (BadVersionError, NotFoundError) as error:
@@ -557,6 +631,7 @@ class BookKeeperEngine:
             raise
         for empty_id in empty:
             self._spawn(self._delete_bk_ledger(empty_id))
+        self._stored.add(name)
         topic.current = ledger
         topic.prepared = ledger_id
         cursors = await self._load_cursors(topic, decode_ranges)
@@ -604,12 +679,32 @@ class BookKeeperEngine:
     async def _load_cursors(self, topic: _Topic, decode_ranges: Callable[[bytes], Any]) -> list[tuple[Any, ...]]:
         cursors = []
         for child in await self._store.get_children(topic.path):
-            got = await self._store.get(f"{topic.path}/{child}")
-            if got is None:
-                continue
-            topic.cursor_versions[child] = got.stat.version
-            cursors.append(_cursor_record(child, pb.ManagedCursorInfo.FromString(got.value), decode_ranges))
+            value = await self._take_cursor(topic, child)
+            if value is not None:
+                cursors.append(_cursor_record(child, pb.ManagedCursorInfo.FromString(value), decode_ranges))
         return cursors
+
+    async def _take_cursor(self, topic: _Topic, name: str) -> bytes | None:
+        """Read a cursor and write it back at the version read, as Pulsar's cursor recovery rewrites the
+        cursor's node: the previous owner's next write of it names the version it wrote last and fails, so
+        its acknowledgements stop moving the cursor the moment this engine has it. (The ledger list's
+        version alone does not guard the cursors, and the ownership node's does not either once the bundle
+        has a new node: a node created again starts again at version 0.) A write of the previous owner
+        landing between the read and the write back is read again."""
+        path = f"{topic.path}/{name}"
+        for _ in range(_TAKE_ATTEMPTS):
+            got = await self._store.get(path)
+            if got is None:
+                return None
+            try:
+                stats = await self._store.multi([*self.checks(topic.name), Put(path, got.value, got.stat.version)])
+            except BadVersionError:
+                continue
+            stat = stats[-1]
+            assert stat is not None
+            topic.cursor_versions[name] = stat.version
+            return got.value
+        raise LedgerFencedError(f"{topic.name}: cursor {name} kept changing under this load: another owner has it")
 
     def upsert_cursor(
         self,
@@ -700,6 +795,7 @@ class BookKeeperEngine:
         for name in list(topic.cursor_versions):
             await self._delete_cursor(topic, name)
         await self._store.delete(topic.path, topic.version)
+        self._stored.discard(topic.name)
         for ledger_id in topic.ledgers:
             await self._delete_bk_ledger(ledger_id)
         await self._store.delete_recursive(_compacted_path(topic))

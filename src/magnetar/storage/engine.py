@@ -64,6 +64,16 @@ class StorageEngine(Protocol):
         if missing). Raises StorageError when the topic cannot be taken (another owner has it)."""
         ...
 
+    def stored_topics(self) -> set[str]:
+        """The topics stored beyond those the catalog listed: the ones other brokers created in an engine
+        shared between processes (kept current as they come and go); empty where the catalog lists all."""
+        ...
+
+    async def close_topic(self, topic_id: int) -> None:
+        """The topic's managed ledger was closed (its topic unloaded, its appends done): release what the
+        engine holds for it, so that its next owner, here or elsewhere, recovers nothing."""
+        ...
+
     # The named writes: each future resolves once durable.
 
     def delete_ledger(self, topic_id: int, ledger_id: int, entries: int) -> asyncio.Future[None]: ...

@@ -44,6 +44,7 @@ class ManagedLedgerFactory:
         self.pending_adds = 0
         self._topic_ids: dict[str, int] = {}
         self._opening: dict[str, asyncio.Future[ManagedLedger]] = {}
+        self._closing: dict[str, asyncio.Task[None]] = {}
         self._trim_scheduled: set[ManagedLedger] = set()
         self._trim_writes: set[asyncio.Future[None]] = set()
         self._background: asyncio.Task[None] | None = None
@@ -82,6 +83,10 @@ class ManagedLedgerFactory:
         opening = self._opening.get(name)
         if opening is not None:
             return await asyncio.shield(opening)
+        closing = self._closing.get(name)
+        if closing is not None:
+            await asyncio.shield(closing)
+            return await self.open_ledger(name)
         future: asyncio.Future[ManagedLedger] = self.loop.create_future()
         self._opening[name] = future
         try:
@@ -108,8 +113,39 @@ class ManagedLedgerFactory:
         self.schedule_trim(ledger)
         return ledger
 
+    async def close_ledger(self, name: str) -> None:
+        """Close a topic's managed ledger once its topic is unloaded: its appends finished, its cursors
+        persisted, its ledger closed by the engine. The next `open_ledger` reads it back from the engine,
+        as a restart would, or another broker's load when the topic moved (whose writes this broker's
+        cached state would not know)."""
+        ledger = self.ledgers.pop(name, None)
+        if ledger is None:
+            return
+        closing = self.loop.create_task(self._close_ledger(ledger))
+        self._closing[name] = closing
+        try:
+            await asyncio.shield(closing)
+        finally:
+            if self._closing.get(name) is closing:
+                del self._closing[name]
+
+    async def _close_ledger(self, ledger: ManagedLedger) -> None:
+        pending = ledger.pending_appends()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        flushes = [cursor.flush() for cursor in ledger.cursors.values() if cursor.durable and cursor.dirty]
+        if flushes:
+            await asyncio.gather(*flushes, return_exceptions=True)
+        ledger.state = "Closed"
+        self._trim_scheduled.discard(ledger)
+        for info in ledger.ledgers:
+            self.cache.invalidate_ledger(info.ledger_id, info.entries)
+        await self.engine.close_topic(ledger.topic_id)
+
     def topics(self) -> list[str]:
-        return sorted(self._topic_ids)
+        """Every stored topic: those loaded or listed here, and those other brokers store in a shared
+        engine."""
+        return sorted(self._topic_ids.keys() | self.engine.stored_topics())
 
     async def delete_ledger(self, name: str) -> None:
         """Delete a topic's entries, ledgers and cursors."""

@@ -531,6 +531,13 @@ class SqliteEngine:
         ledgers, cursors, trimmed = await self.load_topic(topic_id, decode_ranges)
         return TopicState(topic_id, ledgers, cursors, trimmed)
 
+    def stored_topics(self) -> set[str]:
+        """None beyond the catalog: this process alone writes the data directory."""
+        return set()
+
+    async def close_topic(self, topic_id: int) -> None:
+        """Nothing is held per topic: every write of it is already in the queue, and its rows stay."""
+
     # ------------------------------------------------------------------ loading (open time only)
 
     def load_catalog(self) -> tuple[dict[str, int], int, list[tuple[str, str, int]]]:

@@ -144,3 +144,9 @@ class BundleDirectory:
 
     async def bundle_of(self, name: TopicName) -> Bundle:
         return (await self.bundles(name.namespace_name)).find(name)
+
+    def known_bundle_of(self, name: TopicName) -> Bundle | None:
+        """The topic's bundle when its namespace's bundles were read already (a loaded topic's were: its
+        load asked whether this broker serves it), else None."""
+        known = self._known.get(name.namespace_name)
+        return None if known is None else known.find(name)

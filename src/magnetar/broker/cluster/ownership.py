@@ -105,7 +105,15 @@ class OwnershipCache:
         if bundle in self._owned:
             return self.self_data
         found = await self._store.get(ownership_path(bundle))
-        return None if found is None else OwnerData.from_json(found.value)
+        if found is None:
+            return None
+        owner = OwnerData.from_json(found.value)
+        if found.stat.created_by_self and not owner.disabled:
+            # This session's node, given up while the session's lease lapsed and the session lived on.
+            self._owned[bundle] = found.stat.version
+            log.info("Took back ownership of bundle %s", bundle)
+            return self.self_data
+        return owner
 
     async def try_acquire(self, bundle: Bundle) -> OwnerData:
         """Own `bundle` unless somebody does: the owner either way (this broker's data when it won)."""

@@ -22,12 +22,14 @@ from urllib.parse import urlsplit
 from magnetar.broker.cluster.brokers import BrokerRegistry, LocalBrokerData
 from magnetar.broker.cluster.bundles import Bundle, BundleDirectory
 from magnetar.broker.cluster.leader import LeaderElection
+from magnetar.broker.cluster.lease import SessionLease
 from magnetar.broker.cluster.load_manager import select_broker_for_assignment
 from magnetar.broker.cluster.ownership import BundleNotOwnedError, OwnerData, OwnershipCache
 from magnetar.broker.config import BrokerConfig, UnknownListener, parse_advertised_listeners
 from magnetar.broker.topic_name import TopicName
 from magnetar.clock import Clock
 from magnetar.metadata.store import Check, MetadataStore, SessionEvent
+from magnetar.storage.errors import LedgerFencedError
 
 __all__ = ["ClusterService", "LookupResult", "ServedTopics", "broker_id_of"]
 
@@ -93,6 +95,7 @@ class ClusterService:
         self._leader: LeaderElection | None = None
         # Bundles being unloaded: no lookup answers them and no topic of theirs loads meanwhile.
         self._unloading: set[Bundle] = set()
+        self.lease = SessionLease(store, clock, spawn)
         store.register_session_listener(self._on_session_event)
 
     # ------------------------------------------------------------------ joining and leaving
@@ -142,6 +145,8 @@ class ClusterService:
             start_timestamp=self._clock.time_ms(),
         )
         self._registry = BrokerRegistry(self.store, self.broker_id, data)
+        await self.lease.renew()
+        self.lease.start()
         await self._registry.register()
         self._leader = LeaderElection(
             self.store, {"brokerId": self.broker_id, "serviceUrl": config.advertised_web_url}, self._spawn
@@ -156,6 +161,7 @@ class ClusterService:
             return
         for bundle in self.ownership.owned:
             await self.unload_bundle(bundle)
+        self.lease.stop()
         await self.leader.stop()
         await self.registry.unregister()
 
@@ -221,11 +227,21 @@ class ClusterService:
 
     # ------------------------------------------------------------------ serving
 
+    def serving(self) -> bool:
+        """Whether this broker may still serve the bundles it owns: its session's lease holds (lease.py).
+        When it lapsed, every bundle is given up at once, as when the session is lost; the ones whose
+        nodes the session kept are taken back by the next lookups once the lease is renewed."""
+        if self.lease.valid():
+            return True
+        if self._ownership is not None and self._ownership.owned:
+            self._give_up_bundles("the metadata session's lease lapsed")
+        return False
+
     async def check_serving(self, name: TopicName) -> None:
         """BundleNotOwnedError (ServiceNotReady) unless this broker owns the topic's bundle, as Pulsar
         refuses to load a topic of a bundle it does not own."""
         bundle = await self.bundles.bundle_of(name)
-        if bundle in self._unloading or not self.ownership.owns(bundle):
+        if bundle in self._unloading or not self.serving() or not self.ownership.owns(bundle):
             raise BundleNotOwnedError(f"Namespace bundle for topic ({name}) not served by this instance")
 
     async def ownership_check(self, name: TopicName) -> Check:
@@ -233,6 +249,16 @@ class ClusterService:
         fail once this broker no longer owns its bundle."""
         bundle = await self.bundles.bundle_of(name)
         return self.ownership.check(bundle)
+
+    def storage_checks(self, topic: str) -> tuple[Check, ...]:
+        """`ownership_check` for a storage engine's writes, which cannot wait: a topic the engine writes
+        was loaded here, so its bundle is known. LedgerFencedError when this broker does not own it (any
+        more), which stops the engine writing the topic."""
+        name = TopicName.parse(topic)
+        bundle = self.bundles.known_bundle_of(name)
+        if bundle is None or not self.ownership.owns(bundle):
+            raise LedgerFencedError(f"{topic}: this broker does not own its bundle")
+        return (self.ownership.check(bundle),)
 
     # ------------------------------------------------------------------ unloading
 
@@ -272,13 +298,17 @@ class ClusterService:
             return
         if event is SessionEvent.SESSION_LOST:
             # Nothing is ours any more: stop serving at once, before any write could be attempted.
-            lost = set(self.ownership.forget_all())
+            self.lease.end()
             self.leader.forget()
             self.registry.forget()
-            log.warning("Metadata session lost: stopped serving %d bundles", len(lost))
-            self._spawn(self._close_topics(lost), "closing the topics of lost bundles")
+            self._give_up_bundles("Metadata session lost")
         elif event is SessionEvent.SESSION_REESTABLISHED:
             self._spawn(self._rejoin(), "joining the cluster again")
+
+    def _give_up_bundles(self, reason: str) -> None:
+        lost = set(self.ownership.forget_all())
+        log.warning("%s: stopped serving %d bundles", reason, len(lost))
+        self._spawn(self._close_topics(lost), "closing the topics of lost bundles")
 
     async def _rejoin(self) -> None:
         await self.registry.register()

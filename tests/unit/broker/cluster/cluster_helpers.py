@@ -13,6 +13,9 @@ from magnetar.broker.topic_name import TopicName
 from magnetar.clock import LoopClock
 from magnetar.metadata.memory import MemoryMetadataServer
 
+# The name the lease's renewal is spawned with.
+RENEWAL = "renewing the metadata session's lease"
+
 
 class Topics:
     """The loaded topics of one broker (ServedTopics)."""
@@ -36,27 +39,30 @@ class Member:
         self._tasks = tasks
 
     async def settle(self) -> None:
-        """Let notifications arrive and the tasks they started finish."""
+        """Let notifications arrive and the tasks they started finish (the lease's renewal, which runs
+        for as long as the broker does, is not among them)."""
         for _ in range(5):
             await asyncio.sleep(0)
             while self._tasks:
                 await self._tasks.pop()
 
 
-def member(server: MemoryMetadataServer, index: int, **settings: str) -> Member:
+def member(server: MemoryMetadataServer, index: int, session_timeout_ms: int = 0, **settings: str) -> Member:
     config = load_config(
         overrides={"brokerServicePort": str(6650 + index), "webServicePort": str(8080 + index), **settings}
     )
     tasks: list[asyncio.Task[Any]] = []
 
-    def spawn(coroutine: Coroutine[Any, Any, None], _name: str) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        tasks.append(task)
+    def spawn(coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coroutine, name=name)
+        if name != RENEWAL:
+            tasks.append(task)
         return task
 
     topics = Topics()
     clock = LoopClock(asyncio.get_running_loop())
-    return Member(ClusterService(config, clock, server.connect(), topics, spawn), topics, tasks)
+    store = server.connect(session_timeout_ms)
+    return Member(ClusterService(config, clock, store, topics, spawn), topics, tasks)
 
 
 async def start(server: MemoryMetadataServer, count: int, **settings: str) -> list[Member]:
