@@ -142,6 +142,27 @@ def test_a_second_owner_fences_the_first_and_reads_everything_it_receipted() -> 
     run(scenario)
 
 
+def test_an_owner_that_generated_its_ids_first_takes_over_with_ledgers_above_the_topics() -> None:
+    """Each engine generates ledger ids ahead when it starts: the broker started first holds the lowest,
+    and a topic it takes over from a later one has ledgers above them all (the chaos suite's kill -9 of an
+    owner: the load failed with "ledger ids out of order", the topic never served again)."""
+
+    async def scenario(cluster: Cluster) -> None:
+        earlier = await cluster.factory()
+        later = await cluster.factory()
+        receipted = await append_all(later, 7)  # a rollover every 5 entries
+        await later.close()
+        taken = await earlier.open_ledger(TOPIC)
+        receipted += await append_all(earlier, 12, "moved")  # rollovers on the new owner too
+        ledger_ids = [position.ledger_id for position in receipted]
+        assert ledger_ids == sorted(ledger_ids)
+        entries = await taken.read_entries(receipted[0], 100)
+        assert [entry.position for entry in entries] == receipted
+        await earlier.close()
+
+    run(scenario)
+
+
 def test_a_write_whose_check_fails_is_refused_and_fences_the_topic() -> None:
     async def scenario(cluster: Cluster) -> None:
         owner = cluster.metadata.connect()
