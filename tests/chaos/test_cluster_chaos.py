@@ -93,7 +93,7 @@ def broker_log_count(cluster: LocalCluster, text: str) -> int:
 class Run:
     """One scenario's workload on topics of its own, spread over the brokers."""
 
-    def __init__(self, cluster: LocalCluster, tmp_path: Path, scenario: str, seed: int, **options: object) -> None:
+    def __init__(self, cluster: LocalCluster, tmp_path: Path, scenario: str, seed: int) -> None:
         self.cluster = cluster
         self.scenario = scenario
         self.seed = seed
@@ -102,11 +102,27 @@ class Run:
         AdminClient(cluster.http_url(serving(cluster))).put(f"/admin/v2/namespaces/{NAMESPACE}/unload")
         self.boundaries = boundaries(cluster)
         self.topics = spread_topics(f"{scenario}-{seed}", TOPICS, self.boundaries)
-        self.load = WorkloadProcess(
-            self.log_dir, cluster.service_url, cluster.http_url(serving(cluster)), self.topics, seed, **options
+        self.owners: dict[str, int] = {}
+        self._load: WorkloadProcess | None = None
+
+    def start(self, *, go_producer: bool = False, trace_frames: bool = False) -> None:
+        """The workload, the Go client producing the first topic if asked; returns once every topic flows."""
+        self._load = WorkloadProcess(
+            self.log_dir,
+            self.cluster.service_url,
+            [broker.http_url for broker in self.cluster.brokers],
+            self.topics,
+            self.seed,
+            go_producer_topics=self.topics[:1] if go_producer else (),
+            trace_frames=trace_frames,
         )
-        self.owners = {topic: cluster.owner(topic) for topic in self.topics}
+        self.owners = {topic: self.cluster.owner(topic) for topic in self.topics}
         assert sorted(set(self.owners.values())) == [0, 1, 2], f"the topics are not on every broker: {self.owners}"
+
+    @property
+    def load(self) -> WorkloadProcess:
+        assert self._load is not None, "not started"
+        return self._load
 
     def owned_by(self, broker: int) -> list[str]:
         return [topic for topic, owner in self.owners.items() if owner == broker]
@@ -119,16 +135,20 @@ class Run:
         )
 
     def close(self) -> None:
-        self.load.close()
+        if self._load is not None:
+            self._load.close()
 
 
 @pytest.fixture
 def run(cluster: LocalCluster, tmp_path: Path) -> Iterator[Callable[..., Run]]:
+    """`run(scenario, seed, **start_options)`: a started Run, closed at the end of the test whatever happened."""
     started: list[Run] = []
 
-    def start(scenario: str, seed: int, **options: object) -> Run:
-        started.append(Run(cluster, tmp_path, scenario, seed, **options))
-        return started[-1]
+    def start(scenario: str, seed: int, **options: bool) -> Run:
+        each = Run(cluster, tmp_path, scenario, seed)
+        started.append(each)
+        each.start(**options)
+        return each
 
     yield start
     for each in started:
@@ -138,8 +158,8 @@ def run(cluster: LocalCluster, tmp_path: Path) -> Iterator[Callable[..., Run]]:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_kill_9_of_a_topics_owner_mid_stream(cluster: LocalCluster, run: Callable[..., Run], seed: int) -> None:
     """The Go client produces the victim's first topic; its restart later is one more change of members."""
-    first = spread_topics(f"kill-{seed}", TOPICS, boundaries(cluster))[0]
-    chaos = run("kill", seed, go_producer_topics=[first])
+    chaos = run("kill", seed, go_producer=True)
+    first = chaos.topics[0]
     victim = chaos.owners[first]
     moved = chaos.owned_by(victim)
     chaos.load.mark("fault", f"kill -9 of broker-{victim}, owner of {moved}")

@@ -6,19 +6,25 @@ the test asks, the silence of a broker after the others took its topics over.
 Owns: the plan a seed gives (topic names spread over the namespace's bundles, keys, consumers per topic,
 their receiver queues and ack delays), the clients (churn.py's Publisher, or the Go client's producer in
 compat/go's chaos-produce; churn.py's ConsumerWorker, each consumer on a client of its own), what their
-logs say, the marks of a fault in every topic's log, and the verdict. Must not touch: the cluster's
-processes (test_cluster_chaos.py kills, pauses and restarts them through the fixture) or the broker's code.
+logs say, the marks of a fault in every topic's log, and the verdict; all of it in a child process
+(WorkloadProcess, `serve`). Must not touch: the cluster's processes (test_cluster_chaos.py kills, pauses
+and restarts them through the fixture) or the broker's code.
 
 What the clients' logs say. The official Python client does not tell the application which broker a
-consumer is on; its C++ core logs it. Each consumer's client gets a logger of its own (ConnectionTrace)
-that writes into the topic's delivery log, in order with the consumer's receives and acks: `connected`
-when the consumer is created on a broker ("Created consumer on broker [local -> broker]"), `released` when
-it loses that broker ("Schedule reconnection": the connection closed, or the broker closed the consumer).
+consumer is on; its C++ core logs it, through the logger of the first client made in the process, for
+every client (ClientLogs). So the workload runs in a process of its own, whose first client is made with
+that logger, and tells the clients apart by the thread that logs: each client has its own I/O thread. Each
+consumer's lines go into its topic's delivery log, in order with its receives and acks: `connected` when
+the consumer is created on a broker ("Created consumer on broker [local -> broker]"), `released` when it
+loses that broker ("Schedule reconnection": the connection closed, or the broker closed the consumer).
 Deliveries then count as churn.py's module doc says: a hold ends when its incarnation is released, so a
 key may go to another consumer once the broker that delivered it no longer serves the topic, as Pulsar's
 new owner does, knowing nothing of what the old one gave out. With `trace_frames` the logger also notes
 the arrival of every MESSAGE frame and the broker that sent it (the client's debug line "Received a
 message from the server"): the one place where a delivery is attributed to a broker.
+
+The seed fixes the plan, not the interleaving: a failing seed shows the same kind of failure again, not
+necessarily the same log.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import sys
 import threading
 import time
 import traceback
+import urllib.request
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -283,7 +290,6 @@ class GoPublisher:
         self.failed: list[str] = []
         self.next_index = 0
         self.report: dict[str, object] = {}
-        self.log_path = log_path
         command = [str(GO_PROGRAM), "-service-url", service_url, "-admin-url", http_url, "-name", go_name(topic)]
         with open(log_path, "w") as log:
             self.process = subprocess.Popen(
@@ -446,7 +452,7 @@ class ChaosWorkload:
         self,
         logs: ClientLogs,
         service_url: str,
-        http_url: str,
+        http_urls: list[str],
         topics: list[str],
         seed: int,
         log_dir: Path,
@@ -454,7 +460,7 @@ class ChaosWorkload:
     ) -> None:
         self.logs = logs
         self.service_url = service_url
-        self.http_url = http_url
+        self.http_urls = http_urls  # every broker's: the admin API of any that runs answers for any topic
         self.log_dir = log_dir
         self.loads = [TopicLoad(plan) for plan in plan_topics(random.Random(seed), topics)]
         self.go_producer_topics = set(go_producer_topics)
@@ -501,7 +507,7 @@ class ChaosWorkload:
         for load in self.loads:
             if load.topic in self.go_producer_topics:
                 out = self.log_dir / f"{load.topic.rsplit('/', 1)[-1]}.go-producer.log"
-                load.publisher = GoPublisher(self.service_url, self.http_url, load.topic, load.on_published, out)
+                load.publisher = GoPublisher(self.service_url, self.http_urls[0], load.topic, load.on_published, out)
             else:
                 with self.logs.opening(None):
                     load.publisher = Publisher(self.service_url, load.topic, False, load.on_published)
@@ -595,6 +601,15 @@ class ChaosWorkload:
         violations: dict[str, list[str]] = {
             "operations": [f"a client's log line no client was opened for: {line}" for line in self.logs.unattributed]
         }
+        for load in self.loads:
+            if isinstance(load.publisher, GoPublisher):
+                report = load.publisher.report
+                self.notes.append(f"{load.topic}: the Go producer says {report}")
+                if report.get("receipted") != len(load.receipts()):
+                    violations["operations"].append(
+                        f"{load.topic}: the Go producer counted {report.get('receipted')} receipts, its lines "
+                        f"{len(load.receipts())}"
+                    )
         if silent is not None:
             broker, mark, what = silent
             assert self.logs.frames is not None, "a broker's silence needs the frames noted (trace_frames)"
@@ -636,18 +651,18 @@ class ChaosWorkload:
             + ", ".join(f"i={i} key={published[i]}" for i in missing[:5])
         ]
         try:
-            detail.append("stats: " + stats_line(subscription_stats(self.http_url, load.topic)))
+            detail.append("stats: " + stats_line(self._stats(load.topic)))
         except ADMIN_ERRORS as error:
             detail.append(f"stats failed: {error!r}")
         keys = list(dict.fromkeys(published[i] for i in missing))
-        detail += [churn.explain_key(self.http_url, load.topic, key) for key in keys[:3]]
+        detail += [churn.explain_key(self._admin_url(), load.topic, key) for key in keys[:3]]
         return "\n      ".join(detail)
 
     def _backlog_left(self, load: TopicLoad) -> str:
         deadline = time.monotonic() + BACKLOG_S
         while True:
             try:
-                stats = subscription_stats(self.http_url, load.topic)
+                stats = self._stats(load.topic)
             except ADMIN_ERRORS as error:
                 return f"stats failed: {error!r}"
             if stats.get("msgBacklog") == 0:
@@ -655,6 +670,19 @@ class ChaosWorkload:
             if time.monotonic() > deadline:
                 return f"every receipted message acked, but after {BACKLOG_S} s: " + stats_line(stats)
             time.sleep(0.1)
+
+    def _admin_url(self) -> str:
+        """The first broker whose admin API answers: the fault may have taken another down."""
+        for url in self.http_urls:
+            try:
+                with urllib.request.urlopen(f"{url}/admin/v2/brokers/health", timeout=2):
+                    return url
+            except OSError:
+                continue
+        return self.http_urls[0]
+
+    def _stats(self, topic: str) -> dict:
+        return subscription_stats(self._admin_url(), topic)
 
     def _check(self, load: TopicLoad, drained: list[str]) -> TopicOutcome:
         assert load.publisher is not None
@@ -746,7 +774,7 @@ def serve(commands: TextIO, answers: TextIO) -> None:
     workload = ChaosWorkload(
         logs,
         start["service_url"],
-        start["http_url"],
+        start["http_urls"],
         start["topics"],
         start["seed"],
         log_dir,
@@ -810,7 +838,7 @@ class WorkloadProcess:
         self,
         log_dir: Path,
         service_url: str,
-        http_url: str,
+        http_urls: list[str],
         topics: list[str],
         seed: int,
         *,
@@ -833,13 +861,17 @@ class WorkloadProcess:
         start = {
             "log_dir": str(log_dir),
             "service_url": service_url,
-            "http_url": http_url,
+            "http_urls": http_urls,
             "topics": topics,
             "seed": seed,
             "go_producer_topics": list(go_producer_topics),
             "trace_frames": trace_frames,
         }
-        self.notes: list[str] = self._call("start", start)["notes"]
+        try:
+            self.notes: list[str] = self._call("start", start)["notes"]
+        except BaseException:
+            self.close()
+            raise
 
     def __enter__(self) -> WorkloadProcess:
         return self
