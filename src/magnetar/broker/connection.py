@@ -84,6 +84,8 @@ class ServerConnection:
         self._rate = context.publish_rate
         # Frames written during this turn of the event loop; they leave together at its end (`_flush`).
         self._output: list[bytes] = []
+        # Which of them are MESSAGE frames (`deliver`), by their index in _output.
+        self._deliveries: list[int] = []
         # The liveness check in progress (a PING waiting for its PONG), shared by everyone who asks.
         self._liveness: asyncio.Future[bool] | None = None
 
@@ -133,11 +135,24 @@ class ServerConnection:
             if len(output) == 1:
                 self._loop.call_soon(self._flush)
 
+    def deliver(self, data: bytes) -> None:
+        """Queue MESSAGE frames, as `write` does, except that they do not leave if the broker may no longer
+        serve when they would: its session's lease lapsed between the dispatch and this turn's end (the
+        process was stopped there, kill -STOP), another broker may own the topic already, and what was
+        dispatched goes back to the subscription when the topic closes (the chaos suite saw one go out)."""
+        if not self.closed:
+            self._deliveries.append(len(self._output))
+            self.write(data)
+
     def _flush(self) -> None:
         output = self._output
         if output:
             self._output = []
-            if not self.writer.is_closing():
+            deliveries, self._deliveries = self._deliveries, []
+            if deliveries and self.serving is not None and not self.serving():
+                dropped = set(deliveries)
+                output = [data for index, data in enumerate(output) if index not in dropped]
+            if output and not self.writer.is_closing():
                 self.writer.write(b"".join(output))
 
     async def run(self) -> None:

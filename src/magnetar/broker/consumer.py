@@ -156,7 +156,7 @@ class ServerConsumer(Generic[S]):
         self.msg_out_counter += sum(entry.message_count for entry in entries)
         self.bytes_out_counter += sum(map(len, datas))
         self.last_consumed_ms = self._now_ms()
-        self.connection.write(
+        self.connection.deliver(
             commands.message_frames(
                 self.client_consumer_id,
                 [entry.position for entry in entries],

@@ -66,6 +66,9 @@ class _Connection:
     def write(self, _data: bytes) -> None:
         self.frames += 1
 
+    def deliver(self, data: bytes) -> None:
+        self.write(data)
+
     def forget_consumer(self, _consumer_id: int) -> None:
         pass
 
