@@ -10,12 +10,14 @@ check_silent_after).
 
 Why the continued broker's silence is enough for "it must not deliver or write anything after the new
 owner took over". Deliveries: every consumer of its topics is still connected to it while it is stopped
-(a client notices a dead connection only after two keep-alive periods of 30 s); the test makes the new
-owner serve (a new consumer subscribes through the other brokers, after the lookup shows the new owner)
-before it continues the stopped one, so any MESSAGE frame it sends after kill -CONT comes after the takeover,
-and the clients' own log lines show every frame with the broker that sent it. Writes: a receipt for a
-write the new owner does not hold would be a receipted message never delivered (no-loss); a write it does
-hold came before its fencing recovery, so before the takeover.
+(the C++ client closes a connection that left a keep-alive ping unanswered only at the next ping, 30 s
+later, which the Python client cannot shorten; the test checks that all of them were still on it); the test
+makes the new owner serve (a new consumer subscribes through the other brokers, once a lookup names the
+new owner) before it continues the stopped one, so any MESSAGE frame that broker sends after kill -CONT
+comes after the takeover, and the clients' own log lines show every frame with the broker that sent it.
+The one-consumer rule alone would not see it: the stopped broker's consumers were released when it lost
+the topics. Writes: a receipt for a write the new owner does not hold would be a receipted message never
+delivered (no-loss); a write it does hold came before its fencing recovery, so before the takeover.
 
 The scenarios share one cluster, each on topics of its own, and undo their fault (restart the killed
 broker, start the killed bookie, continue the stopped one); each first unloads the namespace so that its

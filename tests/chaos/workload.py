@@ -73,9 +73,9 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 GO_PROGRAM = REPOSITORY / "build" / "go" / "bin" / "compat-go"
 
 NAMESPACE = "public/default"
-TOPICS = 6  # over the namespace's 4 bundles: every broker of 3 owns one at least
+TOPICS = 6  # each in a bundle of its own where the namespace has as many (spread_topics): two per broker of 3
 CONSUMERS = (2, 3)  # per topic, drawn from the seed
-PUBLISH_RATE_PER_S = 40  # per topic: 240 msg/s in all, which 2 shared cores carry beside 3 brokers and 7 JVMs
+PUBLISH_RATE_PER_S = 40  # per topic: 240 msg/s in all, which 2 shared cores carry beside 3 brokers and 5 JVMs
 WARM_RECEIVES = 40  # per topic, before a fault: every subscription flows
 START_S = 60  # for the clients' subscribes and the warm-up on a loaded machine
 PROGRESS_S = 30  # after a fault settled, the longest wait for a message sent since to be delivered
