@@ -103,18 +103,16 @@ class ModularLoadManager:
 
     # ------------------------------------------------------------------ the report
 
-    async def write_report(self) -> bool:
+    async def write_report(self) -> None:
         """Measure this broker's load; write its report when it changed enough since the last one
-        written, or that one is too old (`writeBrokerDataOnZooKeeper`). Whether it was written."""
+        written, or that one is too old (`writeBrokerDataOnZooKeeper`)."""
         data = self._registry.data
         owned = list(data.bundles)
         cpu, stats = self._sampler.sample(self._topics.topic_counters(), self._bundle_name_of, owned)
         data.update_stats(cpu, stats)
         now_ms = self._clock.time_ms()
-        if not need_broker_data_update(self._written, data, now_ms, self.settings):
-            return False
-        await self._write(now_ms)
-        return True
+        if need_broker_data_update(self._written, data, now_ms, self.settings):
+            await self._write(now_ms)
 
     def report_bundles(self, owned: list[Bundle]) -> None:
         """The bundles this broker owns changed: written at once, with the last figures measured (a bundle
@@ -194,21 +192,20 @@ class ModularLoadManager:
             except Exception:
                 log.exception("Load shedding failed")
 
-    async def shed(self) -> list[Bundle]:
+    async def shed(self) -> None:
         """`doLoadShedding`: the bundles the shedder chooses, each unloaded by its owner once a broker other
-        than the owner is chosen to take it (it gets it at its next assignment); the ones unloaded."""
+        than the owner is chosen to take it (it gets it at its next assignment)."""
         config = self._config
         if not (config["loadBalancerEnabled"] and config["loadBalancerSheddingEnabled"]):
-            return []
+            return
         brokers = await self._registry.live_brokers()
         if len(brokers) <= 1:
             log.info("Only 1 broker available: no load shedding will be performed")
-            return []
+            return
         settings = self.settings
         self.load.update(brokers)
         now_ms = self._clock.time_ms()
         self.load.forget_unloaded_before(now_ms - settings.shedding_grace_period_ms)
-        unloaded = []
         for broker, names in self._shedder.find_bundles_for_unloading(self.load, settings).items():
             for name in names:
                 destination = select_broker(name, brokers, self.load, settings)
@@ -217,8 +214,6 @@ class ModularLoadManager:
                     continue
                 if await self._unload(broker, brokers[broker], name, destination):
                     self.load.recently_unloaded[name] = now_ms
-                    unloaded.append(Bundle.from_name(name))
-        return unloaded
 
     async def _unload(self, broker: str, owner: LocalBrokerData, name: str, destination: str) -> bool:
         log.info("Unloading bundle %s from %s to %s", name, broker, destination)
