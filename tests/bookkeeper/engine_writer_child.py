@@ -8,9 +8,12 @@ import asyncio
 import sys
 
 from magnetar.bookkeeper import BookKeeper
+from magnetar.metadata.zookeeper import ZKMetadataStore
 from magnetar.storage import ManagedLedgerFactory, StorageConfig
 from magnetar.storage.bookkeeper_engine import BookKeeperEngine
-from zk_metadata_store import ZkMetadataStore
+
+# The store's session: long enough for a loaded machine, short beside the test.
+SESSION_TIMEOUT_MS = 10_000
 
 CONFIG = StorageConfig(
     managedLedgerMaxEntriesPerLedger=300,
@@ -25,7 +28,7 @@ CONFIG = StorageConfig(
 
 async def main(uri: str, hosts: str, topic: str) -> None:
     bookkeeper = await BookKeeper.connect(uri, timeout_s=10)
-    store = await ZkMetadataStore.connect(hosts)
+    store = await ZKMetadataStore.connect(hosts, "", SESSION_TIMEOUT_MS)
     factory = await ManagedLedgerFactory.open("unused", CONFIG, engine=BookKeeperEngine(bookkeeper, store, CONFIG))
     ledger = await factory.open_ledger(topic)
     window = asyncio.Semaphore(50)

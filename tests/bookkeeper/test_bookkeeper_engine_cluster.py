@@ -19,10 +19,13 @@ from test_conformance import shell_entries, shell_metadata
 
 from bookkeeper_fixture import LocalBookKeeperCluster
 from magnetar.bookkeeper import BookKeeper
+from magnetar.metadata.zookeeper import ZKMetadataStore
 from magnetar.positions import Position
 from magnetar.storage import LedgerFencedError, ManagedLedgerFactory, StorageConfig
 from magnetar.storage.bookkeeper_engine import BookKeeperEngine
-from zk_metadata_store import ZkMetadataStore
+
+# The store's session: long enough for a loaded machine, short beside the test.
+SESSION_TIMEOUT_MS = 10_000
 
 CONFIG = StorageConfig(
     managedLedgerMaxEntriesPerLedger=200,
@@ -44,7 +47,7 @@ def zk_hosts(cluster: LocalBookKeeperCluster) -> str:
 async def engine_factory(cluster: LocalBookKeeperCluster, *, close: bool = True) -> AsyncIterator[ManagedLedgerFactory]:
     """A broker's storage on the cluster; `close=False` leaves its ledgers open, as a crashed broker does."""
     bookkeeper = await BookKeeper.connect(cluster.metadata_service_uri, timeout_s=10)
-    store = await ZkMetadataStore.connect(zk_hosts(cluster))
+    store = await ZKMetadataStore.connect(zk_hosts(cluster), "", SESSION_TIMEOUT_MS)
     factory = await ManagedLedgerFactory.open("unused", CONFIG, engine=BookKeeperEngine(bookkeeper, store, CONFIG))
     try:
         yield factory

@@ -17,9 +17,12 @@ import pytest
 
 from bookkeeper_fixture import LocalBookKeeperCluster
 from magnetar.bookkeeper import BookKeeper
+from magnetar.metadata.zookeeper import ZKMetadataStore
 from magnetar.storage import ManagedLedgerFactory, StorageConfig
 from magnetar.storage.bookkeeper_engine import BookKeeperEngine
-from zk_metadata_store import ZkMetadataStore
+
+# The store's session: long enough for a loaded machine, short beside the test.
+SESSION_TIMEOUT_MS = 10_000
 
 UNIT_STORAGE = Path(__file__).resolve().parents[1] / "unit" / "storage"
 # Left out, each for its reason. What they check is the SQLite engine's: its files, its lock, its segment
@@ -79,7 +82,7 @@ def on_bookkeeper(cluster: LocalBookKeeperCluster, monkeypatch: pytest.MonkeyPat
         )
         if engine is None:
             subtree = "/suite-" + hashlib.sha1(os.path.abspath(data_dir).encode()).hexdigest()[:16]
-            store = await ZkMetadataStore.connect(f"127.0.0.1:{cluster.zk_port}", subtree)
+            store = await ZKMetadataStore.connect(f"127.0.0.1:{cluster.zk_port}", subtree, SESSION_TIMEOUT_MS)
             bookkeeper = await BookKeeper.connect(cluster.metadata_service_uri, timeout_s=10)
             engine = BookKeeperEngine(bookkeeper, store, config, name=data_dir, owns_bookkeeper=True, owns_store=True)
         factory: ManagedLedgerFactory = await _open(cls, data_dir, config, engine, clock)
