@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test check lint sim soak bench clean compat compat-java bookkeeper
+.PHONY: setup run cluster test check lint sim soak bench clean compat compat-java bookkeeper
 
 # Two stamps: `make run` installs magnetar and what the broker needs (RUN_STAMP); the tests, the lint, the
 # benchmarks and Spark add their extras (STAMP), so that running a broker does not download Spark.
@@ -40,6 +40,15 @@ DATA ?= data
 run: $(RUN_STAMP)
 	@echo "magnetar: the command is $(BIN)/magnetar (try $(BIN)/magnetar --help in another terminal)"
 	$(BIN)/magnetar standalone --data-dir $(DATA) --port $(PORT) --http-port $(HTTP_PORT)
+
+# A cluster on this machine (docs/cluster.md, "Try it on one machine"): ZooKeeper, $(BOOKIES) BookKeeper bookies
+# and $(BROKERS) brokers, broker i on pulsar://127.0.0.1:$(PORT)+i and http://127.0.0.1:$(HTTP_PORT)+i, its data
+# and logs in a new temporary directory it prints. What the broker needs is make run's (no test extras),
+# plus BookKeeper's and ZooKeeper's jars. Ctrl-C stops the brokers, the bookies, then ZooKeeper.
+BROKERS ?= 3
+BOOKIES ?= 3
+cluster: $(RUN_STAMP) bookkeeper
+	$(BIN)/magnetar local-cluster --brokers $(BROKERS) --bookies $(BOOKIES) --port $(PORT) --http-port $(HTTP_PORT)
 
 # The lint first: a finding fails the run (and CI) before the tests. The simulators' seed sweeps
 # (tests/sim, ~12 CPU-minutes) run on one core beside the rest of the suite, whose broker processes and

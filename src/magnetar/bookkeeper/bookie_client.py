@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import Protocol
+from typing import Protocol, cast
 
 from magnetar.bookkeeper import wire
 from magnetar.bookkeeper.errors import (
@@ -189,11 +189,12 @@ class _BookieConnection(asyncio.Protocol):
     # --- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
         if self._closed:
             transport.close()
             return
-        self._transport = transport
+        # A stream's transport: uvloop's (magnetar broker runs on uvloop) has asyncio.Transport's methods
+        # without subclassing it, so an isinstance check would refuse every connection.
+        self._transport = cast(asyncio.Transport, transport)
         self._decoder = wire.ResponseDecoder()
         self._flush()
 

@@ -1,7 +1,8 @@
 """`magnetar` entry point: one subcommand per verb, each handing its arguments to the module that owns it.
 
 Subcommands: `standalone` (the broker), `broker` and `initialize-cluster-metadata` (a broker of a cluster
-and the cluster's metadata, docs/cluster.md), `admin …` (pulsar-admin over the HTTP admin API, admin.py),
+and the cluster's metadata, docs/cluster.md), `local-cluster` (ZooKeeper, bookies and brokers on this
+machine, local_cluster.py), `admin …` (pulsar-admin over the HTTP admin API, admin.py),
 `produce` and `consume` (pulsar-client over the official client, client.py), `sim` (the deterministic
 simulator) and `perf` (load generator), whose own argparse mains receive their arguments untouched.
 It also turns a broker that cannot start (a port taken, its data directory locked, a TLS file missing)
@@ -150,6 +151,72 @@ def initialize_cluster_metadata(
         error(str(failure))
         raise typer.Exit(2) from None
     print(f"Cluster metadata for '{cluster}' setup correctly")
+
+
+@app.command("local-cluster")
+def local_cluster(
+    brokers: Annotated[int, typer.Option("--brokers", min=1, help="how many magnetar brokers")] = 3,
+    bookies: Annotated[int, typer.Option("--bookies", min=1, help="how many BookKeeper bookies")] = 3,
+    directory: Annotated[
+        str | None,
+        typer.Option("--dir", help="a new or empty directory for the data and logs (default: a new temporary one)"),
+    ] = None,
+    session_timeout_ms: Annotated[
+        int,
+        typer.Option(
+            "--session-timeout-ms",
+            min=1000,
+            help="metadataStoreSessionTimeoutMillis: how long a broker gone keeps its topics",
+        ),
+    ] = 30000,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="broker i's brokerServicePort: this + i; 0: free ports")
+    ] = 6650,
+    http_port: Annotated[
+        int, typer.Option("--http-port", min=0, max=65535, help="broker i's webServicePort: this + i; 0: free ports")
+    ] = 8080,
+) -> None:
+    """Run a cluster on this machine until Ctrl-C: ZooKeeper, BookKeeper bookies and magnetar brokers."""
+    import tempfile
+    from pathlib import Path
+
+    from magnetar.cli.local_bookkeeper import MissingJava
+    from magnetar.cli.local_cluster import LocalCluster, serve_local_cluster
+    from magnetar.cli.processes import PortUnavailableError, ProcessStartError
+
+    _check_port_ranges(port, http_port, brokers)
+    if directory is None:
+        root = Path(tempfile.mkdtemp(prefix="magnetar-cluster-"))
+    else:
+        root = Path(directory)
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise typer.BadParameter(
+                f"{directory} is not an empty directory: each run starts a new cluster in a new or empty one",
+                param_hint="--dir",
+            )
+    cluster = LocalCluster(
+        root.resolve(), brokers, bookies, session_timeout_ms=session_timeout_ms, port=port, http_port=http_port
+    )
+    try:
+        code = serve_local_cluster(cluster)
+    except PortUnavailableError as failure:
+        error(f"{failure}: stop it, or choose other ports with --port and --http-port (0 picks free ones)")
+        raise typer.Exit(1) from None
+    except (MissingJava, ProcessStartError) as failure:
+        error(str(failure))
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
+
+
+def _check_port_ranges(port: int, http_port: int, brokers: int) -> None:
+    """Each range of `brokers` ports fits below 65536, and the two do not overlap."""
+    for option, first in (("--port", port), ("--http-port", http_port)):
+        if first and first + brokers - 1 > 65535:
+            raise typer.BadParameter(f"{first} + {brokers} brokers passes port 65535", param_hint=option)
+    if port and http_port and abs(port - http_port) < brokers:
+        raise typer.BadParameter(
+            f"the brokers' ports {port}.. and their HTTP ports {http_port}.. overlap", param_hint="--http-port"
+        )
 
 
 def _load_config(path: str | None, overrides: list[tuple[str, str]], cluster: bool) -> BrokerConfig:

@@ -387,9 +387,19 @@ class BookKeeperEngine:
         if self._refilling is None or self._refilling.done():
             self._refilling = asyncio.ensure_future(self._refill_ids())
 
-    async def _next_id(self) -> int:
-        if not self._ids:
+    def _drop_ids_up_to(self, ledger_id: int) -> None:
+        """Forget the ids generated ahead that are not above `ledger_id`, a topic's last ledger: a managed
+        ledger's ledgers go in increasing id order, and a topic that moved here has ledgers another broker
+        created with ids it generated after some of ours (as Pulsar's ids come from ZooKeeper when each
+        ledger is created, they increase). The ids dropped are never used: BookKeeper's need not be dense."""
+        while self._ids and self._ids[0] <= ledger_id:
+            self._ids.popleft()
+
+    async def _next_id(self, after: int = -1) -> int:
+        self._drop_ids_up_to(after)
+        while not self._ids:
             await self._refill_ids()
+            self._drop_ids_up_to(after)
         self._refill_soon()
         return self._ids.popleft()
 
@@ -401,7 +411,10 @@ class BookKeeperEngine:
         if topic.prepared is not None:
             ledger_id, topic.prepared = topic.prepared, None
             return ledger_id
+        # Two refills running at once may have queued their ids out of order.
+        self._drop_ids_up_to(max(topic.ledgers, default=-1))
         if not self._ids:
+            self._refill_soon()
             raise StorageBusyError(f"{topic.name}: no BookKeeper ledger id generated ahead yet")
         ledger_id = self._ids.popleft()
         self._refill_soon()
@@ -617,7 +630,7 @@ class BookKeeperEngine:
             topic.version = got.stat.version
             self._read_info(topic, got.value)
             await self._recover_last(topic)
-        ledger_id = await self._next_id()
+        ledger_id = await self._next_id(after=max(topic.ledgers, default=-1))
         ledger = _Ledger(ledger_id, timestamp_ms=self._now_ms())
         ledger.writer = await self._create(topic, ledger_id)
         empty = [info.ledger_id for info in topic.ledgers.values() if info.entries == 0]

@@ -238,3 +238,24 @@ def refused_in_ledger(refused: asyncio.Future[Position]) -> int:
     error = refused.exception()
     assert error is not None
     return int(str(error).split("ledger ")[1].split(":")[0])
+
+
+def test_a_topic_moved_from_a_broker_with_newer_ledger_ids_keeps_its_ledgers_in_id_order() -> None:
+    """The broker the topic moves to generated its ledger ids ahead before the first owner created the
+    topic's ledgers: its load, and its rollovers after, use none of those older ids (a managed ledger's
+    ledgers go in increasing id order), as after a kill -9 of the owner in a cluster of processes."""
+
+    async def scenario(cluster: Cluster) -> None:
+        new_owner = await cluster.factory()
+        old_owner = await cluster.factory()
+        receipted = await append_all(old_owner, 12)
+        ledger = await new_owner.open_ledger(TOPIC)
+        entries = await ledger.read_entries(receipted[0], 100)
+        assert [entry.position for entry in entries] == receipted
+        after = await append_all(new_owner, 12, "after")
+        assert after[0] > receipted[-1]
+        assert [position.ledger_id for position in after] == sorted(position.ledger_id for position in after)
+        await new_owner.close()
+        await old_owner.close()
+
+    run(scenario)
