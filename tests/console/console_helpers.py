@@ -44,22 +44,27 @@ def after_next_refresh(browser, check: Callable[[], Any], what: str) -> Any:
     return until(lambda: refreshes(browser) > seen and check(), what)
 
 
+# The ring's paths and markers are read in one script, between two of the page's redraws: a refresh
+# replaces every element of the ring, and reading its ~100 paths one WebDriver command at a time (two
+# per path, 30 to 40 ms each measured on 2 busy cores) takes longer than the page's 2 s between redraws, so such
+# a read went stale every time and never saw the ring.
+_RING = """return Array.from(document.querySelectorAll('#ring path.range'),
+                  (p) => [p.dataset.consumer, Number(p.dataset.start), Number(p.dataset.end)]);"""
+_DRAINING = """return Array.from(document.querySelectorAll('#ring g.draining'),
+                  (g) => [Number(g.dataset.hash), g.dataset.waitsFor, g.dataset.owner]);"""
+
+
 def ring(browser) -> dict[str, list[tuple[int, int]]]:
     """Each consumer's hash ranges as the ring draws them."""
     drawn: dict[str, list[tuple[int, int]]] = {}
-    for path in browser.find_elements(By.CSS_SELECTOR, "#ring path.range"):
-        drawn.setdefault(path.get_attribute("data-consumer"), []).append(
-            (int(path.get_attribute("data-start")), int(path.get_attribute("data-end")))
-        )
+    for consumer, start, end in browser.execute_script(_RING):
+        drawn.setdefault(consumer, []).append((start, end))
     return {name: sorted(spans) for name, spans in drawn.items()}
 
 
 def draining_markers(browser) -> set[tuple[int, str, str]]:
     """(hash, the consumer it waits for, its owner now) of each draining marker on the ring."""
-    return {
-        (int(g.get_attribute("data-hash")), g.get_attribute("data-waits-for"), g.get_attribute("data-owner"))
-        for g in browser.find_elements(By.CSS_SELECTOR, "#ring g.draining")
-    }
+    return {(hash_, waits_for, owner) for hash_, waits_for, owner in browser.execute_script(_DRAINING)}
 
 
 def confirm(browser, accept: bool = True) -> None:

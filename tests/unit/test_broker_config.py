@@ -100,3 +100,21 @@ def test_advertised_listeners_carry_their_tls_and_web_urls() -> None:
 def test_advertised_listeners_are_checked_as_pulsar_checks_them(settings: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(overrides={"advertisedListeners": LISTENERS} | settings)
+
+
+@pytest.mark.parametrize(
+    ("key", "other"),
+    [
+        ("loadBalancerLoadSheddingStrategy", "org.apache.pulsar.broker.loadbalance.impl.OverloadShedder"),
+        ("loadBalancerLoadPlacementStrategy", "org.apache.pulsar.broker.loadbalance.impl.LeastResourceUsageWithWeight"),
+        ("defaultNamespaceBundleSplitAlgorithm", "topic_count_equally_divide"),
+    ],
+)
+def test_the_load_manager_takes_the_strategies_it_has_only(key: str, other: str) -> None:
+    assert load_config()[key] in {
+        "org.apache.pulsar.broker.loadbalance.impl.ThresholdShedder",
+        "org.apache.pulsar.broker.loadbalance.impl.LeastLongTermMessageRate",
+        "range_equally_divide",
+    }
+    with pytest.raises(ConfigError, match=f"{key}: only"):
+        load_config(overrides={key: other})

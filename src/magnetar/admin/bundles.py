@@ -1,10 +1,11 @@
-"""Admin routes of a cluster's bundles: Pulsar's `/admin/v2/namespaces/{tenant}/{namespace}/bundles` and
-the unloads, and the redirect of a topic's admin request to the broker that owns it.
+"""Admin routes of a cluster's bundles: Pulsar's `/admin/v2/namespaces/{tenant}/{namespace}/bundles`, the
+unloads and the split, and the redirect of a topic's admin request to the broker that owns it.
 
 Owns: the bundle boundaries answered (a broker alone: one bundle, the whole range, as before), unloading
 a bundle (here when this broker owns it, else a 307 to its owner, as PulsarWebResource redirects) and a
-namespace (each bundle where it is owned), and `topic_owner_redirect`: the 307 a topic's admin request
-gets when another broker owns the topic, with the lookup run first when nobody does.
+namespace (each bundle where it is owned), splitting a bundle (at its owner, which is found, or assigned,
+as a lookup would), and `topic_owner_redirect`: the 307 a topic's admin request gets when another broker
+owns the topic, with the lookup run first when nobody does.
 Must not touch: what ownership means (broker/cluster/).
 """
 
@@ -15,7 +16,7 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 from pydantic import BaseModel
 
@@ -23,6 +24,7 @@ from magnetar.admin.clusters import check_namespace
 from magnetar.admin.errors import error_responses, precondition_failed
 from magnetar.broker.cluster.bundles import Bundle
 from magnetar.broker.cluster.ownership import BundleNotOwnedError
+from magnetar.broker.config import RANGE_EQUALLY_DIVIDE
 from magnetar.broker.topic_name import InvalidTopicName, TopicName
 
 if TYPE_CHECKING:
@@ -36,6 +38,8 @@ router = APIRouter(prefix="/admin/v2/namespaces", tags=["namespaces"])
 _NO_CONTENT: dict[int | str, dict[str, Any]] = {204: {"description": "Done"}}
 # Seconds an unload forwarded to a bundle's owner may take.
 _FORWARD_TIMEOUT_S = 30
+# The split algorithms magnetar has (Pulsar's supportedNamespaceBundleSplitAlgorithms).
+_SPLIT_ALGORITHMS = [RANGE_EQUALLY_DIVIDE]
 # Topic admin paths that are not about one topic's data: served by any broker, as Pulsar serves them.
 _ANY_BROKER_SUFFIXES = ("/partitions", "/partitioned-stats", "/partitioned-internalStats")
 
@@ -119,12 +123,7 @@ async def unload_namespace_bundle(request: Request, tenant: str, namespace: str,
     cluster = context.cluster
     if cluster is None:
         return await unload_namespace(request, tenant, namespace)
-    try:
-        target = Bundle.parse(name, bundle)
-    except ValueError as error:
-        raise precondition_failed(f"Invalid bundle range {bundle}") from error
-    if target not in (await cluster.bundles.bundles(name)).bundles:
-        raise precondition_failed(f"Bundle {bundle} is not a bundle of {name}")
+    target = await _bundle_of(cluster, name, bundle)
     if cluster.ownership.owns(target):
         await cluster.unload_bundle(target)
         return Response(status_code=204)
@@ -133,6 +132,60 @@ async def unload_namespace_bundle(request: Request, tenant: str, namespace: str,
         # Nobody serves it: already unloaded, as Pulsar answers.
         return Response(status_code=204)
     return _redirect(request, owner.http_url)
+
+
+async def _bundle_of(cluster: ClusterService, namespace: str, bundle_range: str) -> Bundle:
+    """The bundle `bundle_range` names; 412 when it is none of the namespace's bundles."""
+    try:
+        target = Bundle.parse(namespace, bundle_range)
+    except ValueError as error:
+        raise precondition_failed(f"Invalid bundle range {bundle_range}") from error
+    if target not in (await cluster.bundles.bundles(namespace)).bundles:
+        raise precondition_failed(f"Bundle {bundle_range} is not a bundle of {namespace}")
+    return target
+
+
+@router.put(
+    "/{tenant}/{namespace}/{bundle}/split",
+    status_code=204,
+    responses=_NO_CONTENT | error_responses(404, 412, 503) | {307: {"description": "Owned by another broker"}},
+    response_model=None,
+)
+async def split_namespace_bundle(
+    request: Request,
+    tenant: str,
+    namespace: str,
+    bundle: str,
+    authoritative: bool = False,
+    unload: bool = False,
+    split_algorithm_name: str = Query("", alias="splitAlgorithmName"),
+) -> Response:
+    """Split a bundle in two halves of its hash range (range_equally_divide) at its owner, which keeps
+    both, or unloads them with `unload`; a 307 to the owner when it is another broker (assigned one as
+    a lookup would when nobody owns it)."""
+    context = _context(request)
+    name = check_namespace(context, tenant, namespace)
+    if split_algorithm_name and split_algorithm_name not in _SPLIT_ALGORITHMS:
+        raise precondition_failed(
+            f"Unsupported namespace bundle split algorithm, supported algorithms are {_SPLIT_ALGORITHMS}"
+        )
+    cluster = context.cluster
+    if cluster is None:
+        raise precondition_failed("Bundles are split by brokers of a cluster (metadataStoreUrl)")
+    target = await _bundle_of(cluster, name, bundle)
+    try:
+        owner = await cluster.lookup_bundle(target, authoritative)
+        if owner.http_url != context.config.advertised_web_url:
+            target_url = urlsplit(owner.http_url)
+            url = request.url.replace(scheme=target_url.scheme, netloc=target_url.netloc)
+            flag = "true" if owner.authoritative and owner.redirect else "false"
+            return RedirectResponse(str(url.include_query_params(authoritative=flag)), status_code=307)
+        await cluster.split_bundle(target, unload)
+    except BundleNotOwnedError as error:
+        return JSONResponse({"reason": str(error)}, status_code=503)
+    except ValueError as error:
+        raise precondition_failed(str(error)) from error
+    return Response(status_code=204)
 
 
 async def topic_owner_redirect(request: Request, context: BrokerContext) -> Response | None:

@@ -23,6 +23,9 @@ from magnetar.core.settings import PULSAR_KEYS, DispatcherSettings
 from magnetar.storage import StorageConfig
 
 MODULAR_LOAD_MANAGER = "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl"
+THRESHOLD_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.ThresholdShedder"
+LEAST_LONG_TERM_MESSAGE_RATE = "org.apache.pulsar.broker.loadbalance.impl.LeastLongTermMessageRate"
+RANGE_EQUALLY_DIVIDE = "range_equally_divide"
 
 __all__ = ["AdvertisedListener", "BrokerConfig", "ConfigError", "BROKER_KEYS", "UnknownListener", "load_config"]
 
@@ -152,15 +155,139 @@ BROKER_KEYS: tuple[Setting, ...] = (
     Setting("configurationStoreServers", "", "Deprecated: configurationMetadataStoreUrl=zk:<this>."),
     Setting("metadataStoreSessionTimeoutMillis", 30000, "The metadata store's session timeout."),
     Setting("defaultNumberOfNamespaceBundles", 4, "Bundles a namespace's hash range is cut into on first use."),
+    # The load manager (docs/cluster.md, Load): Pulsar 4.0's ModularLoadManagerImpl settings, defaults
+    # from its ServiceConfiguration.
     Setting(
         "loadBalancerEnabled",
         True,
-        "Pulsar: shed load off overloaded brokers. magnetar sheds none: bundles nobody owns always go to the least loaded broker.",
+        "Write load reports periodically, shed load off overloaded brokers and split hot bundles (leader).",
     ),
     Setting(
         "loadManagerClassName",
         MODULAR_LOAD_MANAGER,
-        "The load manager: Pulsar's ModularLoadManagerImpl (its LeastLongTermMessageRate choice) only.",
+        "The load manager: Pulsar's ModularLoadManagerImpl only.",
+    ),
+    Setting(
+        "loadBalancerLoadSheddingStrategy",
+        THRESHOLD_SHEDDER,
+        "How the leader chooses bundles to shed: Pulsar's ThresholdShedder only.",
+        True,
+    ),
+    Setting(
+        "loadBalancerLoadPlacementStrategy",
+        LEAST_LONG_TERM_MESSAGE_RATE,
+        "Which broker gets a bundle nobody owns: Pulsar's LeastLongTermMessageRate only.",
+    ),
+    Setting(
+        "loadBalancerReportUpdateThresholdPercentage",
+        10,
+        "Write the load report when a figure changed by more than this percentage since the last one written.",
+        True,
+    ),
+    Setting(
+        "loadBalancerReportUpdateMinIntervalMillis",
+        5000,
+        "How often a broker measures its load and decides whether to write its report.",
+        True,
+    ),
+    Setting(
+        "loadBalancerReportUpdateMaxIntervalMinutes",
+        15,
+        "Write the load report at least this often, whatever changed.",
+        True,
+    ),
+    Setting("loadBalancerSheddingEnabled", True, "The leader sheds bundles off overloaded brokers.", True),
+    Setting("loadBalancerSheddingIntervalMinutes", 1, "How often the leader looks for load to shed.", True),
+    Setting(
+        "loadBalancerSheddingGracePeriodMinutes",
+        30,
+        "A bundle shed is not shed again within this time.",
+        True,
+    ),
+    Setting(
+        "loadBalancerBrokerThresholdShedderPercentage",
+        10,
+        "Shed from a broker whose usage is this many points above the brokers' average usage.",
+        True,
+    ),
+    Setting(
+        "loadBalancerHistoryResourcePercentage",
+        0.9,
+        "Weight of a broker's past usage in its running average (the new report's weighs the rest).",
+        True,
+    ),
+    Setting(
+        "loadBalancerBundleUnloadMinThroughputThreshold",
+        10.0,
+        "Shed nothing from a broker that would offload less than this many MB/s of throughput.",
+        True,
+    ),
+    Setting(
+        "loadBalancerCPUResourceWeight",
+        1.0,
+        "Weight of the CPU usage in a broker's usage (magnetar measures no other resource).",
+        True,
+    ),
+    Setting(
+        "loadBalancerBrokerOverloadedThresholdPercentage",
+        85,
+        "A broker whose usage is above this percentage gets no bundle while another one can take it.",
+        True,
+    ),
+    Setting(
+        "loadBalancerBrokerMaxTopics",
+        50000,
+        "A broker with more topics than this gets no bundle while another one can take it.",
+        True,
+    ),
+    Setting(
+        "loadBalancerDistributeBundlesEvenlyEnabled",
+        True,
+        "A bundle goes to the brokers with the fewest bundles of its namespace first.",
+        True,
+    ),
+    Setting("loadBalancerAutoBundleSplitEnabled", True, "The leader splits the bundles found hot.", True),
+    Setting(
+        "loadBalancerAutoUnloadSplitBundlesEnabled",
+        True,
+        "Unload both halves of a bundle split by the leader, so they can be placed elsewhere.",
+        True,
+    ),
+    Setting(
+        "loadBalancerNamespaceBundleMaxTopics",
+        1000,
+        "A bundle with more topics than this is split.",
+        True,
+    ),
+    Setting(
+        "loadBalancerNamespaceBundleMaxSessions",
+        1000,
+        "A bundle with more producers and consumers than this is split (-1: no limit).",
+        True,
+    ),
+    Setting(
+        "loadBalancerNamespaceBundleMaxMsgRate",
+        30000,
+        "A bundle with a message rate in and out above this (msg/s, long-term) is split.",
+        True,
+    ),
+    Setting(
+        "loadBalancerNamespaceBundleMaxBandwidthMbytes",
+        100,
+        "A bundle with a throughput in and out above this (MB/s, long-term) is split.",
+        True,
+    ),
+    Setting(
+        "loadBalancerNamespaceMaximumBundles",
+        128,
+        "No bundle of a namespace with this many bundles is split.",
+        True,
+    ),
+    Setting(
+        "defaultNamespaceBundleSplitAlgorithm",
+        RANGE_EQUALLY_DIVIDE,
+        "How a bundle is split: range_equally_divide (two halves of its hash range) only.",
+        True,
     ),
     Setting("maxMessageSize", 5 * 1024 * 1024, "Largest message; frames may exceed it by 10 KiB of padding."),
     Setting("allowAutoTopicCreation", True, "Create a topic on first use by a producer or consumer.", True),
@@ -550,6 +677,15 @@ def _apply_deprecated_store_keys(values: dict[str, Any]) -> tuple[str, ...]:
     return tuple(warnings)
 
 
+# The settings that name a class (or an algorithm) of Pulsar's: the one magnetar has.
+_ONLY_OFFERED = {
+    "loadManagerClassName": MODULAR_LOAD_MANAGER,
+    "loadBalancerLoadSheddingStrategy": THRESHOLD_SHEDDER,
+    "loadBalancerLoadPlacementStrategy": LEAST_LONG_TERM_MESSAGE_RATE,
+    "defaultNamespaceBundleSplitAlgorithm": RANGE_EQUALLY_DIVIDE,
+}
+
+
 def _check(config: BrokerConfig) -> None:
     """What the parts built from the settings refuse, refused now with ConfigError: listeners, dispatcher
     and storage settings, the schema compatibility strategy."""
@@ -560,8 +696,9 @@ def _check(config: BrokerConfig) -> None:
         config.storage_config()
     except (TypeError, ValueError) as error:
         raise ConfigError(str(error)) from error
-    if values["loadManagerClassName"] != MODULAR_LOAD_MANAGER:
-        raise ConfigError(f"loadManagerClassName: only {MODULAR_LOAD_MANAGER} is offered")
+    for key, offered in _ONLY_OFFERED.items():
+        if values[key] != offered:
+            raise ConfigError(f"{key}: only {offered} is offered")
     if values["defaultNumberOfNamespaceBundles"] < 1:
         raise ConfigError("defaultNumberOfNamespaceBundles: a namespace needs at least one bundle")
     if values["schemaCompatibilityStrategy"] not in STRATEGIES[1:]:

@@ -32,6 +32,7 @@ __all__ = [
     "ConsumerFigures",
     "CursorFigures",
     "SubscriptionFigures",
+    "TopicCounters",
     "backlog_entries",
     "backlog_size",
     "cursor_figures",
@@ -41,9 +42,36 @@ __all__ = [
     "redelivered",
     "storage_size",
     "subscription_figures",
+    "topic_counters",
     "topic_internal_stats",
     "write_latency",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCounters:
+    """A loaded topic's counters since it was loaded (the consumers' out counters, those of consumers
+    that left included) and its producers and consumers now: the load report's rates come out of them."""
+
+    msg_in: int
+    bytes_in: int
+    msg_out: int
+    bytes_out: int
+    producers: int
+    consumers: int
+
+
+def topic_counters(topic: PersistentTopic) -> TopicCounters:
+    subscriptions = list(topic.subscriptions.values())
+    consumers = [consumer for subscription in subscriptions for consumer in subscription.consumers.values()]
+    return TopicCounters(
+        topic.msg_in_counter,
+        topic.bytes_in_counter,
+        sum(s.msg_out_from_removed_consumers for s in subscriptions) + sum(c.msg_out_counter for c in consumers),
+        sum(s.bytes_out_from_removed_consumers for s in subscriptions) + sum(c.bytes_out_counter for c in consumers),
+        len(topic.producers),
+        len(consumers),
+    )
 
 
 @dataclass(frozen=True, slots=True)

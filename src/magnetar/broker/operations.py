@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from magnetar.broker.figures import TopicCounters, topic_counters
 from magnetar.broker.policies import PolicyStore, topic_policies_path
 from magnetar.broker.registry import TOPIC_DOMAINS, TopicRegistry
 from magnetar.broker.schemas import SchemaRegistry
@@ -197,6 +198,10 @@ class AdminOperations:
 
     def loaded_topics(self) -> list[TopicName]:
         return [topic.name for topic in self._registry.topics.values()]
+
+    def topic_counters(self) -> dict[TopicName, TopicCounters]:
+        """Each loaded topic's counters, for the load report."""
+        return {topic.name: topic_counters(topic) for topic in self._registry.topics.values()}
 
     async def unload_topic(self, name: TopicName) -> None:
         """Close a loaded topic: its clients reconnect and load it again from storage, as after a

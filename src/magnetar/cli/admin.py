@@ -286,6 +286,27 @@ def namespaces_policies(ctx: typer.Context, namespace: Namespace) -> None:
     s.out.show(s.client.get(f"/admin/v2/namespaces/{namespace_path(namespace)}"), namespace)
 
 
+@namespaces.command("split-bundle")
+def namespaces_split_bundle(
+    ctx: typer.Context,
+    namespace: Namespace,
+    bundle: Annotated[str, typer.Option("--bundle", "-b", help="the bundle's range, 0x00000000_0x40000000")],
+    unload: Annotated[
+        bool, typer.Option("--unload", "-u", help="unload the two halves, so that they can be placed elsewhere")
+    ] = False,
+    split_algorithm_name: Annotated[
+        str | None, typer.Option("--split-algorithm-name", "-san", help="range_equally_divide (the one offered)")
+    ] = None,
+) -> None:
+    """Split a bundle in two halves of its hash range, at the broker that owns it."""
+    s = _session(ctx)
+    params: dict[str, object] = {"unload": unload}
+    if split_algorithm_name:
+        params["splitAlgorithmName"] = split_algorithm_name
+    s.client.put(f"/admin/v2/namespaces/{namespace_path(namespace)}/{segment(bundle)}/split", None, params)
+    s.out.done(f"split bundle {namespace}/{bundle}")
+
+
 def _policy(namespace: str, name: str) -> str:
     return f"/admin/v2/namespaces/{namespace_path(namespace)}/{name}"
 

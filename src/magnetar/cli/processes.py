@@ -3,8 +3,8 @@ the bookies, magnetar's brokers and the one-shot programs that set a cluster up.
 
 Owns: starting a child with its output in a log file of its own and in a session of its own (Ctrl-C in a
 terminal reaches only the parent, which stops the children in order), tied to the parent's life (the
-kernel sends it SIGTERM when the thread that started it ends: `setpriv --pdeathsig`, util-linux, so a
-killed parent leaves nothing behind); stopping by PID (SIGTERM, then SIGKILL after a timeout), kill -9,
+kernel sends it SIGTERM, or SIGKILL, when the thread that started it ends: `setpriv --pdeathsig`,
+util-linux, so a killed parent leaves nothing behind); stopping by PID (SIGTERM, then SIGKILL after a timeout), kill -9,
 SIGSTOP and SIGCONT; waiting until a child is ready, with the tail of its log when it exits first; free
 ports and ports in use. Must not touch: what the children are (local_bookkeeper.py and local_cluster.py
 say that).
@@ -48,17 +48,19 @@ class PortUnavailableError(RuntimeError):
 
 
 class ChildProcess:
-    """One program run as a child, its stdout and stderr appended to `log_path` (each start adds to it)."""
+    """One program run as a child, its stdout and stderr appended to `log_path` (each start adds to it).
+    `death_signal` is what the kernel sends it when the parent goes (setpriv's name: TERM, KILL)."""
 
-    def __init__(self, name: str, log_path: Path, command: Sequence[str] = ()) -> None:
+    def __init__(self, name: str, log_path: Path, command: Sequence[str] = (), death_signal: str = "TERM") -> None:
         self.name = name
         self.log_path = log_path
         self.command = list(command)
+        self.death_signal = death_signal
         self.process: subprocess.Popen[bytes] | None = None
         self.paused = False
 
     def start(self) -> None:
-        command = ["setpriv", "--pdeathsig", "TERM", "--", *self.command]
+        command = ["setpriv", "--pdeathsig", self.death_signal, "--", *self.command]
         # The child writes to its own copy of the descriptor: ours is closed once it is started.
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -387,20 +387,19 @@ class BookKeeperEngine:
         if self._refilling is None or self._refilling.done():
             self._refilling = asyncio.ensure_future(self._refill_ids())
 
-    def _drop_ids_to(self, highest: int) -> None:
-        """Drop the ids generated ahead that are not above `highest`, a topic's newest ledger: ids come in
-        increasing order, and a ledger must be above every earlier one of its topic (the ledger list is in id
-        order, as Pulsar's). A topic that moved in from a broker started later has ledgers above the ids this
-        one generated when it started."""
-        while self._ids and self._ids[0] <= highest:
+    def _drop_ids_up_to(self, ledger_id: int) -> None:
+        """Forget the ids generated ahead that are not above `ledger_id`, a topic's last ledger: a managed
+        ledger's ledgers go in increasing id order, and a topic that moved here has ledgers another broker
+        created with ids it generated after some of ours (as Pulsar's ids come from ZooKeeper when each
+        ledger is created, they increase). The ids dropped are never used: BookKeeper's need not be dense."""
+        while self._ids and self._ids[0] <= ledger_id:
             self._ids.popleft()
 
-    async def _next_id(self, highest: int) -> int:
-        """An id above `highest` (see `_drop_ids_to`)."""
-        self._drop_ids_to(highest)
-        if not self._ids:
+    async def _next_id(self, after: int = -1) -> int:
+        self._drop_ids_up_to(after)
+        while not self._ids:
             await self._refill_ids()
-            self._drop_ids_to(highest)  # generated after the topic's ledgers were: above them
+            self._drop_ids_up_to(after)
         self._refill_soon()
         return self._ids.popleft()
 
@@ -412,7 +411,8 @@ class BookKeeperEngine:
         if topic.prepared is not None:
             ledger_id, topic.prepared = topic.prepared, None
             return ledger_id
-        self._drop_ids_to(max(topic.ledgers, default=-1))
+        # Two refills running at once may have queued their ids out of order.
+        self._drop_ids_up_to(max(topic.ledgers, default=-1))
         if not self._ids:
             self._refill_soon()
             raise StorageBusyError(f"{topic.name}: no BookKeeper ledger id generated ahead yet")
@@ -630,7 +630,7 @@ class BookKeeperEngine:
             topic.version = got.stat.version
             self._read_info(topic, got.value)
             await self._recover_last(topic)
-        ledger_id = await self._next_id(max(topic.ledgers, default=-1))
+        ledger_id = await self._next_id(after=max(topic.ledgers, default=-1))
         ledger = _Ledger(ledger_id, timestamp_ms=self._now_ms())
         ledger.writer = await self._create(topic, ledger_id)
         empty = [info.ledger_id for info in topic.ledgers.values() if info.entries == 0]
@@ -838,7 +838,7 @@ class BookKeeperEngine:
         return self._write(self._replace_compacted(topic, Position(*horizon), list(entries), now_ms))
 
     async def _replace_compacted(self, topic: _Topic, horizon: Position, entries: list[Entry], now_ms: int) -> None:
-        handle = await self._create(topic, await self._next_id(-1))  # in no ledger list: any id will do
+        handle = await self._create(topic, await self._next_id())
         for entry in entries:
             await handle.append(_encode_compacted(entry))
         await handle.close()

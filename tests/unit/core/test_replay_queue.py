@@ -78,9 +78,23 @@ def test_clear() -> None:
     q.check_invariants()
 
 
-def test_check_invariants_catches_counts_out_of_step() -> None:
+def test_check_invariants_catches_per_hash_positions_out_of_step() -> None:
     q = ReplayQueue()
     q.add(Position(1, 1), 1)
-    q._hash_counts[1] = 2
+    q._by_hash[1].append(Position(1, 2))
     with pytest.raises(AssertionError):
         q.check_invariants()
+
+
+def test_each_hash_keeps_its_positions_in_order_through_adds_and_removals() -> None:
+    q = ReplayQueue()
+    for entry, key_hash in [(5, 1), (2, 1), (9, 2), (7, 1), (3, 2), (1, 3)]:
+        q.add(Position(1, entry), key_hash)
+    assert list(q.positions_of(1)) == [Position(1, 2), Position(1, 5), Position(1, 7)]
+    q.remove(Position(1, 5))
+    assert q.remove_up_to(Position(1, 3)) == 3
+    assert list(q.positions_of(1)) == [Position(1, 7)]
+    assert list(q.positions_of(2)) == [Position(1, 9)]
+    assert list(q.positions_of(3)) == []
+    assert sorted(dict(q.by_hash())) == [1, 2]
+    q.check_invariants()

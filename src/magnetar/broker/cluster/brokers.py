@@ -1,8 +1,10 @@
 """The broker registry: the live brokers of the cluster, each under its ephemeral
 `/loadbalance/brokers/{advertisedAddress}:{webServicePort}` holding Pulsar's LocalBrokerData JSON.
 
-Owns: this broker's LocalBrokerData (its URLs, listeners and load figures) and writing it, and reading
-every live broker's. Must not touch: which broker gets a bundle (load_manager.py) or ownership.
+Owns: this broker's LocalBrokerData (its URLs, listeners and load figures: the CPU usage, the message
+rates and each bundle's NamespaceBundleStats under `lastStats`) and writing it, and reading every live
+broker's. Must not touch: which broker gets a bundle (load_manager.py), measuring (load_report.py) or
+ownership.
 """
 
 from __future__ import annotations
@@ -13,14 +15,74 @@ from typing import Any
 
 from magnetar.metadata.store import BadVersionError, MetadataStore, NotFoundError
 
-__all__ = ["BROKERS_ROOT", "BrokerRegistry", "LocalBrokerData"]
+__all__ = ["BROKERS_ROOT", "BrokerRegistry", "LocalBrokerData", "NamespaceBundleStats", "ResourceUsage"]
 
 BROKERS_ROOT = "/loadbalance/brokers"
 
 
+@dataclass(frozen=True, slots=True)
+class ResourceUsage:
+    """Pulsar's ResourceUsage: a usage against its limit (both 0: not measured)."""
+
+    usage: float = 0.0
+    limit: float = 0.0
+
+    def percent_usage(self) -> float:
+        """Pulsar's `percentUsage`: 0 without a limit."""
+        return 100 * self.usage / self.limit if self.limit > 0 else 0.0
+
+    def to_json(self) -> dict[str, float]:
+        return {"usage": self.usage, "limit": self.limit}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> ResourceUsage:
+        data = data or {}
+        return cls(float(data.get("usage", 0.0)), float(data.get("limit", 0.0)))
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceBundleStats:
+    """Pulsar's NamespaceBundleStats: one bundle's rates (per second, bytes for throughput) and counts, as
+    its owner measured them last."""
+
+    msg_rate_in: float = 0.0
+    msg_throughput_in: float = 0.0
+    msg_rate_out: float = 0.0
+    msg_throughput_out: float = 0.0
+    consumer_count: int = 0
+    producer_count: int = 0
+    topics: int = 0
+
+    def to_json(self) -> dict[str, float | int]:
+        return {
+            "msgRateIn": self.msg_rate_in,
+            "msgThroughputIn": self.msg_throughput_in,
+            "msgRateOut": self.msg_rate_out,
+            "msgThroughputOut": self.msg_throughput_out,
+            "consumerCount": self.consumer_count,
+            "producerCount": self.producer_count,
+            "topics": self.topics,
+            "cacheSize": 0,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NamespaceBundleStats:
+        return cls(
+            float(data.get("msgRateIn", 0.0)),
+            float(data.get("msgThroughputIn", 0.0)),
+            float(data.get("msgRateOut", 0.0)),
+            float(data.get("msgThroughputOut", 0.0)),
+            int(data.get("consumerCount", 0)),
+            int(data.get("producerCount", 0)),
+            int(data.get("topics", 0)),
+        )
+
+
 @dataclass(slots=True)
 class LocalBrokerData:
-    """Pulsar's LocalBrokerData, the figures magnetar has: usage as Pulsar's ResourceUsage (usage, limit)."""
+    """Pulsar's LocalBrokerData, the figures magnetar has: `cpu` (the CPU of the one core magnetar's event
+    loop runs on, limit 100), the message rates and counts summed over `last_stats`, the bundles owned.
+    Memory, direct memory and bandwidth are not measured: written as 0 of limit 0."""
 
     web_service_url: str
     web_service_url_tls: str | None
@@ -38,9 +100,23 @@ class LocalBrokerData:
     bundles: list[str] = field(default_factory=list)
     last_update: int = 0
     start_timestamp: int = 0
+    cpu: ResourceUsage = ResourceUsage()
+    last_stats: dict[str, NamespaceBundleStats] = field(default_factory=dict)
+
+    def update_stats(self, cpu: ResourceUsage, stats: dict[str, NamespaceBundleStats]) -> None:
+        """Pulsar's `update(systemResourceUsage, bundleStats)`: the new figures, and the sums over them."""
+        self.cpu = cpu
+        self.last_stats = stats
+        self.msg_rate_in = sum(s.msg_rate_in for s in stats.values())
+        self.msg_rate_out = sum(s.msg_rate_out for s in stats.values())
+        self.msg_throughput_in = sum(s.msg_throughput_in for s in stats.values())
+        self.msg_throughput_out = sum(s.msg_throughput_out for s in stats.values())
+        self.num_topics = sum(s.topics for s in stats.values())
+        self.num_consumers = sum(s.consumer_count for s in stats.values())
+        self.num_producers = sum(s.producer_count for s in stats.values())
 
     def to_json(self) -> bytes:
-        unused = {"usage": 0.0, "limit": 0.0}
+        unused = ResourceUsage().to_json()
         data: dict[str, Any] = {
             "webServiceUrl": self.web_service_url,
             "webServiceUrlTls": self.web_service_url_tls,
@@ -48,7 +124,7 @@ class LocalBrokerData:
             "pulsarServiceUrlTls": self.pulsar_service_url_tls,
             "persistentTopicsEnabled": True,
             "nonPersistentTopicsEnabled": True,
-            "cpu": unused,
+            "cpu": self.cpu.to_json(),
             "memory": unused,
             "directMemory": unused,
             "bandwidthIn": unused,
@@ -58,6 +134,7 @@ class LocalBrokerData:
             "msgRateIn": self.msg_rate_in,
             "msgRateOut": self.msg_rate_out,
             "lastUpdate": self.last_update,
+            "lastStats": {bundle: stats.to_json() for bundle, stats in self.last_stats.items()},
             "numTopics": self.num_topics,
             "numBundles": self.num_bundles,
             "numConsumers": self.num_consumers,
@@ -99,6 +176,8 @@ class LocalBrokerData:
             list(data.get("bundles") or []),
             int(data.get("lastUpdate", 0)),
             int(data.get("startTimestamp", 0)),
+            ResourceUsage.from_json(data.get("cpu")),
+            {bundle: NamespaceBundleStats.from_json(stats) for bundle, stats in (data.get("lastStats") or {}).items()},
         )
 
 

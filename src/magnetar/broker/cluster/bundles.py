@@ -5,7 +5,9 @@ their names (`0x00000000_0x40000000`), a topic's hash (Pulsar's broker builds it
 with Guava's `Hashing.crc32()` and hashes the full topic name's UTF-8 bytes, `padToLong`: zlib's CRC-32),
 and the boundaries kept in `/admin/local-policies/{tenant}/{namespace}` as Pulsar's LocalPolicies JSON.
 A namespace first used takes the bundles of its policies in the configuration store when they name
-some (`initialize-cluster-metadata` writes them), as Pulsar's NamespaceBundleFactory does.
+some (`initialize-cluster-metadata` writes them), as Pulsar's NamespaceBundleFactory does. A split
+(Pulsar's `range_equally_divide`) replaces the boundaries by compare-and-set; every broker reads them
+again when the store notifies it of the change (`refresh`).
 Must not touch: ownership (ownership.py) or topics.
 """
 
@@ -19,7 +21,16 @@ from dataclasses import dataclass
 from magnetar.broker.topic_name import TopicName
 from magnetar.metadata.store import BadVersionError, MetadataStore
 
-__all__ = ["Bundle", "BundleDirectory", "NamespaceBundles", "default_boundaries", "local_policies_path", "topic_hash"]
+__all__ = [
+    "Bundle",
+    "BundleDirectory",
+    "NamespaceBundles",
+    "default_boundaries",
+    "local_policies_path",
+    "namespace_of_local_policies",
+    "range_equally_divide",
+    "topic_hash",
+]
 
 FULL_UPPER_BOUND = 0xFFFFFFFF
 
@@ -38,8 +49,19 @@ def default_boundaries(count: int) -> list[int]:
     return [i * step for i in range(count)] + [FULL_UPPER_BOUND]
 
 
+LOCAL_POLICIES_ROOT = "/admin/local-policies"
+
+
 def local_policies_path(namespace: str) -> str:
-    return f"/admin/local-policies/{namespace}"
+    return f"{LOCAL_POLICIES_ROOT}/{namespace}"
+
+
+def namespace_of_local_policies(path: str) -> str | None:
+    """The namespace whose local policies `path` holds, None for any other path."""
+    prefix = f"{LOCAL_POLICIES_ROOT}/"
+    if not path.startswith(prefix) or path[len(prefix) :].count("/") != 1:
+        return None
+    return path[len(prefix) :]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -65,6 +87,20 @@ class Bundle:
             raise ValueError(f"Invalid bundle range {bundle_range}")
         return cls(namespace, int(lower, 16), int(upper, 16))
 
+    @classmethod
+    def from_name(cls, name: str) -> Bundle:
+        """`public/default/0x40000000_0x80000000`, a bundle's full name; ValueError for anything else."""
+        namespace, _, bundle_range = name.rpartition("/")
+        return cls.parse(namespace, bundle_range)
+
+
+def range_equally_divide(bundle: Bundle) -> int | None:
+    """Pulsar's RangeEquallyDivideBundleSplitAlgorithm: the boundary halving the bundle's hash range; None
+    when the range is too narrow to split (NamespaceBundleFactory's `canSplitBundle`)."""
+    if bundle.upper - bundle.lower <= 1:
+        return None
+    return bundle.lower + (bundle.upper - bundle.lower) // 2
+
 
 @dataclass(frozen=True, slots=True)
 class NamespaceBundles:
@@ -84,14 +120,21 @@ class NamespaceBundles:
         index = min(bisect.bisect_right(self.boundaries, value) - 1, len(self.boundaries) - 2)
         return Bundle(self.namespace, self.boundaries[index], self.boundaries[index + 1])
 
+    def split(self, bundle: Bundle, boundary: int) -> NamespaceBundles:
+        """These bundles with `bundle` cut in two at `boundary`."""
+        if bundle not in self.bundles or not bundle.lower < boundary < bundle.upper:
+            raise ValueError(f"{bundle} cannot be split at 0x{boundary:08x}")
+        return NamespaceBundles(self.namespace, tuple(sorted((*self.boundaries, boundary))))
+
+    def bundles_data(self) -> dict[str, list[str] | int]:
+        """Pulsar's BundlesData of these boundaries."""
+        return {"boundaries": [f"0x{b:08x}" for b in self.boundaries], "numBundles": len(self.boundaries) - 1}
+
     def local_policies(self) -> bytes:
         """Pulsar's LocalPolicies JSON holding these boundaries."""
         return json.dumps(
             {
-                "bundles": {
-                    "boundaries": [f"0x{b:08x}" for b in self.boundaries],
-                    "numBundles": len(self.boundaries) - 1,
-                },
+                "bundles": self.bundles_data(),
                 "bookieAffinityGroup": None,
                 "namespaceAntiAffinityGroup": None,
                 "migrated": False,
@@ -131,6 +174,41 @@ class BundleDirectory:
             found_bundles = NamespaceBundles.from_local_policies(namespace, found.value)
         self._known[namespace] = found_bundles
         return found_bundles
+
+    async def read(self, namespace: str) -> tuple[NamespaceBundles, int]:
+        """The namespace's bundles as the store has them now, with the version of their node, for a
+        compare-and-set (`replace`)."""
+        found = await self._store.get(local_policies_path(namespace))
+        if found is None:
+            await self.bundles(namespace)
+            return await self.read(namespace)
+        bundles = NamespaceBundles.from_local_policies(namespace, found.value)
+        self._known[namespace] = bundles
+        return bundles, found.stat.version
+
+    async def replace(self, bundles: NamespaceBundles, version: int) -> None:
+        """Write new boundaries of a namespace if its node is still at `version` (Pulsar's
+        `updateNamespaceBundles`, `setLocalPoliciesWithVersion`), keeping its other local policies;
+        BadVersionError when another write came first."""
+        path = local_policies_path(bundles.namespace)
+        found = await self._store.get(path)
+        if found is None:
+            raise BadVersionError(f"{path}: deleted")
+        policies = json.loads(found.value)
+        policies["bundles"] = bundles.bundles_data()
+        await self._store.put(path, json.dumps(policies).encode(), version)
+        self._known[bundles.namespace] = bundles
+
+    async def refresh(self, namespace: str) -> None:
+        """Read a known namespace's boundaries again: the store notified a change of them (a split). The
+        old ones serve until the new ones are read, so a loaded topic's bundle is always known."""
+        if namespace not in self._known:
+            return
+        found = await self._store.get(local_policies_path(namespace))
+        if found is None:
+            self._known.pop(namespace, None)
+            return
+        self._known[namespace] = NamespaceBundles.from_local_policies(namespace, found.value)
 
     async def _initial_bundles(self, namespace: str) -> NamespaceBundles:
         """The bundles the namespace's policies were created with (`/admin/policies/{namespace}`), else

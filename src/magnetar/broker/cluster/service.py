@@ -6,8 +6,10 @@ unloaded first), a lookup's answer (`findBrokerServiceUrl` and `searchForCandida
 URLs as Connect; without an owner, the least loaded broker chosen by the leader, by any broker when there
 is no live leader, or by the receiving broker itself when the request is authoritative; a non-leader
 sends the client to the leader), whether this broker may serve a topic, the `Check` of its ownership,
-unloading bundles, and the session's events (SESSION_LOST: stop serving at once; SESSION_REESTABLISHED:
-register again). Must not touch: the wire, or a topic's state beyond unloading it.
+unloading bundles, splitting one (Pulsar's `splitAndOwnBundle`), and the session's events (SESSION_LOST:
+stop serving at once; SESSION_REESTABLISHED: register again). The load manager (modular_load_manager.py)
+chooses the brokers, reports the load, sheds and splits through it. Must not touch: the wire, or a
+topic's state beyond unloading it.
 """
 
 from __future__ import annotations
@@ -20,29 +22,44 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from magnetar.broker.cluster.brokers import BrokerRegistry, LocalBrokerData
-from magnetar.broker.cluster.bundles import Bundle, BundleDirectory
+from magnetar.broker.cluster.bundles import Bundle, BundleDirectory, namespace_of_local_policies, range_equally_divide
 from magnetar.broker.cluster.leader import LeaderElection
 from magnetar.broker.cluster.lease import SessionLease
-from magnetar.broker.cluster.load_manager import select_broker_for_assignment
+from magnetar.broker.cluster.load_report import LoadedTopics, process_cpu_time_s
+from magnetar.broker.cluster.modular_load_manager import ModularLoadManager
+from magnetar.broker.cluster.owner_admin import OwnerAdmin
 from magnetar.broker.cluster.ownership import BundleNotOwnedError, OwnerData, OwnershipCache
 from magnetar.broker.config import BrokerConfig, UnknownListener, parse_advertised_listeners
 from magnetar.broker.topic_name import TopicName
 from magnetar.clock import Clock
-from magnetar.metadata.store import Check, MetadataStore, SessionEvent
+from magnetar.metadata.store import BadVersionError, Check, MetadataStore, Notification, SessionEvent
 from magnetar.storage.errors import LedgerFencedError
 
-__all__ = ["ClusterService", "LookupResult", "ServedTopics", "broker_id_of"]
+__all__ = ["ClusterService", "LookupResult", "OwnerRequests", "ServedTopics", "broker_id_of"]
 
 log = logging.getLogger("magnetar.broker.cluster")
 
+# NamespaceService's BUNDLE_SPLIT_RETRY_LIMIT: a split whose compare-and-set of the boundaries lost to
+# another write reads them again and retries, this many times, after a pause.
+BUNDLE_SPLIT_RETRY_LIMIT = 7
+BUNDLE_SPLIT_RETRY_DELAY_S = 0.1
 
-class ServedTopics(Protocol):
-    """The loaded topics, as far as unloading a bundle needs them (the topic registry and the admin
-    operations give it)."""
+
+class ServedTopics(LoadedTopics, Protocol):
+    """The loaded topics, as far as unloading a bundle and measuring the load need them (the topic
+    registry and the admin operations give it)."""
 
     def loaded_topics(self) -> list[TopicName]: ...
 
     async def unload_topic(self, name: TopicName) -> None: ...
+
+
+class OwnerRequests(Protocol):
+    """What the leader asks of another broker that owns a bundle (owner_admin.py, over its admin API)."""
+
+    async def unload(self, owner: LocalBrokerData, bundle: Bundle) -> None: ...
+
+    async def split(self, owner: LocalBrokerData, bundle: Bundle, unload: bool) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,20 +100,29 @@ class ClusterService:
         topics: ServedTopics,
         spawn: Callable[[Coroutine[Any, Any, None], str], object],
         configuration_store: MetadataStore | None = None,
+        *,
+        cpu_time_s: Callable[[], float] = process_cpu_time_s,
+        owner_requests: OwnerRequests | None = None,
     ) -> None:
+        """`cpu_time_s` is the process's CPU time unless given (the load report's CPU usage),
+        `owner_requests` the other brokers' admin API unless given."""
         self._config = config
         self._clock = clock
         self.store = store
         self._topics = topics
         self._spawn = spawn
+        self._cpu_time_s = cpu_time_s
+        self.owner_requests = owner_requests or OwnerAdmin(config)
         self.bundles = BundleDirectory(store, int(config["defaultNumberOfNamespaceBundles"]), configuration_store)
         self._ownership: OwnershipCache | None = None
         self._registry: BrokerRegistry | None = None
         self._leader: LeaderElection | None = None
+        self._load_manager: ModularLoadManager | None = None
         # Bundles being unloaded: no lookup answers them and no topic of theirs loads meanwhile.
         self._unloading: set[Bundle] = set()
         self.lease = SessionLease(store, clock, spawn)
         store.register_session_listener(self._on_session_event)
+        store.register_listener(self._on_notification)
 
     # ------------------------------------------------------------------ joining and leaving
 
@@ -118,6 +144,11 @@ class ClusterService:
     def leader(self) -> LeaderElection:
         assert self._leader is not None, "the broker has not joined its cluster"
         return self._leader
+
+    @property
+    def load_manager(self) -> ModularLoadManager:
+        assert self._load_manager is not None, "the broker has not joined its cluster"
+        return self._load_manager
 
     async def start(self) -> None:
         """Join: once the listeners are bound, so the URLs written name the ports really bound."""
@@ -152,6 +183,18 @@ class ClusterService:
             self.store, {"brokerId": self.broker_id, "serviceUrl": config.advertised_web_url}, self._spawn
         )
         await self._leader.start()
+        self._load_manager = ModularLoadManager(
+            config,
+            self._clock,
+            self._registry,
+            self.bundles,
+            self._leader,
+            self._topics,
+            _Owners(self),
+            self._spawn,
+            self._cpu_time_s,
+        )
+        self._load_manager.start()
         log.info("Joined cluster %s as %s", config["clusterName"], self.broker_id)
 
     async def stop(self) -> None:
@@ -159,6 +202,7 @@ class ClusterService:
         resigned, the registration deleted."""
         if self._ownership is None:
             return
+        self.load_manager.stop()
         for bundle in self.ownership.owned:
             await self.unload_bundle(bundle)
         self.lease.stop()
@@ -170,7 +214,10 @@ class ClusterService:
     async def lookup(self, name: TopicName, authoritative: bool, listener_name: str = "") -> LookupResult:
         """Which broker serves `name`. Raises BundleNotOwnedError (ServiceNotReady) while its bundle is
         being unloaded or when no broker is available, UnknownListener for a listener the broker lacks."""
-        bundle = await self.bundles.bundle_of(name)
+        return await self.lookup_bundle(await self.bundles.bundle_of(name), authoritative, listener_name)
+
+    async def lookup_bundle(self, bundle: Bundle, authoritative: bool, listener_name: str = "") -> LookupResult:
+        """Which broker serves `bundle` (`lookup`), assigning it an owner when it has none."""
         if bundle in self._unloading:
             raise BundleNotOwnedError(f"Namespace bundle {bundle} is currently being unloaded")
         owner = await self.ownership.owner(bundle)
@@ -194,7 +241,7 @@ class ClusterService:
             # The leader already assigned this broker as the owner.
             candidate: str | None = self.broker_id
         elif leader.is_leader or not self._leader_active(brokers):
-            candidate = select_broker_for_assignment(brokers)
+            candidate = self.load_manager.select_broker_for_assignment(bundle, brokers)
             authoritative_redirect = True
         else:
             assert leader.leader is not None
@@ -202,6 +249,7 @@ class ClusterService:
         if candidate is None:
             raise BundleNotOwnedError(f"No broker was available to own {bundle}")
         if candidate == self.broker_id:
+            await self._check_still_a_bundle(bundle)
             owner = await self.ownership.try_acquire(bundle)
             if owner is self.ownership.self_data:
                 self._report_bundles()
@@ -220,6 +268,14 @@ class ClusterService:
             redirect=True,
             authoritative=authoritative_redirect,
         )
+
+    async def _check_still_a_bundle(self, bundle: Bundle) -> None:
+        """BundleNotOwnedError (the client looks up again) when `bundle` was split: this broker's
+        boundaries may not show it yet, and nobody must own a bundle that overlaps its halves."""
+        current, _version = await self.bundles.read(bundle.namespace)
+        if bundle not in current.bundles:
+            self.load_manager.forget(bundle)
+            raise BundleNotOwnedError(f"Namespace bundle {bundle} was split")
 
     def _leader_active(self, brokers: dict[str, LocalBrokerData]) -> bool:
         leader = self.leader.leader
@@ -286,12 +342,63 @@ class ClusterService:
             await self.unload_bundle(bundle)
         return owned
 
+    # ------------------------------------------------------------------ splitting
+
+    async def split_bundle(self, bundle: Bundle, unload: bool) -> tuple[Bundle, Bundle]:
+        """Pulsar's NamespaceService.splitAndOwnBundle with range_equally_divide: own both halves of
+        `bundle`, write the namespace's new boundaries by compare-and-set, then release `bundle`; its
+        topics stay loaded, each now in its half. With `unload` the halves are unloaded next, so that
+        they can be placed elsewhere. BundleNotOwnedError when this broker does not own `bundle`,
+        ValueError when its range is too narrow to split."""
+        self.ownership.check(bundle)
+        boundary = range_equally_divide(bundle)
+        if boundary is None:
+            raise ValueError(f"{bundle} can't be split further since range not larger than 1")
+        halves = (Bundle(bundle.namespace, bundle.lower, boundary), Bundle(bundle.namespace, boundary, bundle.upper))
+        try:
+            await self._split_and_own(bundle, boundary, halves)
+        except BaseException:
+            for half in halves:
+                await self.ownership.release(half)
+            raise
+        await self.ownership.release(bundle)
+        self._report_bundles()
+        log.info("Split bundle %s into %s and %s", bundle, halves[0].range, halves[1].range)
+        if unload:
+            for half in halves:
+                self._spawn(self.unload_bundle(half), "unloading a split bundle")
+        return halves
+
+    async def _split_and_own(self, bundle: Bundle, boundary: int, halves: tuple[Bundle, Bundle]) -> None:
+        for _attempt in range(BUNDLE_SPLIT_RETRY_LIMIT):
+            current, version = await self.bundles.read(bundle.namespace)
+            if bundle not in current.bundles:
+                raise BundleNotOwnedError(f"bundle {bundle} not found under namespace")
+            for half in halves:
+                if await self.ownership.try_acquire(half) is not self.ownership.self_data:
+                    raise BundleNotOwnedError(f"failed to acquire ownership of split bundle {half}")
+            try:
+                await self.bundles.replace(current.split(bundle, boundary), version)
+                return
+            except BadVersionError:
+                await self._clock.sleep(BUNDLE_SPLIT_RETRY_DELAY_S)
+        raise BundleNotOwnedError(f"{bundle} not split: the namespace's bundles kept changing")
+
     async def _close_topics(self, bundles: set[Bundle]) -> None:
         for name in self._topics.loaded_topics():
             if await self.bundles.bundle_of(name) in bundles:
                 await self._topics.unload_topic(name)
 
-    # ------------------------------------------------------------------ the session
+    # ------------------------------------------------------------------ the store
+
+    def _on_notification(self, notification: Notification) -> None:
+        """The boundaries of a namespace changed (a split): read them again. A broker's report changed:
+        the load manager's."""
+        namespace = namespace_of_local_policies(notification.path)
+        if namespace is not None:
+            self._spawn(self.bundles.refresh(namespace), "reading a namespace's bundles")
+        if self._load_manager is not None:
+            self._load_manager.on_notification(notification)
 
     def _on_session_event(self, event: SessionEvent) -> None:
         if self._ownership is None:
@@ -316,11 +423,25 @@ class ClusterService:
         log.info("Metadata session reestablished: registered again as %s", self.broker_id)
 
     def _report_bundles(self) -> None:
-        """The load figures the load manager reads, after ownership changed."""
-        data = self.registry.data
-        owned = self.ownership.owned
-        data.num_bundles = len(owned)
-        data.bundles = [str(bundle) for bundle in owned]
-        data.num_topics = len(self._topics.loaded_topics())
-        data.last_update = self._clock.time_ms()
-        self._spawn(self.registry.update(), "broker data update")
+        """The bundles this broker owns changed: its report says so at once."""
+        self.load_manager.report_bundles(self.ownership.owned)
+
+
+class _Owners:
+    """The owners of bundles as the load manager asks them (BundleOwners): this broker itself, the others
+    through their admin API."""
+
+    def __init__(self, service: ClusterService) -> None:
+        self._service = service
+
+    async def unload(self, broker_id: str, owner: LocalBrokerData, bundle: Bundle) -> None:
+        if broker_id == self._service.broker_id:
+            await self._service.unload_bundle(bundle)
+        else:
+            await self._service.owner_requests.unload(owner, bundle)
+
+    async def split(self, broker_id: str, owner: LocalBrokerData, bundle: Bundle, unload: bool) -> None:
+        if broker_id == self._service.broker_id:
+            await self._service.split_bundle(bundle, unload)
+        else:
+            await self._service.owner_requests.split(owner, bundle, unload)

@@ -21,6 +21,7 @@ no-ops").
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
 from collections.abc import Callable, Container
 from dataclasses import replace
@@ -384,15 +385,19 @@ class KeySharedDispatcher(SharedDispatcher):
         Such positions entered the replay queue while the read was in flight (a consumer closed or
         nacked); a read entry of the same key above one of them must wait for it. It is the replay-read
         side of Pulsar's order repair for normal reads (#12885), found by the simulator (seed 9).
+        Only the read's keys are asked about, each by its own queued positions.
         """
         in_read = {e.position for e in entries}
         last = entries[-1].position
+        positions_of = self.replay.positions_of
         older: dict[int, Position] = {}
-        for position, key_hash in self.replay.items():
-            if position >= last:
-                break
-            if position not in in_read and key_hash not in older:
-                older[key_hash] = position
+        for key_hash in {e.key_hash for e in entries}:
+            for position in positions_of(key_hash):
+                if position >= last:
+                    break
+                if position not in in_read:
+                    older[key_hash] = position
+                    break
         return older
 
     # ---------------------------------------------------------------------------------- reading
@@ -433,17 +438,17 @@ class KeySharedDispatcher(SharedDispatcher):
         replay_floor = min(joined.values()) if joined else None
         permits: dict[Consumer, int] = {}
         blocked: set[int] = set()
-        # The queue holds many positions of few keys, and once a hash is blocked every later position of
-        # it is: a key hash seen blocked is skipped before its slot is computed again (a soak's replay
-        # queue of 10,000 positions was scanned in full on every dispatch, a core's worth of CPU).
-        blocked_keys: set[int] = set()
         positions: list[Position] = []
-        for position, key_hash in self.replay.items():
-            if key_hash in blocked_keys:
-                continue
+        # The queue's positions in order, merged from each key's own list: once a hash is blocked every
+        # later position of it is, so a blocked key leaves the merge whole, unvisited (the queue holds
+        # many positions of few keys: a soak's walk of all of them on every dispatch took a core).
+        heads = [(queued[0], key_hash, queued, 0) for key_hash, queued in self.replay.by_hash()]
+        heapq.heapify(heads)
+        while heads:
+            position, key_hash, queued, index = heads[0]
             sticky_hash = slot(key_hash)
             if sticky_hash in blocked:
-                blocked_keys.add(key_hash)
+                heapq.heappop(heads)
                 continue
             consumer = select(sticky_hash)
             if consumer is None:
@@ -459,9 +464,14 @@ class KeySharedDispatcher(SharedDispatcher):
                 positions.append(position)
                 if len(positions) >= max_positions:
                     break
+                index += 1
+                if index < len(queued):
+                    heapq.heapreplace(heads, (queued[index], key_hash, queued, index))
+                else:
+                    heapq.heappop(heads)
                 continue
             blocked.add(sticky_hash)
-            blocked_keys.add(key_hash)
+            heapq.heappop(heads)
         return positions
 
     # ------------------------------------------------------------------------------- pip282 state

@@ -14,10 +14,12 @@ from magnetar.broker.cluster.bundles import (
     BundleDirectory,
     NamespaceBundles,
     default_boundaries,
+    namespace_of_local_policies,
     topic_hash,
 )
 from magnetar.broker.topic_name import TopicName
 from magnetar.metadata.memory import MemoryMetadataServer
+from magnetar.metadata.store import BadVersionError
 
 # (name, Guava's crc32 of it), printed by Guava 32.1.2 itself.
 GOLDEN = [
@@ -95,5 +97,27 @@ def test_a_namespace_first_used_takes_the_bundles_of_its_policies() -> None:
         await store.put("/admin/policies/public/default", json.dumps(policies).encode())
         bundles = await BundleDirectory(store, 4).bundles("public/default")
         assert [b.range for b in bundles.bundles] == ["0x00000000_0x80000000", "0x80000000_0xffffffff"]
+
+    asyncio.run(scenario())
+
+
+def test_new_boundaries_are_written_by_compare_and_set_and_read_again_on_notice() -> None:
+    async def scenario() -> None:
+        server = MemoryMetadataServer()
+        owner, other = BundleDirectory(server.connect(), 4), BundleDirectory(server.connect(), 4)
+        assert len((await other.bundles("public/default")).bundles) == 4
+        current, version = await owner.read("public/default")
+        split = current.split(Bundle("public/default", 0, 0x40000000), 0x20000000)
+        await owner.replace(split, version)
+        assert await owner.bundles("public/default") == split
+        # A write from the version read before loses.
+        with pytest.raises(BadVersionError):
+            await owner.replace(current, version)
+        # The other broker keeps the boundaries it knew until it reads them again.
+        assert (await other.bundles("public/default")).boundaries == tuple(default_boundaries(4))
+        await other.refresh("public/default")
+        assert await other.bundles("public/default") == split
+        assert namespace_of_local_policies("/admin/local-policies/public/default") == "public/default"
+        assert namespace_of_local_policies("/admin/policies/public/default") is None
 
     asyncio.run(scenario())

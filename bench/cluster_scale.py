@@ -1,0 +1,126 @@
+"""Key_Shared throughput of a magnetar cluster of 1, 2 and 3 brokers on one machine, with Apache Pulsar's
+own load generator (`pulsar-perf` 4.0.8, from `make pulsar-perf`).
+
+Per cluster size: a local cluster (LocalCluster: one ZooKeeper, three bookies, E/W/A 3/3/2, fsync on, the
+brokers as processes), `pulsar-perf consume` of `--topics` topics (one Key_Shared subscription of 2
+consumers each) and `pulsar-perf produce` to the same topics at `--rate` messages/s in total (100 B,
+random keys, default batching) for `--seconds`, all through the cluster's multi-host service URL; the
+topics' bundles spread over the brokers. Reported: sent, delivered while the producer ran, the brokers'
+CPU time together per message (from /proc), each broker's share of it, and the arithmetic for a machine
+with a core per broker: 1 core / (CPU per message of the busiest broker's share).
+
+On a 2-core machine the bookies, ZooKeeper, pulsar-perf and the brokers share the cores: the rates are
+the machine's, the CPU per message is the brokers'. Prints a table and writes
+bench/results/cluster_scale.json.
+
+    python bench/cluster_scale.py [--brokers 1,2,3] [--rate 20000] [--topics 8] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from broker_process import cpu_seconds, machine
+from magnetar.cli.local_cluster import LocalCluster
+from pulsar_perf import CLASSPATH, RECEIVED, SENT, SUBSCRIBE_WAIT_S, _java, _received_so_far, _stop
+
+RESULTS = Path(__file__).resolve().parent / "results" / "cluster_scale.json"
+CONSUMERS = 2
+
+
+def one_size(brokers: int, rate: int, topics: int, seconds: int, classpath: str) -> dict:
+    root = Path(tempfile.mkdtemp(prefix=f"magnetar-scale-{brokers}-"))
+    cluster = LocalCluster(root / "cluster", brokers=brokers, bookies=3)
+    try:
+        cluster.start()
+        topic = f"persistent://public/default/scale-{uuid.uuid4().hex[:8]}"
+        conf = root / "client.conf"
+        conf.touch()
+        consumer_log, producer_log = root / "consume.log", root / "produce.log"
+        url = cluster.service_url
+        consumer = _java(
+            classpath, conf, "consume", "-u", url, "-t", str(topics), "-st", "Key_Shared", "-n", str(CONSUMERS),
+            "-ss", "scale", "-i", "1", topic, log=consumer_log,
+        )  # fmt: skip
+        try:
+            time.sleep(SUBSCRIBE_WAIT_S)
+            pids = [broker.process.pid for broker in cluster.brokers]
+            before = [cpu_seconds(pid) for pid in pids if pid is not None]
+            producer = _java(
+                classpath, conf, "produce", "-u", url, "-t", str(topics), "-r", str(rate), "-s", "100",
+                "-mk", "random", "-time", str(seconds), topic, log=producer_log,
+            )  # fmt: skip
+            producer.wait(timeout=seconds + 120)
+            after = [cpu_seconds(pid) for pid in pids if pid is not None]
+            received_in_run = _received_so_far(consumer_log)
+            owners = sorted({cluster.owner(f"{topic}-{index}") for index in range(topics)})
+        finally:
+            _stop(consumer)
+        sent = int(SENT.findall(producer_log.read_text())[-1])
+        output = consumer_log.read_text()
+        received = int(RECEIVED.findall(output)[-1]) if RECEIVED.search(output) else 0
+    finally:
+        cluster.terminate()
+        shutil.rmtree(root, ignore_errors=True)
+    per_broker_s = [b - a for a, b in zip(before, after, strict=True)]
+    cpu_us = sum(per_broker_s) / sent * 1e6 if sent else 0.0
+    busiest_us = max(per_broker_s) / sent * 1e6 if sent else 0.0
+    return {
+        "brokers": brokers,
+        "topics": topics,
+        "brokers_owning_topics": len(owners),
+        "rate": rate,
+        "seconds": seconds,
+        "sent": sent,
+        "delivered_in_run": received_in_run,
+        "received": received,
+        "broker_cpu_us_per_msg": cpu_us,
+        "broker_cpu_s": per_broker_s,
+        # A core per broker: the busiest broker's CPU per message of the whole stream bounds the rate.
+        "core_per_broker_capacity_msg_s": 1e6 / busiest_us if busiest_us else 0.0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--brokers", default="1,2,3")
+    parser.add_argument("--rate", type=int, default=20_000)
+    parser.add_argument("--topics", type=int, default=8)
+    parser.add_argument("--seconds", type=int, default=20)
+    args = parser.parse_args()
+    if not CLASSPATH.exists():
+        sys.exit(f"{CLASSPATH} is missing: run `make pulsar-perf` first")
+    classpath = CLASSPATH.read_text().strip()
+    before = machine()
+    rows = []
+    for count in (int(n) for n in args.brokers.split(",")):
+        rows.append(one_size(count, args.rate, args.topics, args.seconds, classpath))
+        print(f"{count} broker(s): {rows[-1]}", flush=True)
+    print()
+    print(
+        "| brokers | owning topics | sent | delivered in run | broker CPU / msg | each broker's CPU s | a core per broker |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        shares = ", ".join(f"{s:.1f}" for s in row["broker_cpu_s"])
+        print(
+            f"| {row['brokers']} | {row['brokers_owning_topics']} | {row['sent']:,} | {row['delivered_in_run']:,} "
+            f"| {row['broker_cpu_us_per_msg']:.1f} µs | {shares} | {row['core_per_broker_capacity_msg_s']:,.0f} msg/s |"
+        )
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(
+        json.dumps({"benchmark": "cluster_scale", "machine": before, "after": machine(), "rows": rows}, indent=2)
+    )
+
+
+if __name__ == "__main__":
+    main()
