@@ -415,6 +415,9 @@ class ClusterService:
     def _give_up_bundles(self, reason: str) -> None:
         lost = set(self.ownership.forget_all())
         log.warning("%s: stopped serving %d bundles", reason, len(lost))
+        # The report owns nothing either: the registration written again on the new session says so.
+        if self._load_manager is not None:
+            self._report_bundles()
         self._spawn(self._close_topics(lost), "closing the topics of lost bundles")
 
     async def _rejoin(self) -> None:

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from magnetar.broker.cluster.brokers import LocalBrokerData
 from magnetar.broker.cluster.ownership import BundleNotOwnedError
 from magnetar.broker.config import UnknownListener
 from magnetar.broker.topic_name import TopicName
@@ -205,5 +206,9 @@ def test_a_lost_session_stops_serving_at_once_and_the_broker_registers_again() -
         _assert_one_leader(a, b)
         # Nobody owns the bundle now: the next lookup assigns it again.
         assert await b.service.ownership.owner(await b.service.bundles.bundle_of(FIRST)) is None
+        # a's new registration owns nothing either, or the load manager would take it for loaded with
+        # bundles it lost (the chaos suite's kill -STOP: the continued broker never got a bundle again).
+        registered = LocalBrokerData.from_json(server.value("/loadbalance/brokers/127.0.0.1:8080") or b"")
+        assert (registered.bundles, registered.num_bundles) == ([], 0)
 
     asyncio.run(scenario())
