@@ -120,6 +120,8 @@ class ClusterService:
         self._load_manager: ModularLoadManager | None = None
         # Bundles being unloaded: no lookup answers them and no topic of theirs loads meanwhile.
         self._unloading: set[Bundle] = set()
+        # Closings of the topics of bundles given up (session lost, lease lapsed) under way.
+        self._giving_up = 0
         self.lease = SessionLease(store, clock, spawn)
         store.register_session_listener(self._on_session_event)
         store.register_listener(self._on_notification)
@@ -286,7 +288,11 @@ class ClusterService:
     def serving(self) -> bool:
         """Whether this broker may still serve the bundles it owns: its session's lease holds (lease.py).
         When it lapsed, every bundle is given up at once, as when the session is lost; the ones whose
-        nodes the session kept are taken back by the next lookups once the lease is renewed."""
+        nodes the session kept are taken back by the next lookups once the lease is renewed. Nothing is
+        served either while the topics of bundles given up are still closing: a renewal may make the lease
+        valid again meanwhile (answered on a new session), and those topics are other brokers' by then."""
+        if self._giving_up:
+            return False
         if self.lease.valid():
             return True
         if self._ownership is not None and self._ownership.owned:
@@ -418,7 +424,14 @@ class ClusterService:
         # The report owns nothing either: the registration written again on the new session says so.
         if self._load_manager is not None:
             self._report_bundles()
-        self._spawn(self._close_topics(lost), "closing the topics of lost bundles")
+        self._giving_up += 1
+        self._spawn(self._close_lost_topics(lost), "closing the topics of lost bundles")
+
+    async def _close_lost_topics(self, lost: set[Bundle]) -> None:
+        try:
+            await self._close_topics(lost)
+        finally:
+            self._giving_up -= 1
 
     async def _rejoin(self) -> None:
         await self.registry.register()
