@@ -10,12 +10,15 @@ ownership.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from magnetar.metadata.store import BadVersionError, MetadataStore, NotFoundError
+from magnetar.metadata.store import BadVersionError, ConnectionLostError, MetadataStore, NotFoundError
 
 __all__ = ["BROKERS_ROOT", "BrokerRegistry", "LocalBrokerData", "NamespaceBundleStats", "ResourceUsage"]
+
+log = logging.getLogger("magnetar.broker.cluster")
 
 BROKERS_ROOT = "/loadbalance/brokers"
 
@@ -221,6 +224,10 @@ class BrokerRegistry:
                 except (NotFoundError, BadVersionError):
                     # The session was lost: the next register() writes it.
                     self._version = None
+                    return
+                except ConnectionLostError as error:
+                    # The store is out of reach for now; the next report writes the figures.
+                    log.warning("The broker's load report was not written: %s", error)
                     return
                 self._version = stat.version
                 if not self._dirty:

@@ -32,7 +32,14 @@ from magnetar.broker.cluster.ownership import BundleNotOwnedError, OwnerData, Ow
 from magnetar.broker.config import BrokerConfig, UnknownListener, parse_advertised_listeners
 from magnetar.broker.topic_name import TopicName
 from magnetar.clock import Clock
-from magnetar.metadata.store import BadVersionError, Check, MetadataStore, Notification, SessionEvent
+from magnetar.metadata.store import (
+    BadVersionError,
+    Check,
+    MetadataStore,
+    MetadataStoreError,
+    Notification,
+    SessionEvent,
+)
 from magnetar.storage.errors import LedgerFencedError
 
 __all__ = ["ClusterService", "LookupResult", "OwnerRequests", "ServedTopics", "broker_id_of"]
@@ -205,11 +212,17 @@ class ClusterService:
         if self._ownership is None:
             return
         self.load_manager.stop()
-        for bundle in self.ownership.owned:
-            await self.unload_bundle(bundle)
         self.lease.stop()
-        await self.leader.stop()
-        await self.registry.unregister()
+        try:
+            for bundle in self.ownership.owned:
+                await self.unload_bundle(bundle)
+            await self.leader.stop()
+            await self.registry.unregister()
+        except MetadataStoreError as error:
+            # ZooKeeper went first (a whole machine or cluster stopping): the topics still close, and the
+            # ephemeral nodes go with the session when it expires.
+            log.warning("Leaving the cluster without its metadata store: %s", error)
+            await self._close_topics(set(self.ownership.forget_all()))
 
     # ------------------------------------------------------------------ lookups
 

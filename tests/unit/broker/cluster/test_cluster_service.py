@@ -212,3 +212,17 @@ def test_a_lost_session_stops_serving_at_once_and_the_broker_registers_again() -
         assert (registered.bundles, registered.num_bundles) == ([], 0)
 
     asyncio.run(scenario())
+
+
+def test_a_broker_leaves_without_its_metadata_store_and_still_closes_its_topics(caplog) -> None:
+    async def scenario() -> None:
+        server = MemoryMetadataServer()
+        (a,) = await start(server, 1)
+        await a.service.lookup(FIRST, authoritative=False)
+        a.topics.loaded.add(FIRST)
+        a.service.store.lose_connection()  # type: ignore[attr-defined]
+        await a.service.stop()
+        assert a.topics.unloaded == [FIRST]
+        assert any("Leaving the cluster without its metadata store" in r.getMessage() for r in caplog.records)
+
+    asyncio.run(scenario())
