@@ -15,6 +15,10 @@ from magnetar.cli.local_bookkeeper import LocalBookKeeperCluster, MissingJava, Z
 __all__ = ["LocalBookKeeperCluster", "ZooKeeperServer", "run_java", "start_cluster", "start_zookeeper"]
 
 
+# The engine tests' ZooKeeper store sessions: long enough for a loaded machine, short beside a test.
+SESSION_TIMEOUT_MS = 10_000
+
+
 def start_cluster(tmp_path_factory: pytest.TempPathFactory, bookies: int = 3) -> LocalBookKeeperCluster:
     """A started cluster under a fresh temporary directory; without Java or the jars the test fails with a
     line that says what to install or run. It lives here, not in tests/bookkeeper/conftest.py: a module

@@ -7,13 +7,11 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from bookkeeper_fixture import SESSION_TIMEOUT_MS
 from magnetar.bookkeeper import BookKeeper
 from magnetar.metadata.zookeeper import ZKMetadataStore
 from magnetar.storage import ManagedLedgerFactory, StorageConfig
 from magnetar.storage.bookkeeper_engine import BookKeeperEngine
-
-# The store's session: long enough for a loaded machine, short beside the test.
-SESSION_TIMEOUT_MS = 10_000
 
 CONFIG = StorageConfig(
     managedLedgerMaxEntriesPerLedger=300,

@@ -17,15 +17,12 @@ from pathlib import Path
 import pytest
 from test_conformance import shell_entries, shell_metadata
 
-from bookkeeper_fixture import LocalBookKeeperCluster
+from bookkeeper_fixture import SESSION_TIMEOUT_MS, LocalBookKeeperCluster
 from magnetar.bookkeeper import BookKeeper
 from magnetar.metadata.zookeeper import ZKMetadataStore
 from magnetar.positions import Position
 from magnetar.storage import LedgerFencedError, ManagedLedgerFactory, StorageConfig
 from magnetar.storage.bookkeeper_engine import BookKeeperEngine
-
-# The store's session: long enough for a loaded machine, short beside the test.
-SESSION_TIMEOUT_MS = 10_000
 
 CONFIG = StorageConfig(
     managedLedgerMaxEntriesPerLedger=200,

@@ -15,14 +15,11 @@ from typing import Any
 
 import pytest
 
-from bookkeeper_fixture import LocalBookKeeperCluster
+from bookkeeper_fixture import SESSION_TIMEOUT_MS, LocalBookKeeperCluster
 from magnetar.bookkeeper import BookKeeper
 from magnetar.metadata.zookeeper import ZKMetadataStore
 from magnetar.storage import ManagedLedgerFactory, StorageConfig
 from magnetar.storage.bookkeeper_engine import BookKeeperEngine
-
-# The store's session: long enough for a loaded machine, short beside the test.
-SESSION_TIMEOUT_MS = 10_000
 
 UNIT_STORAGE = Path(__file__).resolve().parents[1] / "unit" / "storage"
 # Left out, each for its reason. What they check is the SQLite engine's: its files, its lock, its segment

@@ -52,6 +52,7 @@ CommandHandler = Callable[[BaseCommand], object]
 class ServerConnection:
     def __init__(self, context: BrokerContext, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.context = context
+        # Whether the broker may still deliver (a broker of a cluster: its session's lease holds); None alone.
         self.serving = None if context.cluster is None else context.cluster.serving
         self.reader = reader
         self.writer = writer

@@ -128,16 +128,11 @@ class ServerConsumer(Generic[S]):
         self.last_consumed_ms = 0
         self.last_acked_ms = 0
         self.last_consumed_flow_ms = 0
-        # A broker of a cluster delivers only while its metadata session's lease holds: one that woke past
-        # it has lost its bundles to other brokers (cluster/lease.py).
-        self._serving = connection.serving
 
     def send_entries(self, entries: list[Entry], redelivery_counts: list[int] | None) -> None:
-        """MESSAGE frames for a `Dispatch`: the stored SEND bytes follow each command verbatim. Nothing goes
-        out once the lease lapsed: the topic is closing, and what was dispatched goes back to its
-        subscription when this consumer is disconnected."""
-        if self._serving is not None and not self._serving():
-            return
+        """MESSAGE frames for a `Dispatch`: the stored SEND bytes follow each command verbatim. They go
+        through `connection.deliver`, which drops them if the broker may no longer serve when they would
+        leave (a lapsed lease: cluster/lease.py)."""
         stored: list[Any] = [entry.payload for entry in entries]
         datas = [entry.data for entry in stored]
         ack_sets: dict[int, list[int]] = {}

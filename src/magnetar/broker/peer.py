@@ -8,7 +8,6 @@ Owns: nothing but the shape and the count. Must not touch: anything.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from magnetar.broker.connection_auth import ConnectionAuthentication
@@ -34,8 +33,6 @@ class ClientConnection(Protocol):
     client_version: str
     auth: ConnectionAuthentication
     closed: bool
-    # Whether the broker may still deliver (a broker of a cluster: its session's lease holds); None alone.
-    serving: Callable[[], bool] | None
 
     def write(self, data: bytes) -> None: ...
 

@@ -60,7 +60,6 @@ class _Connection:
     def __init__(self, port: int) -> None:
         self.remote_address = f"/127.0.0.1:{port}"
         self.closed = False
-        self.serving = None
         self.frames = 0
 
     def write(self, _data: bytes) -> None:
