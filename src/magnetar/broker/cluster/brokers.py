@@ -9,11 +9,13 @@ ownership.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from magnetar.broker.config import ConfigError
 from magnetar.metadata.store import BadVersionError, ConnectionLostError, MetadataStore, NotFoundError
 
 __all__ = ["BROKERS_ROOT", "BrokerRegistry", "LocalBrokerData", "NamespaceBundleStats", "ResourceUsage"]
@@ -21,6 +23,10 @@ __all__ = ["BROKERS_ROOT", "BrokerRegistry", "LocalBrokerData", "NamespaceBundle
 log = logging.getLogger("magnetar.broker.cluster")
 
 BROKERS_ROOT = "/loadbalance/brokers"
+# How long past its session timeout a predecessor's registration may stay before it is taken for another
+# live broker's: ZooKeeper expires a session within the timeout, checked at every tick.
+PREDECESSOR_MARGIN_S = 5.0
+PREDECESSOR_POLL_S = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +190,11 @@ class LocalBrokerData:
         )
 
 
+class BrokerIdInUseError(ConfigError):
+    """Another live broker of the cluster is registered under this broker's id (advertised address and web
+    port): a setup mistake, said in one line."""
+
+
 class BrokerRegistry:
     def __init__(self, store: MetadataStore, broker_id: str, data: LocalBrokerData) -> None:
         self._store = store
@@ -199,16 +210,51 @@ class BrokerRegistry:
         return f"{BROKERS_ROOT}/{self.broker_id}"
 
     async def register(self) -> None:
-        """Create this broker's node (again, after a new session); a node of this broker's previous
-        session that is not yet expired is replaced, as Pulsar's ModularLoadManager waits for it to go."""
-        try:
-            stat = await self._store.put(self.path, self.data.to_json(), -1, ephemeral=True)
-        except BadVersionError:
-            found = await self._store.exists(self.path)
-            if found is not None and not found.created_by_self:
-                raise
-            stat = await self._store.put(self.path, self.data.to_json())
+        """Create this broker's node (again, after a new session). A node of this session is written
+        over. A node of another session is a predecessor's on this address and port (a broker killed
+        and started again before its session expired): it waits for ZooKeeper to expire it, as long as
+        the session timeout and a margin, with a line in the log; a node still there after that is a
+        live broker's, and BrokerIdInUseError says so."""
+        waited_since: float | None = None
+        while True:
+            try:
+                stat = await self._store.put(self.path, self.data.to_json(), -1, ephemeral=True)
+                break
+            except BadVersionError:
+                found = await self._store.exists(self.path)
+                if found is None:
+                    continue
+                if found.created_by_self:
+                    stat = await self._store.put(self.path, self.data.to_json())
+                    break
+            waited_since = self._wait_for_predecessor(waited_since)
+            await asyncio.sleep(PREDECESSOR_POLL_S)
+        if waited_since is not None:
+            log.info(
+                "The earlier registration %s expired after %.1f s: registered",
+                self.path,
+                asyncio.get_running_loop().time() - waited_since,
+            )
         self._version = stat.version
+
+    def _wait_for_predecessor(self, waited_since: float | None) -> float:
+        now = asyncio.get_running_loop().time()
+        limit_s = self._store.session_timeout_ms / 1000 + PREDECESSOR_MARGIN_S
+        if waited_since is None:
+            log.warning(
+                "%s is registered by another metadata session: this broker's previous run, stopped without"
+                " unregistering (kill -9)? Waiting up to %.0f s for its session to expire",
+                self.path,
+                limit_s,
+            )
+            return now
+        if now - waited_since > limit_s:
+            raise BrokerIdInUseError(
+                f"{self.path} is still registered by another metadata session after {limit_s:.0f} s: another"
+                f" live broker advertises {self.broker_id}; give this one another advertisedAddress or"
+                " webServicePort"
+            )
+        return waited_since
 
     async def update(self) -> None:
         """Write this broker's figures (`writeBrokerDataOnZooKeeper`), unless it is not registered."""
