@@ -60,7 +60,7 @@ from magnetar.metadata.store import (
 from magnetar.positions import Position
 from magnetar.storage import ml_data_formats_pb2 as pb
 from magnetar.storage.config import StorageConfig
-from magnetar.storage.engine_records import Catalog, TopicState
+from magnetar.storage.engine_records import RECORD_ROOTS, Catalog, TopicState
 from magnetar.storage.errors import LedgerFencedError, StorageBusyError, StorageError, StorageWriteError
 from magnetar.storage.sqlite_engine import (
     CommitReport,
@@ -271,12 +271,13 @@ class BookKeeperEngine:
     # ------------------------------------------------------------------ open / close
 
     async def load(self) -> Catalog:
-        """The admin records under /admin, and the names of the stored topics (kept from then on by the
-        store's notifications, as other brokers create and delete topics); topics are loaded when their
-        owner opens them."""
+        """The metadata records under RECORD_ROOTS, and the names of the stored topics (kept from then on
+        by the store's notifications, as other brokers create and delete topics); topics are loaded when
+        their owner opens them."""
         self._store.register_listener(self._on_notification)
         rows: list[tuple[str, str, int]] = []
-        await self._walk("/admin", rows)
+        for root in RECORD_ROOTS:
+            await self._walk(root, rows)
         await self._list_topics(MANAGED_LEDGERS, 0)
         await self._refill_ids()
         return Catalog({}, rows)

@@ -1,14 +1,21 @@
 """What a storage engine hands back at open and when it loads a topic (engine.py's `StorageEngine`).
 
-Owns: the two records. Must not touch: anything; a leaf, so that the engines and their interface import it
-without importing each other.
+Owns: the two records, and the roots of the metadata records' paths. Must not touch: anything; a leaf, so
+that the engines and their interface import it without importing each other.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["Catalog", "TopicState"]
+__all__ = ["Catalog", "RECORD_ROOTS", "TopicState"]
+
+# Every path under which the layers above keep metadata records (storage/metadata.py's MetadataStore): the
+# admin records (clusters, tenants, namespaces, partitioned topics), the schemas (storage/schemas.py), the
+# topic-level policies (broker/policies.py) and the topics that received delayed messages (broker/topic.py).
+# An engine that keeps the records in a store shared with other things (BookKeeper's, in the cluster's
+# ZooKeeper) loads these subtrees at open, and only these.
+RECORD_ROOTS = ("/admin", "/schemas", "/topic-policies", "/delayed-delivery")
 
 
 class Catalog(NamedTuple):

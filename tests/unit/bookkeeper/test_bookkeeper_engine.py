@@ -119,6 +119,30 @@ def test_entries_cursors_and_records_survive_a_clean_reload() -> None:
     run(scenario)
 
 
+def test_every_kind_of_metadata_record_is_there_after_a_reload() -> None:
+    """The layers above keep records under four roots (engine_records.RECORD_ROOTS); a broker started again,
+    or the next owner, must find each: a topic's delayed-delivery flag read back as unset let its delayed
+    messages out early after a restart."""
+    paths = [
+        "/admin/policies/public/default",
+        "/schemas/public/default/bk-engine",
+        "/topic-policies/public/default/persistent/bk-engine",
+        "/delayed-delivery/public/default/persistent/bk-engine",
+    ]
+
+    async def scenario(cluster: Cluster) -> None:
+        factory = await cluster.factory()
+        for index, path in enumerate(paths):
+            await factory.metadata.put(path, {"record": index})
+        await factory.close()
+        again = await cluster.factory()
+        found = [again.metadata.get(path) for path in paths]
+        assert [record[0] if record else None for record in found] == [{"record": i} for i in range(len(paths))]
+        await again.close()
+
+    run(scenario)
+
+
 def test_a_second_owner_fences_the_first_and_reads_everything_it_receipted() -> None:
     async def scenario(cluster: Cluster) -> None:
         first = await cluster.factory()
