@@ -137,6 +137,18 @@ $(PULSAR_PERF_CLASSPATH): bench/pulsar_perf/pom.xml
 		-Dmdep.outputFile=$(CURDIR)/$@.tmp
 	mv $@.tmp $@
 
+# Apache Pulsar's broker for bench/cluster_failover.py --broker pulsar: pulsar-broker 4.0.7 and its jars in
+# build/m2, as pulsar-perf's.
+PULSAR_BROKER_CLASSPATH := build/pulsar-broker/classpath.txt
+.PHONY: pulsar-broker
+pulsar-broker: $(PULSAR_BROKER_CLASSPATH)
+$(PULSAR_BROKER_CLASSPATH): bench/pulsar_broker/pom.xml
+	@command -v mvn >/dev/null || { echo "mvn not found: the Pulsar broker needs Maven 3.8+" >&2; exit 1; }
+	@command -v java >/dev/null || { echo "java not found: the Pulsar broker needs Java 17" >&2; exit 1; }
+	mvn -B -q -f bench/pulsar_broker/pom.xml -Dmaven.repo.local=$(CURDIR)/build/m2 dependency:build-classpath \
+		-Dmdep.outputFile=$(CURDIR)/$@.tmp
+	mv $@.tmp $@
+
 sim: setup
 	$(BIN)/magnetar sim $(if $(SEED),--seed $(SEED),) $(if $(MODE),--mode $(MODE),)
 
