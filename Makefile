@@ -131,30 +131,29 @@ console-browser:
 		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver; \
 	fi
 
+# A Java program's classpath for the benchmarks, from its POM ($<) into $@, the jars in build/m2 like the
+# compatibility suites'. $(1): what needs it, for the error when Maven or Java is missing.
+define maven_classpath
+	@command -v mvn >/dev/null || { echo "mvn not found: $(1) needs Maven 3.8+" >&2; exit 1; }
+	@command -v java >/dev/null || { echo "java not found: $(1) needs Java 17" >&2; exit 1; }
+	mvn -B -q -f $< -Dmaven.repo.local=$(CURDIR)/build/m2 dependency:build-classpath -Dmdep.outputFile=$(CURDIR)/$@.tmp
+	mv $@.tmp $@
+endef
+
 # Apache Pulsar's own load generator for bench/pulsar_perf.py: pulsar-testclient 4.0.8 (4.0.7's is not
-# served) with the two dependencies 4.0.8's POM names at versions not served taken at 4.0.7; the jars land in
-# build/m2 like the compatibility suites' (317 jars, once).
+# served) with the two dependencies 4.0.8's POM names at versions not served taken at 4.0.7 (317 jars, once).
 PULSAR_PERF_CLASSPATH := build/pulsar-perf/classpath.txt
 .PHONY: pulsar-perf
 pulsar-perf: $(PULSAR_PERF_CLASSPATH)
 $(PULSAR_PERF_CLASSPATH): bench/pulsar_perf/pom.xml
-	@command -v mvn >/dev/null || { echo "mvn not found: pulsar-perf needs Maven 3.8+" >&2; exit 1; }
-	@command -v java >/dev/null || { echo "java not found: pulsar-perf needs Java 17" >&2; exit 1; }
-	mvn -B -q -f bench/pulsar_perf/pom.xml -Dmaven.repo.local=$(CURDIR)/build/m2 dependency:build-classpath \
-		-Dmdep.outputFile=$(CURDIR)/$@.tmp
-	mv $@.tmp $@
+	$(call maven_classpath,pulsar-perf)
 
-# Apache Pulsar's broker for bench/cluster_failover.py --broker pulsar: pulsar-broker 4.0.7 and its jars in
-# build/m2, as pulsar-perf's.
+# Apache Pulsar's broker for bench/cluster_failover.py --broker pulsar: pulsar-broker 4.0.7 and its jars.
 PULSAR_BROKER_CLASSPATH := build/pulsar-broker/classpath.txt
 .PHONY: pulsar-broker
 pulsar-broker: $(PULSAR_BROKER_CLASSPATH)
 $(PULSAR_BROKER_CLASSPATH): bench/pulsar_broker/pom.xml
-	@command -v mvn >/dev/null || { echo "mvn not found: the Pulsar broker needs Maven 3.8+" >&2; exit 1; }
-	@command -v java >/dev/null || { echo "java not found: the Pulsar broker needs Java 17" >&2; exit 1; }
-	mvn -B -q -f bench/pulsar_broker/pom.xml -Dmaven.repo.local=$(CURDIR)/build/m2 dependency:build-classpath \
-		-Dmdep.outputFile=$(CURDIR)/$@.tmp
-	mv $@.tmp $@
+	$(call maven_classpath,the Pulsar broker)
 
 sim: setup
 	$(BIN)/magnetar sim $(if $(SEED),--seed $(SEED),) $(if $(MODE),--mode $(MODE),)
