@@ -6,17 +6,21 @@ fsync on: `journalSyncData=true`, `journalMaxGroupWaitMSec=1`), ledgers of E=3 W
 managed-ledger records in the in-process memory metadata store (they are written at a load and a rollover,
 not per entry). SQLite: the default engine on a temporary directory, fsync on.
 
-Two workloads, each on one topic, each `--runs` times alternating the engines:
+First `--warmup-seconds` (5) of the unbatched workload on each engine, not counted: the bookies' JVMs compile
+their add path in their first seconds, and the first run's p99 was that (36-74 ms against 12-19 ms in the
+next run of the same code). Then two workloads, each on one topic, each `--runs` times alternating the
+engines:
 - latency at a fixed rate: `--rate` messages/s (10 000) for `--seconds`, one `append` per entry every
   millisecond tick (unbatched: 100 B entries of 1 message; batched: 10 KB entries of 100 messages, as a
   client's batching makes them), the time from the call to the future's completion (the SEND_RECEIPT's
-  condition: durable, for BookKeeper acknowledged by the ack quorum);
+  condition: durable, for BookKeeper acknowledged by the ack quorum), and the CPU this process (the
+  managed ledger, the engine and its BookKeeper client or SQLite threads) spent per message;
 - throughput: as many 100 B entries as 1000 appends in flight allow (Pulsar's
   maxPendingPublishRequestsPerConnection), unbatched.
 
 Prints a table and writes bench/results/storage_bookkeeper.json.
 
-    python bench/storage_bookkeeper.py [--seconds 10] [--runs 3] [--rate 10000]
+    python bench/storage_bookkeeper.py [--seconds 10] [--runs 3] [--rate 10000] [--warmup-seconds 5]
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ async def fixed_rate(factory: ManagedLedgerFactory, rate: int, seconds: float, m
     pending: set[asyncio.Future] = set()
     entries_per_s = rate / messages_per_entry
     sent_entries = 0
+    cpu_start = time.process_time()
     start = time.perf_counter()
     tick = 0
     while time.perf_counter() - start < seconds:
@@ -91,6 +96,7 @@ async def fixed_rate(factory: ManagedLedgerFactory, rate: int, seconds: float, m
         "p50_ms": percentile(latencies, 0.50) * 1000,
         "p99_ms": percentile(latencies, 0.99) * 1000,
         "messages_per_s": len(latencies) * messages_per_entry / elapsed,
+        "cpu_us_per_message": (time.process_time() - cpu_start) * 1e6 / (len(latencies) * messages_per_entry),
     }
 
 
@@ -116,6 +122,16 @@ async def saturated(factory: ManagedLedgerFactory, seconds: float) -> dict:
     return {"entries_per_s": done / (time.perf_counter() - start)}
 
 
+async def warm_up(engine_name: str, cluster: LocalBookKeeperCluster, args: argparse.Namespace) -> None:
+    data_dir = tempfile.mkdtemp(prefix="bench-storage-")
+    factory = await open_factory(engine_name, cluster, data_dir)
+    try:
+        await fixed_rate(factory, args.rate, args.warmup_seconds, 1)
+    finally:
+        await factory.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 async def one_run(engine_name: str, cluster: LocalBookKeeperCluster, args: argparse.Namespace) -> dict:
     data_dir = tempfile.mkdtemp(prefix="bench-storage-")
     factory = await open_factory(engine_name, cluster, data_dir)
@@ -137,12 +153,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rate", type=int, default=10_000)
+    parser.add_argument("--warmup-seconds", type=float, default=5)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-bookkeeper-"))
     cluster = LocalBookKeeperCluster(root)
     cluster.start()
     runs = []
     try:
+        if args.warmup_seconds > 0:
+            for engine_name in ("sqlite", "bookkeeper"):
+                asyncio.run(warm_up(engine_name, cluster, args))
         for run in range(args.runs):
             order = ["sqlite", "bookkeeper"] if run % 2 == 0 else ["bookkeeper", "sqlite"]
             for engine_name in order:
@@ -151,13 +171,15 @@ def main() -> None:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
     print(
-        f"{'engine':>10} {'unbatched p50/p99 ms':>21} {'batched p50/p99 ms':>19} {'msg/s':>8} {'max entries/s':>14} load"
+        f"{'engine':>10} {'unbatched p50/p99 ms':>21} {'µs/msg':>7} {'batched p50/p99 ms':>19} {'µs/msg':>7} "
+        f"{'msg/s':>8} {'max entries/s':>14} load"
     )
     for row in runs:
         unbatched, batched = row["unbatched"], row["batched"]
         print(
             f"{row['engine']:>10} {unbatched['p50_ms']:>10.2f} / {unbatched['p99_ms']:<8.2f} "
-            f"{batched['p50_ms']:>8.2f} / {batched['p99_ms']:<8.2f} {unbatched['messages_per_s']:>8,.0f} "
+            f"{unbatched['cpu_us_per_message']:>7.1f} {batched['p50_ms']:>8.2f} / {batched['p99_ms']:<8.2f} "
+            f"{batched['cpu_us_per_message']:>7.1f} {unbatched['messages_per_s']:>8,.0f} "
             f"{row['throughput']['entries_per_s']:>14,.0f} {row['load_average']:.2f}"
         )
     results = Path(__file__).with_name("results")

@@ -283,3 +283,31 @@ def test_a_topic_moved_from_a_broker_with_newer_ledger_ids_keeps_its_ledgers_in_
         await old_owner.close()
 
     run(scenario)
+
+
+def test_appends_submitted_while_adds_are_out_share_bookkeeper_entries() -> None:
+    """Sixty SENDs, one a loop turn, as a quiet producer's arrive: each turn's submission waits while two
+    adds are out and goes out with the others that waited, so the ledger holds far fewer BookKeeper entries
+    than SENDs; every SEND keeps its own position, and a reload reads them all back from the bookies."""
+    config = CONFIG.with_changes(managedLedgerMaxEntriesPerLedger=1_000)
+
+    async def scenario(cluster: Cluster) -> None:
+        factory = await cluster.factory(config)
+        ledger = await factory.open_ledger(TOPIC)
+        futures = []
+        for i in range(60):
+            futures.append(ledger.append(f"m{i}".encode(), i, 1, 100 + i, "p", i))
+            await asyncio.sleep(0)
+        positions = await asyncio.gather(*futures)
+        ledger_id = positions[0].ledger_id
+        assert positions == [Position(ledger_id, i) for i in range(60)]
+        bk_entries = {entry for (stored, entry) in cluster.bookies.entries["b0:3181"] if stored == ledger_id}
+        assert 1 < len(bk_entries) <= 30, bk_entries
+        await factory.close()
+        again = await cluster.factory(config)
+        reloaded = await again.open_ledger(TOPIC)
+        read = await reloaded.read_entries(Position(ledger_id, 0), 100)
+        assert [(entry.data, entry.sticky_key_hash) for entry in read] == [(f"m{i}".encode(), i) for i in range(60)]
+        await again.close()
+
+    run(scenario)
