@@ -432,41 +432,49 @@ class KeySharedDispatcher(SharedDispatcher):
     def _replayable(self, max_positions: int) -> list[Position]:
         """Pulsar's ReplayPositionFilter: a queued position is read only if its hash is not blocked in this
         pass and `admission_block` admits it, each admitted position taking one of its consumer's permits."""
+        permits: dict[Consumer, int] = {}
+        for consumer in self.consumers.values():
+            available = self._available_permits(consumer)
+            if available > 0:
+                permits[consumer] = available
+        if not permits:
+            return []
         slot, select = self._slot, self.selector.select
         draining = self.draining.should_block if self.draining_required and len(self.draining) else None
         joined = self.recently_joined if self._ordered and self.recently_joined else None
         replay_floor = min(joined.values()) if joined else None
-        permits: dict[Consumer, int] = {}
         blocked: set[int] = set()
         positions: list[Position] = []
         # The queue's positions in order, merged from each key's own list: once a hash is blocked every
         # later position of it is, so a blocked key leaves the merge whole, unvisited (the queue holds
-        # many positions of few keys: a soak's walk of all of them on every dispatch took a core).
-        heads = [(queued[0], key_hash, queued, 0) for key_hash, queued in self.replay.by_hash()]
+        # many positions of few keys: a soak's walk of all of them on every dispatch took a core). A key
+        # whose owner has no permits (or that has no owner) is blocked at its first position, as is every
+        # key of its slot (same owner), and permits only fall in a pass: such keys are left out before the
+        # merge, so that the check on every event while a normal read is out (#23845) visits only the
+        # keys of the consumers that could take something.
+        heads = [
+            (queued[0], key_hash, queued, 0, sticky_hash, owner)
+            for key_hash, queued in self.replay.by_hash()
+            if (owner := select(sticky_hash := slot(key_hash))) in permits
+        ]
         heapq.heapify(heads)
         while heads:
-            position, key_hash, queued, index = heads[0]
-            sticky_hash = slot(key_hash)
+            position, key_hash, queued, index, sticky_hash, consumer = heads[0]
             if sticky_hash in blocked:
                 heapq.heappop(heads)
                 continue
-            consumer = select(sticky_hash)
-            if consumer is None:
-                available = 0
-            else:
-                cached = permits.get(consumer)
-                available = self._available_permits(consumer) if cached is None else cached
+            available = permits[consumer]
             reason = admission_block(
                 consumer, available, position, key_hash, sticky_hash, None, None, draining, joined, replay_floor
             )
-            if reason is None and consumer is not None:
+            if reason is None:
                 permits[consumer] = available - 1
                 positions.append(position)
                 if len(positions) >= max_positions:
                     break
                 index += 1
                 if index < len(queued):
-                    heapq.heapreplace(heads, (queued[index], key_hash, queued, index))
+                    heapq.heapreplace(heads, (queued[index], key_hash, queued, index, sticky_hash, consumer))
                 else:
                     heapq.heappop(heads)
                 continue
