@@ -7,8 +7,8 @@ contract's rules. The consumers, the publisher, the delivery log and the rules a
 (tests/e2e/churn.py, imported from there so that the soak checks exactly what the suite checks, fed one
 event at a time so that an hour's deliveries are never kept); the broker is bench/broker_process.py's.
 
-One `magnetar standalone` (pip379, its own data directory, free ports) and one unbatched producer at
-`--rate` over `--keys` keys. Six consumers on their own clients, two of them slow (each message held
+One `magnetar standalone` (pip379, its own data directory, free ports) and one unbatched producer, in a
+child process of its own, at `--rate` over `--keys` keys. Six consumers on their own clients, two of them slow (each message held
 0.3-1.5 s before its ack); about once a second one of them closes with its client and subscribes
 again on a new one, or stops receiving for 1-3 s; and now and then a consumer in a child process takes
 its share of the keys, holds everything it receives, and is killed (SIGKILL, no close) 2-6 s later.
@@ -21,6 +21,9 @@ Growth is the median of the `--window-minutes` after the warm-up against the med
 goes, and windows of the same length under the same churn, so that both hold the same mix of it.
 
     python bench/soak_key_shared.py [--minutes 60] [--warmup-minutes 10] [--window-minutes 5]
+
+With `--pulsar URL --pulsar-http URL --pulsar-pid PID` the same plan runs against a broker already running
+(Apache Pulsar's standalone, for the comparison), its process's RSS and descriptors watched instead.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -58,6 +61,12 @@ CHILDREN = 2  # killed consumers alive at once, at most
 STALL_S = 15.0
 GROWTH_LIMIT_PCT = 5.0
 CHILD_POLL_S = 0.05
+# The workers' receiver queues. The churn suite's smallest (5, 10, 50) starve a consumer of its share: a
+# consumer with 5 permits took ~300 msg/s through the flow round trips where its sixth of the keys brings
+# 833, its keys filled the replay queue to the look-ahead limit and normal reads stopped for everyone, so
+# the backlog grew under magnetar and Apache Pulsar 4.0.7 alike (docs/performance.md, "Soak"). A soak
+# measures what an hour does to a subscription that keeps up; the killed consumers keep the small ones.
+QUEUE_SIZES = (100, 500, 1000)
 PROGRESS_S = 60
 JSON_VIOLATIONS = 20
 REQUIRED = (*churn.Contract().violations(), "drained", "stall", "growth")
@@ -183,6 +192,68 @@ class KilledConsumer:
             assert self.process.stdout is not None
             self.process.stdout.close()
             self.log.record("closed", self.identity)
+
+
+class ChildPublisher:
+    """The unbatched producer in a child process (this file with `--publisher`): in this process it shares
+    the interpreter lock with six consumers and the checkers, and reached 4,100 of the 5,000 msg/s it was
+    paced to. Each receipt comes back as a line `published <index> <key>`, each failure as `failed ...`,
+    and goes to `on_published` from a reader thread."""
+
+    def __init__(
+        self, url: str, topic: str, args: argparse.Namespace, seconds: float, on_published: Callable[[int, str], None]
+    ) -> None:
+        self.on_published = on_published
+        self.failed: list[str] = []
+        command = [sys.executable, __file__, "--publisher", url, topic, str(args.keys), str(args.rate)]
+        self.process = subprocess.Popen([*command, str(args.seed), str(seconds)], stdout=subprocess.PIPE)
+        self._reader = threading.Thread(target=self._read, daemon=True, name="publisher-receipts")
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            kind, _, rest = line.decode().rstrip("\n").partition(" ")
+            if kind == "published":
+                index, key = rest.split(" ")
+                self.on_published(int(index), key)
+            else:
+                self.failed.append(rest)
+
+    def wait(self, timeout_s: float) -> None:
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.failed.append(f"the publisher was still running {timeout_s:.0f} s after its end; killed")
+            self.process.kill()
+            self.process.wait()
+        self._reader.join(timeout_s)
+        if self.process.returncode:
+            self.failed.append(f"the publisher exited with {self.process.returncode}")
+
+
+def publisher_main(url: str, topic: str, keys: int, rate: float, seed: int, seconds: float) -> int:
+    """The publisher's process: the churn suite's Publisher for `seconds`, its receipts printed."""
+    # The protocol goes to the parent on its own descriptor: the client's logger writes to fd 1.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    lock = threading.Lock()
+
+    def published(index: int, key: str) -> None:
+        with lock:
+            out.write(f"published {index} {key}\n")
+
+    publisher = churn.Publisher(url, topic, False, published)
+    publisher.publish(keys_forever(random.Random(seed + 1), keys, time.monotonic() + seconds), rate)
+    publisher.wait(seconds + churn.DRAIN_S)
+    with lock:
+        for failure in publisher.failed:
+            out.write(f"failed {failure}\n")
+        if publisher.publishing():
+            out.write(f"failed still publishing {churn.DRAIN_S} s after the end\n")
+        out.flush()
+    publisher.close()
+    return 0
 
 
 def child_main(url: str, topic: str, name: str, queue_size: int) -> int:
@@ -428,13 +499,13 @@ def add_workers(load: churn.Workload, rnd: random.Random, seed: int) -> None:
         delay = churn.ack_delays(own, 0.3, 1.5) if slow else churn.ack_delays(own, 0.0, 0.05, immediate=0.5)
         load.add(
             f"{'slow' if slow else 'w'}{n}",
-            queue_size=rnd.choice(churn.QUEUE_SIZES),
+            queue_size=rnd.choice(QUEUE_SIZES),
             ack_delay_s=delay,
             new_client_per_incarnation=True,
         )
 
 
-def soak(args: argparse.Namespace, broker: Broker) -> dict:
+def soak(args: argparse.Namespace, broker: Broker | RunningBroker) -> dict:
     rnd = random.Random(args.seed)
     tally = Tally()
     log = churn.DeliveryLog(observer=tally.feed, keep=False)
@@ -447,19 +518,19 @@ def soak(args: argparse.Namespace, broker: Broker) -> dict:
         load.start()
         sampler.start()
         plan = Churn(load, rnd, args.children)
-        load.publisher.publish(keys_forever(random.Random(args.seed + 1), args.keys, end), args.rate)
+        publisher = ChildPublisher(broker.url, topic, args, end - time.monotonic(), tally.on_published)
         try:
             plan.run_until(end)
         finally:
             plan.stop()
-        load.publisher.wait(churn.DRAIN_S)
+        publisher.wait(churn.DRAIN_S + 10)
         sampler.sample()
         drained = drain(load, tally)
         for worker in load.workers.values():
             worker.stop()
         sampler.stop()
     violations = tally.contract.violations()
-    violations["operations"] += load.publisher.failed
+    violations["operations"] += publisher.failed
     violations["drained"] = drained
     violations["stall"] = sampler.stalls
     delivered, published, acked, _unacked = tally.counts()
@@ -508,10 +579,22 @@ def report(result: dict) -> None:
     )
 
 
+@dataclass
+class RunningBroker:
+    """A broker this script did not start (`--pulsar`): sampled, never stopped."""
+
+    url: str
+    http_url: str
+    pid: int
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         url, topic, name, queue_size = sys.argv[2:6]
         return child_main(url, topic, name, int(queue_size))
+    if len(sys.argv) > 1 and sys.argv[1] == "--publisher":
+        url, topic, keys, rate, seed, seconds = sys.argv[2:8]
+        return publisher_main(url, topic, int(keys), float(rate), int(seed), float(seconds))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=60)
     parser.add_argument("--warmup-minutes", type=float, default=None, help="default: 10, or a sixth of a shorter run")
@@ -522,18 +605,28 @@ def main() -> int:
     parser.add_argument("--sample-s", type=float, default=5)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", default=None, help="where the broker's data directory goes")
+    parser.add_argument("--pulsar", help="a running broker's service URL, instead of starting magnetar")
+    parser.add_argument("--pulsar-http", help="that broker's web service URL")
+    parser.add_argument("--pulsar-pid", type=int, help="that broker's process, for its RSS and descriptors")
     args = parser.parse_args()
+    if args.pulsar and not (args.pulsar_http and args.pulsar_pid):
+        parser.error("--pulsar needs --pulsar-http and --pulsar-pid")
     warmup_min = args.warmup_minutes if args.warmup_minutes is not None else min(10, args.minutes / 6)
     window_min = args.window_minutes if args.window_minutes is not None else min(5, args.minutes / 12)
-    directory = Path(tempfile.mkdtemp(prefix="magnetar-soak-", dir=args.dir))
-    broker = Broker(directory / "data", {"keySharedOrderingMode": "pip379"})
     before = machine()
-    broker.start()
-    try:
-        run = soak(args, broker)
-    finally:
-        broker.stop()
-        shutil.rmtree(broker.data_dir, ignore_errors=True)  # gigabytes after an hour; the log stays
+    if args.pulsar:
+        run = soak(args, RunningBroker(args.pulsar, args.pulsar_http, args.pulsar_pid))
+        log_path = "(the running broker's)"
+    else:
+        directory = Path(tempfile.mkdtemp(prefix="magnetar-soak-", dir=args.dir))
+        broker = Broker(directory / "data", {"keySharedOrderingMode": "pip379"})
+        broker.start()
+        try:
+            run = soak(args, broker)
+        finally:
+            broker.stop()
+            shutil.rmtree(broker.data_dir, ignore_errors=True)  # gigabytes after an hour; the log stays
+        log_path = str(broker.log_path)
     samples = run.pop("samples")
     end_s = samples[-1].t_s
     result = {
@@ -546,7 +639,8 @@ def main() -> int:
         "window_minutes": window_min,
         "machine_before": before,
         "machine_after": machine(),
-        "broker_log": str(broker.log_path),
+        "broker": args.pulsar or "magnetar",
+        "broker_log": log_path,
         **run,
         "growth": growth(samples, warmup_min * 60, window_min * 60, end_s),
         "samples": [asdict(s) for s in samples],
