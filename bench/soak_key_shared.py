@@ -61,8 +61,8 @@ CHILDREN = 2  # killed consumers alive at once, at most
 STALL_S = 15.0
 GROWTH_LIMIT_PCT = 5.0
 CHILD_POLL_S = 0.05
-# The workers' receiver queues. The churn suite's smallest (5, 10, 50) starve a consumer of its share: a
-# consumer with 5 permits took ~300 msg/s through the flow round trips where its sixth of the keys brings
+# The workers' receiver queues. The churn suite's smallest (5, 10, 50) starve a consumer of its share: one
+# seen with 4 permits delivered ~320 msg/s through the flow round trips where its sixth of the keys brings
 # 833, its keys filled the replay queue to the look-ahead limit and normal reads stopped for everyone, so
 # the backlog grew under magnetar and Apache Pulsar 4.0.7 alike (docs/performance.md, "Soak"). A soak
 # measures what an hour does to a subscription that keeps up; the killed consumers keep the small ones.
