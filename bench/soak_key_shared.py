@@ -8,10 +8,11 @@ contract's rules. The consumers, the publisher, the delivery log and the rules a
 event at a time so that an hour's deliveries are never kept); the broker is bench/broker_process.py's.
 
 One `magnetar standalone` (pip379, its own data directory, free ports) and one unbatched producer, in a
-child process of its own, at `--rate` over `--keys` keys. Six consumers on their own clients, two of them slow (each message held
-0.3-1.5 s before its ack); about once a second one of them closes with its client and subscribes
-again on a new one, or stops receiving for 1-3 s; and now and then a consumer in a child process takes
-its share of the keys, holds everything it receives, and is killed (SIGKILL, no close) 2-6 s later.
+child process of its own, at `--rate` over `--keys` keys. Six consumers on their own clients, two of them
+slow (each message held 0.3-1.5 s before its ack); about once a second one of them closes with its client
+and subscribes again on a new one, or stops receiving for 1-3 s; and now and then a consumer in a child
+process takes its share of the keys, holds everything it receives, and is killed (SIGKILL, no close) 2-6 s
+later.
 Every `--sample-s` the broker's VmRSS, open descriptors (/proc/<pid>/fd) and CPU time, and the
 delivered rate. A stall is no delivery for `STALL_S` while messages are unacked. At the end: publishing
 and churn stop, the consumers drain, and the rules are checked.
