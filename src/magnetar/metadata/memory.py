@@ -353,6 +353,9 @@ class MemoryMetadataStore:
     # ------------------------------------------------------------------ delivery
 
     def deliver(self, loop: asyncio.AbstractEventLoop, notification: Notification) -> None:
+        """Nothing while disconnected: ZooKeeper does not send what changed meanwhile."""
+        if not self._connected:
+            return
         for listener in self._listeners:
             loop.call_soon(listener, notification)
 

@@ -58,12 +58,19 @@ from magnetar.metadata.store import (
     NotificationType,
     Op,
     Put,
+    SessionEvent,
 )
 from magnetar.positions import Position
 from magnetar.storage import ml_data_formats_pb2 as pb
 from magnetar.storage.config import StorageConfig
 from magnetar.storage.engine_records import RECORD_ROOTS, Catalog, TopicState
-from magnetar.storage.errors import LedgerFencedError, StorageBusyError, StorageError, StorageWriteError
+from magnetar.storage.errors import (
+    LedgerFencedError,
+    RecordVersionError,
+    StorageBusyError,
+    StorageError,
+    StorageWriteError,
+)
 from magnetar.storage.sqlite_engine import (
     CommitReport,
     Entry,
@@ -271,6 +278,8 @@ class BookKeeperEngine:
         self._owns_bookkeeper = owns_bookkeeper
         self._stored: set[str] = set()
         self._owns_store = owns_store
+        self._on_record: Callable[[str, str | None, int], None] | None = None
+        self._record_paths: set[str] = set()
 
     @classmethod
     async def connect(
@@ -292,29 +301,82 @@ class BookKeeperEngine:
         by the store's notifications, as other brokers create and delete topics); topics are loaded when
         their owner opens them."""
         self._store.register_listener(self._on_notification)
-        rows: list[tuple[str, str, int]] = []
-        for root in RECORD_ROOTS:
-            await self._walk(root, rows)
-        await self._list_topics(MANAGED_LEDGERS, 0)
+        self._store.register_session_listener(self._on_session_event)
+        rows = await self._walk_records()
+        await self._list_topics(MANAGED_LEDGERS, 0, self._stored)
         await self._refill_ids()
         return Catalog({}, rows)
 
-    async def _list_topics(self, path: str, depth: int) -> None:
+    async def _walk_records(self) -> list[tuple[str, str, int]]:
+        rows: list[tuple[str, str, int]] = []
+        for root in RECORD_ROOTS:
+            await self._walk(root, rows)
+        self._record_paths = {path for path, _, _ in rows}
+        return rows
+
+    async def _list_topics(self, path: str, depth: int, into: set[str]) -> None:
         children = await self._store.get_children(path)
         if depth == _TOPIC_DEPTH - 1:
-            self._stored.update(_topic_of_path(f"{path}/{child}") for child in children)
+            into.update(_topic_of_path(f"{path}/{child}") for child in children)
             return
         for child in children:
-            await self._list_topics(f"{path}/{child}", depth + 1)
+            await self._list_topics(f"{path}/{child}", depth + 1, into)
 
     def _on_notification(self, notification: Notification) -> None:
         path = notification.path
+        if notification.type is NotificationType.CHILDREN_CHANGED:
+            return
+        if self._on_record is not None and any(path == root or path.startswith(root + "/") for root in RECORD_ROOTS):
+            self._spawn(self._refresh_record(path))
+            return
         if not path.startswith(MANAGED_LEDGERS + "/") or path.count("/") != _TOPIC_DEPTH + 1:
             return
         if notification.type is NotificationType.CREATED:
             self._stored.add(_topic_of_path(path))
         elif notification.type is NotificationType.DELETED:
             self._stored.discard(_topic_of_path(path))
+
+    def watch_records(self, on_record: Callable[[str, str | None, int], None]) -> None:
+        """A notification names a record's node, not what it holds: the node is read again, so that what
+        `on_record` gets is what the store held after the change (reads answer in order)."""
+        self._on_record = on_record
+
+    async def _refresh_record(self, path: str) -> None:
+        try:
+            got = await self._store.get(path)
+        except MetadataStoreError as error:
+            log.warning("bookkeeper engine: cannot read the changed record %s: %s", path, error)
+            return
+        assert self._on_record is not None
+        if got is None or not got.value:
+            self._record_paths.discard(path)
+            self._on_record(path, None, -1)
+        else:
+            self._record_paths.add(path)
+            self._on_record(path, got.value.decode(), got.stat.version)
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        """ZooKeeper notifies nothing of what changed while the connection was down: once it is back, the
+        records and the stored topics are read again (as Pulsar's metadata caches refresh on a
+        reconnection)."""
+        if event in (SessionEvent.RECONNECTED, SessionEvent.SESSION_REESTABLISHED) and self._on_record is not None:
+            self._spawn(self._resync_records())
+
+    async def _resync_records(self) -> None:
+        before, stored = self._record_paths, set[str]()
+        try:
+            rows = await self._walk_records()
+            await self._list_topics(MANAGED_LEDGERS, 0, stored)
+        except MetadataStoreError as error:
+            self._record_paths = before
+            log.warning("bookkeeper engine: cannot read the records again after a reconnection: %s", error)
+            return
+        self._stored = stored
+        assert self._on_record is not None
+        for path in sorted(before - self._record_paths):
+            self._on_record(path, None, -1)
+        for path, value, version in rows:
+            self._on_record(path, value, version)
 
     def stored_topics(self) -> set[str]:
         """Every topic with a ledger list in the store, whichever broker wrote it."""
@@ -787,20 +849,20 @@ class BookKeeperEngine:
 
     # ------------------------------------------------------------------ the other named writes
 
-    def _write(self, coroutine: Any) -> asyncio.Future[None]:
+    def _write(self, coroutine: Any) -> asyncio.Future[Any]:
         """A named write's future: the coroutine's outcome, the metadata store's errors as StorageError."""
         assert self._loop is not None, "engine not started"
-        result: asyncio.Future[None] = self._loop.create_future()
+        result: asyncio.Future[Any] = self._loop.create_future()
 
         async def run() -> None:
             try:
-                await coroutine
+                outcome = await coroutine
             except (MetadataStoreError, BKError) as error:
                 result.set_exception(StorageWriteError(f"{self.data_dir}: {error}"))
             except StorageError as error:
                 result.set_exception(error)
             else:
-                result.set_result(None)
+                result.set_result(outcome)
 
         self._spawn(run())
         return result
@@ -839,9 +901,23 @@ class BookKeeperEngine:
             await self._delete_bk_ledger(ledger_id)
         await self._store.delete_recursive(_compacted_path(topic))
 
-    def put_metadata(self, path: str, value: str, version: int) -> asyncio.Future[None]:
-        """An admin record at its own path; the metadata layer above checked the version."""
-        return self._write(self._store.put(path, value.encode()))
+    def put_metadata(self, path: str, value: str, version: int) -> asyncio.Future[int]:
+        """An admin record at its own path, by compare-and-set on the store's version of it, since other
+        brokers write the same records."""
+        return self._write(self._put_metadata(path, value.encode(), version - 1))
+
+    async def _put_metadata(self, path: str, value: bytes, expected: int) -> int:
+        try:
+            return (await self._store.put(path, value, expected)).version
+        except BadVersionError:
+            got = await self._store.get(path) if expected == -1 else None
+            if got is None or got.value:
+                raise RecordVersionError(f"{path}: changed by another broker") from None
+        # The node is there emptied (a record deleted while records below it remain): the record is absent.
+        try:
+            return (await self._store.put(path, value, got.stat.version)).version
+        except BadVersionError:
+            raise RecordVersionError(f"{path}: changed by another broker") from None
 
     def delete_metadata(self, path: str) -> asyncio.Future[None]:
         return self._write(self._delete_metadata(path))

@@ -92,7 +92,15 @@ class StorageEngine(Protocol):
 
     def delete_cursor(self, topic_id: int, name: str) -> asyncio.Future[None]: ...
 
-    def put_metadata(self, path: str, value: str, version: int) -> asyncio.Future[None]: ...
+    def put_metadata(self, path: str, value: str, version: int) -> asyncio.Future[int]:
+        """The record at `path` (`value` its JSON) replaces the one at `version - 1` (-1: none); resolves to
+        the version it is stored at, RecordVersionError when another writer changed the record first."""
+        ...
+
+    def watch_records(self, on_record: Callable[[str, str | None, int], None]) -> None:
+        """From now on `on_record(path, JSON or None when gone, version)` follows the records under
+        RECORD_ROOTS as other writers of a shared store change them, on the event loop."""
+        ...
 
     def delete_metadata(self, path: str) -> asyncio.Future[None]: ...
 

@@ -14,6 +14,7 @@ __all__ = [
     "LedgerFencedError",
     "StorageClosedError",
     "DataDirectoryLockedError",
+    "RecordVersionError",
 ]
 
 
@@ -47,3 +48,8 @@ class StorageBusyError(StorageError):
 
 class StorageClosedError(StorageError):
     """The storage was closed."""
+
+
+class RecordVersionError(StorageError):
+    """A metadata record's compare-and-set saw another version: another writer (another broker of the
+    cluster) changed it first (Pulsar's MetadataStoreException.BadVersionException)."""

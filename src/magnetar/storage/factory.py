@@ -67,6 +67,7 @@ class ManagedLedgerFactory:
         catalog = await factory.engine.load()
         factory._topic_ids = catalog.topic_ids
         factory.metadata = MetadataStore(factory, catalog.metadata)
+        factory.engine.watch_records(factory.metadata.record_changed)
         factory.engine.start(factory.loop, factory._on_commit, factory.clock)
         factory._background = factory.loop.create_task(factory._run_background())
         return factory

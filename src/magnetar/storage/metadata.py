@@ -8,16 +8,20 @@ through the group commit. Subscriptions are the durable cursors of each managed 
 `put_metadata` and `delete_metadata` store the records), ledgers, cursors.
 
 Writes are serialised by one asyncio lock (they are rare) and reach memory only once durable, so a
-reader never sees a record that a crash could take back.
+reader never sees a record that a crash could take back. The engine checks each write against the version
+it stores (other brokers of a cluster write the same records: the one that comes second gets
+BadVersionError) and tells of the records other writers change (`record_changed`); the listeners hear of
+every record that changed that way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from magnetar.storage.errors import StorageError
+from magnetar.storage.errors import RecordVersionError, StorageError
 
 if TYPE_CHECKING:
     from magnetar.storage.access import StorageAccess
@@ -25,8 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["MetadataStore", "BadVersionError", "NotFoundError", "AlreadyExistsError"]
 
 
-class BadVersionError(StorageError):
-    """A compare-and-set saw another version (Pulsar's MetadataStoreException.BadVersionException)."""
+BadVersionError = RecordVersionError
 
 
 class NotFoundError(StorageError):
@@ -44,6 +47,7 @@ class MetadataStore:
             path: (json.loads(value), version) for path, value, version in rows
         }
         self._lock = asyncio.Lock()
+        self._listeners: list[Callable[[str], None]] = []
 
     # ------------------------------------------------------------------ generic, versioned records
 
@@ -65,10 +69,9 @@ class MetadataStore:
             current_version = -1 if current is None else current[1]
             if expected_version is not None and expected_version != current_version:
                 raise BadVersionError(f"{path}: version {current_version}, expected {expected_version}")
-            version = current_version + 1
             self._factory.check_open()
-            await self._factory.engine.put_metadata(path, encoded, version)
-            self._records[path] = (json.loads(encoded), version)
+            version = await self._factory.engine.put_metadata(path, encoded, current_version + 1)
+            self._keep(path, json.loads(encoded), version)
             return version
 
     async def delete(self, path: str, expected_version: int | None = None) -> None:
@@ -80,7 +83,31 @@ class MetadataStore:
                 raise BadVersionError(f"{path}: version {current[1]}, expected {expected_version}")
             self._factory.check_open()
             await self._factory.engine.delete_metadata(path)
+            self._records.pop(path, None)
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        """`listener(path)` after another writer changed, created or deleted the record at `path`."""
+        self._listeners.append(listener)
+
+    def record_changed(self, path: str, value: str | None, version: int) -> None:
+        """What the engine read after another writer changed `path` (None: the record is gone). A version
+        older than the one kept is a read overtaken by this store's own write, and changes nothing."""
+        current = self._records.get(path)
+        if value is None:
+            if current is None:
+                return
             del self._records[path]
+        elif not self._keep(path, json.loads(value), version):
+            return
+        for listener in self._listeners:
+            listener(path)
+
+    def _keep(self, path: str, value: Any, version: int) -> bool:
+        current = self._records.get(path)
+        if current is not None and current[1] >= version:
+            return False
+        self._records[path] = (value, version)
+        return True
 
     # ------------------------------------------------------------------ Pulsar's records
 

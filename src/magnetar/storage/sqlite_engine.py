@@ -601,9 +601,13 @@ class SqliteEngine:
     def delete_cursor(self, topic_id: int, name: str) -> asyncio.Future[None]:
         return self._write(_delete_cursor, topic_id, name)
 
-    def put_metadata(self, path: str, value: str, version: int) -> asyncio.Future[None]:
-        """A metadata record (`value` is its JSON), replacing the one at `path`."""
+    def put_metadata(self, path: str, value: str, version: int) -> asyncio.Future[int]:
+        """A metadata record (`value` is its JSON), replacing the one at `path`; the file has one writer,
+        whose metadata layer checked the version."""
         return self._write(_put_metadata, path, value, version)
+
+    def watch_records(self, on_record: Callable[[str, str | None, int], None]) -> None:
+        """Nothing to follow: only this engine writes its file."""
 
     def delete_metadata(self, path: str) -> asyncio.Future[None]:
         return self._write(_delete_metadata, path)
@@ -1292,8 +1296,9 @@ def _delete_cursor(connection: sqlite3.Connection, topic_id: int, name: str) -> 
     connection.execute("DELETE FROM cursors WHERE topic_id=? AND name=?", (topic_id, name))
 
 
-def _put_metadata(connection: sqlite3.Connection, path: str, value: str, version: int) -> None:
+def _put_metadata(connection: sqlite3.Connection, path: str, value: str, version: int) -> int:
     connection.execute("INSERT OR REPLACE INTO metadata VALUES (?,?,?)", (path, value, version))
+    return version
 
 
 def _delete_metadata(connection: sqlite3.Connection, path: str) -> None:

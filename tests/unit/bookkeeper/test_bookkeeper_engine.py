@@ -15,11 +15,11 @@ import pytest
 from magnetar.bookkeeper import BookKeeper, MemoryLedgerManager
 from magnetar.bookkeeper.errors import NoSuchLedgerError
 from magnetar.clock import LoopClock
-from magnetar.metadata.memory import MemoryMetadataServer
+from magnetar.metadata.memory import MemoryMetadataServer, MemoryMetadataStore
 from magnetar.metadata.store import Check
 from magnetar.positions import Position
 from magnetar.sim.bookkeeper.bookie import FakeBookies
-from magnetar.storage import LedgerFencedError, ManagedLedgerFactory, StorageConfig, StorageError
+from magnetar.storage import BadVersionError, LedgerFencedError, ManagedLedgerFactory, StorageConfig, StorageError
 from magnetar.storage import ml_data_formats_pb2 as pb
 from magnetar.storage.bookkeeper_engine import BookKeeperEngine, managed_ledger_path
 
@@ -45,11 +45,14 @@ class Cluster:
         self.metadata = MemoryMetadataServer()
 
     async def factory(
-        self, config: StorageConfig = CONFIG, checks: Callable[[str], list[Check]] | None = None
+        self,
+        config: StorageConfig = CONFIG,
+        checks: Callable[[str], list[Check]] | None = None,
+        store: MemoryMetadataStore | None = None,
     ) -> ManagedLedgerFactory:
         clock = LoopClock(asyncio.get_running_loop(), lambda: 1_000)
         bookkeeper = BookKeeper(self.ledgers, self.bookies, clock=clock, rng=random.Random(3))
-        engine = BookKeeperEngine(bookkeeper, self.metadata.connect(), config, checks=checks)
+        engine = BookKeeperEngine(bookkeeper, store or self.metadata.connect(), config, checks=checks)
         return await ManagedLedgerFactory.open("unused", config, engine=engine, clock=clock)
 
 
@@ -139,6 +142,90 @@ def test_every_kind_of_metadata_record_is_there_after_a_reload() -> None:
         found = [again.metadata.get(path) for path in paths]
         assert [record[0] if record else None for record in found] == [{"record": i} for i in range(len(paths))]
         await again.close()
+
+    run(scenario)
+
+
+async def settle() -> None:
+    """Let the notifications and the reads they start run (the memory store answers within a turn)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def test_a_record_another_broker_writes_reaches_this_brokers_records_and_listeners() -> None:
+    """Brokers of a cluster share their policies: a namespace policy set through one broker applies to the
+    topics another owns, so each broker's records follow the others' writes, creates and deletes."""
+    path = "/admin/policies/public/ns"
+
+    async def scenario(cluster: Cluster) -> None:
+        first, second = await cluster.factory(), await cluster.factory()
+        heard: list[str] = []
+        second.metadata.add_listener(heard.append)
+        version = await first.metadata.put(path, {"deduplicationEnabled": True}, expected_version=-1)
+        await settle()
+        assert second.metadata.get(path) == ({"deduplicationEnabled": True}, version)
+        assert heard == [path]
+        newer = await second.metadata.put(path, {"deduplicationEnabled": False}, expected_version=version)
+        await settle()
+        assert first.metadata.get(path) == ({"deduplicationEnabled": False}, newer)
+        assert heard == [path], "a broker's own write is not news to it"
+        await first.metadata.delete(path)
+        await settle()
+        assert second.metadata.get(path) is None
+        assert heard == [path, path]
+        await first.close()
+        await second.close()
+
+    run(scenario)
+
+
+def test_a_write_on_a_stale_record_is_refused_and_the_records_are_read_again_after_a_reconnection() -> None:
+    """ZooKeeper notifies nothing of what changed while a broker was disconnected: that broker's next write
+    of the record is refused by compare-and-set (it would undo the other's change), and once reconnected it
+    reads the records again, the deleted ones included."""
+    changed, deleted = "/admin/policies/public/ns", "/topic-policies/public/ns/persistent/t"
+
+    async def scenario(cluster: Cluster) -> None:
+        store = cluster.metadata.connect()
+        first, second = await cluster.factory(), await cluster.factory(store=store)
+        await first.metadata.put(changed, {"message_ttl_in_seconds": 60})
+        await first.metadata.put(deleted, {"compactionThreshold": 1})
+        await settle()
+        assert second.metadata.get(deleted) is not None
+        store.lose_connection()
+        await first.metadata.put(changed, {"message_ttl_in_seconds": 120})
+        await first.metadata.delete(deleted)
+        await settle()
+        assert second.metadata.get(changed) == ({"message_ttl_in_seconds": 60}, 0)
+        store.reconnect()
+        with pytest.raises(BadVersionError):
+            await second.metadata.put(changed, {"message_ttl_in_seconds": 30})
+        await settle()
+        assert second.metadata.get(changed) == ({"message_ttl_in_seconds": 120}, 1)
+        assert second.metadata.get(deleted) is None
+        await second.metadata.put(changed, {"message_ttl_in_seconds": 30}, expected_version=1)
+        await settle()
+        assert first.metadata.get(changed) == ({"message_ttl_in_seconds": 30}, 2)
+        await first.close()
+        await second.close()
+
+    run(scenario)
+
+
+def test_a_record_deleted_while_records_remain_below_it_can_be_created_again() -> None:
+    """A tenant's node keeps its namespaces below it: deleting the tenant's record empties the node, and a
+    broker creating the tenant again writes into it at the version the store has."""
+
+    async def scenario(cluster: Cluster) -> None:
+        factory = await cluster.factory()
+        await factory.metadata.put("/admin/policies/t", {"adminRoles": []}, expected_version=-1)
+        await factory.metadata.put("/admin/policies/t/ns", {}, expected_version=-1)
+        await factory.metadata.delete("/admin/policies/t")
+        assert factory.metadata.get("/admin/policies/t") is None
+        version = await factory.metadata.put("/admin/policies/t", {"adminRoles": ["a"]}, expected_version=-1)
+        assert factory.metadata.get("/admin/policies/t") == ({"adminRoles": ["a"]}, version)
+        assert version == 2
+        await factory.close()
 
     run(scenario)
 
