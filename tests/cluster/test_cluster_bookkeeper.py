@@ -2,7 +2,8 @@
 Pulsar's settings (`metadataStoreUrl=zk:...`, `bookkeeperMetadataServiceUri`, E/W/A 3/3/2), in one process
 on one event loop, the official Python client in front. A topic keeps its messages and its subscription's
 acknowledgements when its bundle moves to another broker; the old owner's ledger is closed when it lets
-the bundle go, so the new owner recovers nothing; a topic one broker created is listed by the others."""
+the bundle go, so the new owner recovers nothing; a topic one broker created is listed by the others; a
+namespace created and its policies set through one broker hold at the broker that owns its topics."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pulsar
 import pytest
 
 from bookkeeper_fixture import LocalBookKeeperCluster, start_cluster
+from geo_helpers import wait_until
 from magnetar.broker.cluster.bundles import Bundle
 from magnetar.broker.cluster.setup import ClusterMetadata, initialize_cluster_metadata
 from magnetar.broker.config import load_config
@@ -182,3 +184,39 @@ def test_a_topic_one_broker_created_is_listed_by_the_others(brokers: Brokers) ->
     for index in range(2):
         listed = AdminClient(brokers.http_url(index)).get("/admin/v2/persistent/public/default")
         assert topic in listed, (index, listed)
+
+
+def test_a_namespace_and_its_policies_set_through_one_broker_hold_at_the_broker_owning_its_topics(
+    brokers: Brokers,
+) -> None:
+    namespace = "public/shared-policies"
+    topic = f"persistent://{namespace}/deduplicated"
+    AdminClient(brokers.http_url(0)).put(f"/admin/v2/namespaces/{namespace}")
+    wait_until(
+        lambda: namespace in AdminClient(brokers.http_url(1)).get("/admin/v2/namespaces/public"),
+        "the second broker lists the namespace the first created",
+    )
+    client = pulsar.Client(brokers.url(1), operation_timeout_seconds=TIMEOUT_S)
+    try:
+        producer = client.create_producer(topic, producer_name="p", batching_enabled=False)
+        for sequence_id in range(3):
+            producer.send(b"m", sequence_id=sequence_id)
+        producer.close()
+        other = AdminClient(brokers.http_url(1 - brokers.owner_index(topic)))
+        other.post(f"/admin/v2/namespaces/{namespace}/deduplication", True)
+        other.post(f"/admin/v2/namespaces/{namespace}/subscriptionTypesEnabled", ["Exclusive"])
+
+        def last_sequence_id() -> int:
+            again = client.create_producer(topic, producer_name="p", batching_enabled=False)
+            try:
+                return int(again.last_sequence_id())
+            finally:
+                again.close()
+
+        # The owner's loaded topic took deduplication on: a producer of the same name learns where it was.
+        wait_until(lambda: last_sequence_id() == 2, "the owner applies the other broker's deduplication policy")
+        with pytest.raises(pulsar.NotAllowedError):
+            client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared)
+        client.subscribe(topic, "exclusive", consumer_type=pulsar.ConsumerType.Exclusive).close()
+    finally:
+        client.close()

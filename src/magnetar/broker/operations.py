@@ -2,8 +2,9 @@
 creating, deleting and unloading topics.
 
 Owns: carrying an operation out once the admin API checked its preconditions (existence, names,
-bodies): the metadata it writes, the loaded topics it closes or deletes, applying changed policies to
-loaded topics, and sending a partition count to the other clusters of a replicating namespace.
+bodies): the metadata it writes, the loaded topics it closes or deletes, applying changed policies
+(changed here or by another broker) to loaded topics, and sending a partition count to the other
+clusters of a replicating namespace.
 Must not touch: HTTP (admin/), the wire, or ordering.
 """
 
@@ -60,6 +61,21 @@ class AdminOperations:
         await self._policies.set_topic_policies(name, changes)
         loaded = [t for t in self._registry.topics.values() if t.name.partitioned_base == name]
         await self._registry.apply_policies(loaded)
+
+    def record_changed(self, path: str) -> None:
+        """Another broker of the cluster changed a record: the loaded topics whose namespace's or own
+        policies it holds take them, as after a change made here."""
+        parts = path.split("/")
+        if len(parts) == 5 and parts[1] == "admin" and parts[2] == "policies":
+            namespace = f"{parts[3]}/{parts[4]}"
+            loaded = [t for t in self._registry.topics.values() if t.name.namespace_name == namespace]
+        elif len(parts) == 6 and parts[1] == "topic-policies":
+            base = TopicName.parse(f"{parts[4]}://{parts[2]}/{parts[3]}/{parts[5]}")
+            loaded = [t for t in self._registry.topics.values() if t.name.partitioned_base == base]
+        else:
+            return
+        if loaded:
+            self._tasks.spawn(self._registry.apply_policies(loaded), name=f"policies of {path}")
 
     # ------------------------------------------------------------------------------ clusters
 

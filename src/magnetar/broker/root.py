@@ -109,6 +109,7 @@ async def open_broker(
         topics = TopicContext(config, clock, metadata, policies, clusters, config.dispatcher_settings(), tasks)
         registry = TopicRegistry(topics, storage)
         operations = AdminOperations(registry, schemas, tasks)
+        metadata.add_listener(operations.record_changed)
         cluster = None
         if metadata_store is not None:
             cluster = ClusterService(config, clock, metadata_store, operations, tasks.spawn, configuration_store)
