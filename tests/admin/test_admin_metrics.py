@@ -152,3 +152,29 @@ def test_connection_metrics_count_the_clients_open(broker_factory) -> None:
     after = eventually(closed)
     assert after is not None, "the closed clients' connections are still counted"
     assert value(after, "pulsar_connection_created_total_count", cluster="standalone") == 2
+
+
+def test_entry_cache_metrics_count_what_reads_found_there_and_what_they_did_not(broker_factory) -> None:
+    """A subscription reading what was just published finds it in the entry cache; with no cache
+    (managedLedgerCacheSizeMB=0) every read misses and goes to storage."""
+    for cache_mb, cached in ((64, True), (0, False)):
+        broker = broker_factory(managedLedgerCacheSizeMB=cache_mb)
+        topic = f"persistent://{NS}/cache-{uuid.uuid4().hex[:8]}"
+        client = pulsar.Client(broker.url)
+        try:
+            producer = client.create_producer(topic, batching_enabled=False)
+            for i in range(20):
+                producer.send(b"payload-%d" % i)
+            consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+            for _ in range(20):
+                consumer.acknowledge(consumer.receive(5000))
+        finally:
+            client.close()
+        samples = scrape(broker)
+        hits = value(samples, "magnetar_ml_cache_hits_total", cluster="standalone")
+        misses = value(samples, "magnetar_ml_cache_misses_total", cluster="standalone")
+        used = value(samples, "pulsar_ml_cache_used_size", cluster="standalone")
+        if cached:
+            assert hits == 20 and misses == 0 and used > 0, (hits, misses, used)
+        else:
+            assert hits == 0 and misses > 0 and used == 0, (hits, misses, used)

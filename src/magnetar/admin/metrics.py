@@ -182,6 +182,26 @@ class BrokerCollector:
         yield from replication_gauges.values()
         yield from _replicated_subscriptions_families(context, cluster)
         yield from _connection_families(context, cluster)
+        yield from _cache_families(context, cluster)
+
+
+def _cache_families(context: BrokerContext, cluster: str) -> Iterator[Metric]:
+    """The broker's entry cache (storage/entry_cache.py), Pulsar's `pulsar_ml_cache_used_size`, and as
+    counters what Pulsar reports as per-second rates (`pulsar_ml_cache_hits_rate`, ...): a read that misses
+    goes to the disk or the bookies."""
+    cache = context.storage.cache
+    used = GaugeMetricFamily("pulsar_ml_cache_used_size", "Bytes the entry cache holds.", labels=["cluster"])
+    used.add_metric([cluster], cache.size_bytes)
+    counters = {
+        "magnetar_ml_cache_hits": ("Entries read from the entry cache.", cache.hits),
+        "magnetar_ml_cache_misses": ("Reads the entry cache could not answer whole.", cache.misses),
+        "magnetar_ml_cache_evictions": ("Entries evicted from the entry cache.", cache.evictions),
+    }
+    yield used
+    for name, (doc, value) in counters.items():
+        counter = CounterMetricFamily(name, doc, labels=["cluster"])
+        counter.add_metric([cluster], value)
+        yield counter
 
 
 def _connection_families(context: BrokerContext, cluster: str) -> Iterator[Metric]:
