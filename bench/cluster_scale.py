@@ -6,8 +6,10 @@ brokers as processes), `pulsar-perf consume` of `--topics` topics (one Key_Share
 consumers each) and `pulsar-perf produce` to the same topics at `--rate` messages/s in total (100 B,
 random keys, default batching) for `--seconds`, all through the cluster's multi-host service URL; the
 topics' bundles spread over the brokers. Reported: sent, delivered while the producer ran, the brokers'
-CPU time together per message (from /proc), each broker's share of it, and the arithmetic for a machine
-with a core per broker: 1 core / (CPU per message of the busiest broker's share).
+CPU time together per message (from /proc), each broker's share of it, the arithmetic for a machine
+with a core per broker: 1 core / (CPU per message of the busiest broker's share), and the brokers' entry
+cache over the run (entries read from it, reads it could not answer, which went to the bookies, and
+evictions), from their /metrics.
 
 On a 2-core machine the bookies, ZooKeeper, pulsar-perf and the brokers share the cores: the rates are
 the machine's, the CPU per message is the brokers'. Prints a table and writes
@@ -24,6 +26,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -35,6 +38,19 @@ from pulsar_perf import CLASSPATH, RECEIVED, SENT, SUBSCRIBE_WAIT_S, _java, _rec
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cluster_scale.json"
 CONSUMERS = 2
+CACHE_COUNTERS = ("magnetar_ml_cache_hits_total", "magnetar_ml_cache_misses_total", "magnetar_ml_cache_evictions_total")
+
+
+def cache_counters(http_urls: list[str]) -> dict[str, int]:
+    """The entry cache counters of the brokers together."""
+    totals = dict.fromkeys(CACHE_COUNTERS, 0)
+    for url in http_urls:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+            for line in answer.read().decode().splitlines():
+                name = line.split("{", 1)[0]
+                if name in totals:
+                    totals[name] += int(float(line.rsplit(" ", 1)[1]))
+    return totals
 
 
 def one_size(brokers: int, rate: int, topics: int, seconds: int, classpath: str) -> dict:
@@ -55,6 +71,8 @@ def one_size(brokers: int, rate: int, topics: int, seconds: int, classpath: str)
             time.sleep(SUBSCRIBE_WAIT_S)
             pids = [broker.process.pid for broker in cluster.brokers]
             before = [cpu_seconds(pid) for pid in pids if pid is not None]
+            http_urls = [broker.http_url for broker in cluster.brokers]
+            cache_before = cache_counters(http_urls)
             producer = _java(
                 classpath, conf, "produce", "-u", url, "-t", str(topics), "-r", str(rate), "-s", "100",
                 "-mk", "random", "-time", str(seconds), topic, log=producer_log,
@@ -62,6 +80,7 @@ def one_size(brokers: int, rate: int, topics: int, seconds: int, classpath: str)
             producer.wait(timeout=seconds + 120)
             after = [cpu_seconds(pid) for pid in pids if pid is not None]
             received_in_run = _received_so_far(consumer_log)
+            cache_after = cache_counters(http_urls)
             owners = sorted({cluster.owner(f"{topic}-{index}") for index in range(topics)})
         finally:
             _stop(consumer)
@@ -87,6 +106,7 @@ def one_size(brokers: int, rate: int, topics: int, seconds: int, classpath: str)
         "broker_cpu_s": per_broker_s,
         # A core per broker: the busiest broker's CPU per message of the whole stream bounds the rate.
         "core_per_broker_capacity_msg_s": 1e6 / busiest_us if busiest_us else 0.0,
+        "cache": {name.split("_")[3]: cache_after[name] - cache_before[name] for name in CACHE_COUNTERS},
     }
 
 
@@ -107,14 +127,17 @@ def main() -> None:
         print(f"{count} broker(s): {rows[-1]}", flush=True)
     print()
     print(
-        "| brokers | owning topics | sent | delivered in run | broker CPU / msg | each broker's CPU s | a core per broker |"
+        "| brokers | owning topics | sent | delivered in run | broker CPU / msg | each broker's CPU s "
+        "| a core per broker | cache hits / misses / evictions |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         shares = ", ".join(f"{s:.1f}" for s in row["broker_cpu_s"])
+        cache = row["cache"]
         print(
             f"| {row['brokers']} | {row['brokers_owning_topics']} | {row['sent']:,} | {row['delivered_in_run']:,} "
-            f"| {row['broker_cpu_us_per_msg']:.1f} µs | {shares} | {row['core_per_broker_capacity_msg_s']:,.0f} msg/s |"
+            f"| {row['broker_cpu_us_per_msg']:.1f} µs | {shares} | {row['core_per_broker_capacity_msg_s']:,.0f} msg/s "
+            f"| {cache['hits']:,} / {cache['misses']:,} / {cache['evictions']:,} |"
         )
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(
