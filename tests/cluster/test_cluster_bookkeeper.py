@@ -3,7 +3,8 @@ Pulsar's settings (`metadataStoreUrl=zk:...`, `bookkeeperMetadataServiceUri`, E/
 on one event loop, the official Python client in front. A topic keeps its messages and its subscription's
 acknowledgements when its bundle moves to another broker; the old owner's ledger is closed when it lets
 the bundle go, so the new owner recovers nothing; a topic one broker created is listed by the others; a
-namespace created and its policies set through one broker hold at the broker that owns its topics."""
+namespace created and its policies set through one broker hold at the broker that owns its topics, and a
+partitioned topic's own policies at every broker owning one of its partitions."""
 
 from __future__ import annotations
 
@@ -218,5 +219,43 @@ def test_a_namespace_and_its_policies_set_through_one_broker_hold_at_the_broker_
         with pytest.raises(pulsar.NotAllowedError):
             client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared)
         client.subscribe(topic, "exclusive", consumer_type=pulsar.ConsumerType.Exclusive).close()
+    finally:
+        client.close()
+
+
+def test_a_partitioned_topics_own_policy_holds_at_every_broker_owning_one_of_its_partitions(
+    brokers: Brokers,
+) -> None:
+    # A partitioned topic's policies are its own, stored once for its partitions, which fall in
+    # different bundles: the broker the request went to writes them, and the other, owning some
+    # partitions, hears of the change through the metadata store.
+    base = "persistent://public/default/partitioned-policies"
+    partitions = [f"{base}-partition-{index}" for index in range(8)]
+    AdminClient(brokers.http_url(0)).put("/admin/v2/persistent/public/default/partitioned-policies/partitions", 8)
+    client = pulsar.Client(brokers.url(0), operation_timeout_seconds=TIMEOUT_S)
+    try:
+        for partition in partitions:
+            producer = client.create_producer(partition, producer_name="p", batching_enabled=False)
+            for sequence_id in range(3):
+                producer.send(b"m", sequence_id=sequence_id)
+            producer.close()
+        owners = {brokers.owner_index(partition) for partition in partitions}
+        assert owners == {0, 1}, "the partitions' bundles should be spread over both brokers"
+        AdminClient(brokers.http_url(0)).post(
+            "/admin/v2/persistent/public/default/partitioned-policies/deduplicationEnabled", True
+        )
+
+        def last_sequence_ids() -> list[int]:
+            found = []
+            for partition in partitions:
+                again = client.create_producer(partition, producer_name="p", batching_enabled=False)
+                try:
+                    found.append(int(again.last_sequence_id()))
+                finally:
+                    again.close()
+            return found
+
+        # Every partition's loaded topic took deduplication on, wherever it is served.
+        wait_until(lambda: last_sequence_ids() == [2] * 8, "every owner applies the partitioned topic's policy")
     finally:
         client.close()
