@@ -18,7 +18,7 @@ import asyncio
 import gc
 import sys
 
-__all__ = ["GC_THRESHOLDS", "GIL_SWITCH_INTERVAL_S", "YOUNG_COLLECTION_INTERVAL_S", "tune_process"]
+__all__ = ["GC_THRESHOLDS", "GIL_SWITCH_INTERVAL_S", "YOUNG_COLLECTION_INTERVAL_S", "generation_due", "tune_process"]
 
 # Generation thresholds for the cyclic collector (CPython's defaults: 700, 10, 10). A broker allocates
 # a few objects per message; at tens of thousands of messages a second the default collects the young
@@ -33,7 +33,9 @@ GIL_SWITCH_INTERVAL_S = 0.001
 # collection runs only after 50,000 more allocations than deallocations, and while acked messages
 # are freed as fast as new ones arrive that took seconds: the collection then found the entry cache's
 # runs of those seconds (40,000 objects, every payload tuple checked for untracking) and held the
-# loop 25-60 ms. Every 100 ms it finds a tenth of a second's worth instead.
+# loop 25-60 ms. Every 100 ms it finds a tenth of a second's worth instead. Each tick collects the
+# oldest generation that is due by the thresholds (`generation_due`): the middle one every 21 ticks,
+# the oldest every 21 * 101.
 YOUNG_COLLECTION_INTERVAL_S = 0.1
 
 
@@ -53,4 +55,19 @@ def tune_process() -> asyncio.Task[None]:
 async def _collect_young() -> None:
     while True:
         await asyncio.sleep(YOUNG_COLLECTION_INTERVAL_S)
-        gc.collect(0)
+        gc.collect(generation_due())
+
+
+def generation_due() -> int:
+    """The oldest generation whose count of collections of the one below passed its threshold, as
+    CPython's own allocation-triggered collection picks it. The timer's collections count (they are
+    what gets the counts past the thresholds), but only an allocation-triggered collection would look
+    at the counts, and below ~50,000 allocations in 100 ms none comes: a timer collecting only the
+    young generation left every cycle that was alive at one of its collections (a closed connection
+    and its handlers, a consumer, a subscription) uncollected for good, ~10 KB for each client a soak
+    restarted (docs/performance.md, "Soak")."""
+    counts, thresholds = gc.get_count(), gc.get_threshold()
+    for generation in (2, 1):
+        if counts[generation] > thresholds[generation]:
+            return generation
+    return 0
