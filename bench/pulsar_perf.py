@@ -6,7 +6,9 @@ Each row starts `pulsar-perf consume` (one Key_Shared subscription of 4 consumer
 for `--seconds`; the consumers get up to `--drain-seconds` more to receive what was sent, then stop and
 print Pulsar's aggregated figures. Rows of the two brokers alternate. Reported per row: messages sent,
 delivered by the time the producer stopped and after the drain (and their shares), end-to-end latency p50 / p99 / p99.9 as the consumers measure it (publish
-time to receipt), and the broker's CPU time per message sent, read from /proc for the broker's process
+time to receipt) over the whole run and the p99 of the steady window (the worst of the consumers' 10-s
+windows that begin `STEADY_AFTER_S` or more after the producer started, before the JVMs' start-up is over
+nothing else is steady), and the broker's CPU time per message sent, read from /proc for the broker's process
 (`--pulsar-pid` for a Pulsar broker started elsewhere). Prints a table and writes
 bench/results/pulsar_perf.json. The Java classpath comes from `make pulsar-perf` (build/pulsar-perf).
 
@@ -99,6 +101,7 @@ def run_row(
         produce = ["produce", "-u", service_url, "-r", str(rate), "-s", "100", "-mk", "random", "-time", str(seconds)]
         if not batching:
             produce.append("-db")
+        producer_started = time.time()
         producer = _java(classpath, conf, *produce, topic, log=producer_log)
         producer.wait(timeout=seconds + 120)
         received_at_end = _received_so_far(consumer_log)
@@ -113,6 +116,8 @@ def run_row(
     received = int(RECEIVED.findall(output)[-1]) if RECEIVED.search(output) else 0
     latency = LATENCY.findall(output)
     p50, p99, p999 = (float(latency[-1][i]) for i in (1, 3, 4)) if latency else (0.0, 0.0, 0.0)
+    windows = _windows(consumer_log, producer_started)
+    steady = [p99_ms for start, p99_ms in windows if STEADY_AFTER_S <= start < seconds]
     return {
         "row": name,
         "rate": rate,
@@ -128,12 +133,31 @@ def run_row(
         "e2e_p50_ms": p50,
         "e2e_p99_ms": p99,
         "e2e_p999_ms": p999,
+        "window_p99_ms": [[round(start, 1), p99_ms] for start, p99_ms in windows],
+        "steady_p99_ms": max(steady) if steady else None,
         "broker_cpu_us_per_msg": cpu_s / sent * 1e6 if sent else 0.0,
     }
 
 
-# The consumers print a line every 10 s with the messages received so far.
+# The consumers print a line every 10 s with the messages received so far and that window's latency.
 _SO_FAR = re.compile(r"Throughput received:\s+(\d+) msg")
+_WINDOW = re.compile(
+    r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d),(\d{3}) .*Throughput received:.*Latency: mean:.* - 99pct:\s*([\d.]+)",
+    re.MULTILINE,
+)
+WINDOW_S = 10
+# The producer's JVM and the first seconds of its connection are over by then (docs/performance.md, "Where
+# the p99 of the slower rows comes from").
+STEADY_AFTER_S = 10
+
+
+def _windows(log: Path, producer_started: float) -> list[tuple[float, float]]:
+    """(start of the window in seconds after the producer started, its p99 ms) of each window line."""
+    found = []
+    for stamp, millis, p99 in _WINDOW.findall(log.read_text()):
+        end = time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S")) + int(millis) / 1000
+        found.append((end - WINDOW_S - producer_started, float(p99)))
+    return found
 
 
 def _received_so_far(log: Path) -> int:
@@ -183,7 +207,7 @@ def main() -> None:
     print(load_line(before, after))
     print(
         "broker | row | sent | delivered by the producer's end | delivered msg/s in the run | delivered after the drain"
-        " | e2e p50 ms | p99 | p99.9 | broker µs/msg"
+        " | e2e p50 ms | p99 | p99.9 | steady p99 | broker µs/msg"
     )
     for r in results:
         print(
@@ -191,6 +215,7 @@ def main() -> None:
             f"({r['delivered_in_run_share']:.0%}) | {r['delivered_rate_in_run']:,.0f} | "
             f"{r['received']:,} ({r['delivered_share']:.0%}) | "
             f"{r['e2e_p50_ms']:.1f} | {r['e2e_p99_ms']:.1f} | {r['e2e_p999_ms']:.1f} | "
+            f"{'-' if r['steady_p99_ms'] is None else format(r['steady_p99_ms'], '.1f')} | "
             f"{r['broker_cpu_us_per_msg']:.1f}"
         )
     RESULTS.mkdir(exist_ok=True)
