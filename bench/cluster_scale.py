@@ -4,7 +4,7 @@ own load generator (`pulsar-perf` 4.0.8, from `make pulsar-perf`).
 Per cluster size: a local cluster (LocalCluster: one ZooKeeper, three bookies, E/W/A 3/3/2, fsync on, the
 brokers as processes), `pulsar-perf consume` of `--topics` topics (one Key_Shared subscription of 2
 consumers each) and `pulsar-perf produce` to the same topics at `--rate` messages/s in total (100 B,
-random keys, default batching) for `--seconds`, all through the cluster's multi-host service URL; the
+random keys, default batching, or an entry per message with `--unbatched`) for `--seconds`, all through the cluster's multi-host service URL; the
 topics' bundles spread over the brokers. Reported: sent, delivered while the producer ran, the brokers'
 CPU time together per message (from /proc), each broker's share of it, the arithmetic for a machine
 with a core per broker: 1 core / (CPU per message of the busiest broker's share), and the brokers' entry
@@ -15,7 +15,7 @@ On a 2-core machine the bookies, ZooKeeper, pulsar-perf and the brokers share th
 the machine's, the CPU per message is the brokers'. Prints a table and writes
 bench/results/cluster_scale.json.
 
-    python bench/cluster_scale.py [--brokers 1,2,3] [--rate 20000] [--topics 8] [--seconds 20]
+    python bench/cluster_scale.py [--brokers 1,2,3] [--rate 20000] [--topics 8] [--seconds 20] [--unbatched]
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def cache_counters(http_urls: list[str]) -> dict[str, int]:
     return totals
 
 
-def one_size(brokers: int, rate: int, topics: int, seconds: int, classpath: str) -> dict:
+def one_size(brokers: int, rate: int, topics: int, seconds: int, batching: bool, classpath: str) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"magnetar-scale-{brokers}-"))
     cluster = LocalCluster(root / "cluster", brokers=brokers, bookies=3)
     try:
@@ -73,10 +73,10 @@ def one_size(brokers: int, rate: int, topics: int, seconds: int, classpath: str)
             before = [cpu_seconds(pid) for pid in pids if pid is not None]
             http_urls = [broker.http_url for broker in cluster.brokers]
             cache_before = cache_counters(http_urls)
-            producer = _java(
-                classpath, conf, "produce", "-u", url, "-t", str(topics), "-r", str(rate), "-s", "100",
-                "-mk", "random", "-time", str(seconds), topic, log=producer_log,
-            )  # fmt: skip
+            produce = ["produce", "-u", url, "-t", str(topics), "-r", str(rate), "-s", "100", "-mk", "random"]
+            if not batching:
+                produce.append("-db")
+            producer = _java(classpath, conf, *produce, "-time", str(seconds), topic, log=producer_log)
             producer.wait(timeout=seconds + 120)
             after = [cpu_seconds(pid) for pid in pids if pid is not None]
             received_in_run = _received_so_far(consumer_log)
@@ -98,6 +98,7 @@ def one_size(brokers: int, rate: int, topics: int, seconds: int, classpath: str)
         "topics": topics,
         "brokers_owning_topics": len(owners),
         "rate": rate,
+        "batching": batching,
         "seconds": seconds,
         "sent": sent,
         "delivered_in_run": received_in_run,
@@ -116,6 +117,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=20_000)
     parser.add_argument("--topics", type=int, default=8)
     parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--unbatched", action="store_true", help="an entry per message (pulsar-perf -db)")
     args = parser.parse_args()
     if not CLASSPATH.exists():
         sys.exit(f"{CLASSPATH} is missing: run `make pulsar-perf` first")
@@ -123,7 +125,7 @@ def main() -> None:
     before = machine()
     rows = []
     for count in (int(n) for n in args.brokers.split(",")):
-        rows.append(one_size(count, args.rate, args.topics, args.seconds, classpath))
+        rows.append(one_size(count, args.rate, args.topics, args.seconds, not args.unbatched, classpath))
         print(f"{count} broker(s): {rows[-1]}", flush=True)
     print()
     print(
