@@ -4,8 +4,8 @@ own load generator (`pulsar-perf` 4.0.8, from `make pulsar-perf`).
 Per cluster size: a local cluster (LocalCluster: one ZooKeeper, three bookies, E/W/A 3/3/2, fsync on, the
 brokers as processes), `pulsar-perf consume` of `--topics` topics (one Key_Shared subscription of 2
 consumers each) and `pulsar-perf produce` to the same topics at `--rate` messages/s in total (100 B,
-random keys, default batching, or an entry per message with `--unbatched`) for `--seconds`, all through the cluster's multi-host service URL; the
-topics' bundles spread over the brokers. Reported: sent, delivered while the producer ran, the brokers'
+random keys, default batching, or an entry per message with `--unbatched`) for `--seconds`, all
+through the cluster's multi-host service URL; the topics' bundles spread over the brokers. Reported: sent, delivered while the producer ran, the brokers'
 CPU time together per message (from /proc), each broker's share of it, the arithmetic for a machine
 with a core per broker: 1 core / (CPU per message of the busiest broker's share), and the brokers' entry
 cache over the run (entries read from it, reads it could not answer, which went to the bookies, and

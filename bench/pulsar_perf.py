@@ -5,12 +5,13 @@ Each row starts `pulsar-perf consume` (one Key_Shared subscription of 4 consumer
 `pulsar-perf produce` (100 B messages with random keys, default batching unless the row says otherwise)
 for `--seconds`; the consumers get up to `--drain-seconds` more to receive what was sent, then stop and
 print Pulsar's aggregated figures. Rows of the two brokers alternate. Reported per row: messages sent,
-delivered by the time the producer stopped and after the drain (and their shares), end-to-end latency p50 / p99 / p99.9 as the consumers measure it (publish
-time to receipt) over the whole run and the p99 of the steady window (the worst of the consumers' 10-s
-windows that begin `STEADY_AFTER_S` or more after the producer started, before the JVMs' start-up is over
-nothing else is steady), and the broker's CPU time per message sent, read from /proc for the broker's process
-(`--pulsar-pid` for a Pulsar broker started elsewhere). Prints a table and writes
-bench/results/pulsar_perf.json. The Java classpath comes from `make pulsar-perf` (build/pulsar-perf).
+delivered by the time the producer stopped and after the drain (and their shares), end-to-end latency
+p50 / p99 / p99.9 as the consumers measure it (publish time to receipt) over the whole run, the p99 of
+the steady window (the worst of the consumers' 10-s windows that begin `STEADY_AFTER_S` or more after the
+producer started, when the JVMs' start-up is over; with the default 20 s that is one window, which
+begins about 2 s before the producer stops), and the broker's CPU time per message sent, read from /proc
+for the broker's process (`--pulsar-pid` for a Pulsar broker started elsewhere). Prints a table and
+writes bench/results/pulsar_perf.json. The Java classpath comes from `make pulsar-perf` (build/pulsar-perf).
 
     python bench/pulsar_perf.py [--rows 120k,80k,max,5k-unbatched] [--seconds 20] [--drain-seconds 30]
         [--pulsar pulsar://127.0.0.1:6651 --pulsar-pid PID]

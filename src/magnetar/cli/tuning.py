@@ -64,8 +64,8 @@ def generation_due() -> int:
     what gets the counts past the thresholds), but only an allocation-triggered collection would look
     at the counts, and below ~50,000 allocations in 100 ms none comes: a timer collecting only the
     young generation left every cycle that was alive at one of its collections (a closed connection
-    and its handlers, a consumer, a subscription) uncollected for good, ~10 KB for each client a soak
-    restarted (docs/performance.md, "Soak")."""
+    and its handlers, a consumer, a subscription) uncollected for good, and a soak's memory grew with
+    each client it restarted (docs/performance.md, "Soak")."""
     counts, thresholds = gc.get_count(), gc.get_threshold()
     for generation in (2, 1):
         if counts[generation] > thresholds[generation]:
