@@ -49,10 +49,10 @@ def tune_process() -> asyncio.Task[None]:
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    return asyncio.get_running_loop().create_task(_collect_young())
+    return asyncio.get_running_loop().create_task(_collect_on_timer())
 
 
-async def _collect_young() -> None:
+async def _collect_on_timer() -> None:
     while True:
         await asyncio.sleep(YOUNG_COLLECTION_INTERVAL_S)
         gc.collect(generation_due())
