@@ -29,6 +29,7 @@ def test_a_bundle_is_split_in_two_halves_at_its_owner(tmp_path: Path) -> None:
         url = broker.broker.config.advertised_web_url
         bundles = f"{url}/admin/v2/namespaces/public/default/bundles"
         assert httpx.get(bundles).json()["numBundles"] == 4
+        assert httpx.get(f"{url}/admin/v2/namespaces/public/default").json()["bundles"]["numBundles"] == 4
         refused = httpx.put(
             f"{url}/admin/v2/namespaces/public/default/0x00000000_0x40000000/split",
             params={"splitAlgorithmName": "topic_count_equally_divide"},
@@ -45,10 +46,13 @@ def test_a_bundle_is_split_in_two_halves_at_its_owner(tmp_path: Path) -> None:
             "-san",
             "range_equally_divide",
         )
-        assert httpx.get(bundles).json() == {
+        halves = {
             "boundaries": ["0x00000000", "0x20000000", "0x40000000", "0x80000000", "0xc0000000", "0xffffffff"],
             "numBundles": 5,
         }
+        assert httpx.get(bundles).json() == halves
+        # The namespace's policies name the bundles it has now, as Pulsar's do.
+        assert httpx.get(f"{url}/admin/v2/namespaces/public/default").json()["bundles"] == halves
         assert httpx.put(f"{url}/admin/v2/namespaces/public/default/0x00000000_0x40000000/split").status_code == 412
     finally:
         asyncio.run_coroutine_threadsafe(broker.stop(), loop).result(TIMEOUT_S)

@@ -18,9 +18,8 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
-from pydantic import BaseModel
 
-from magnetar.admin.clusters import check_namespace
+from magnetar.admin.clusters import BundlesData, bundles_data, check_namespace
 from magnetar.admin.errors import error_responses, precondition_failed
 from magnetar.broker.cluster.bundles import Bundle
 from magnetar.broker.cluster.ownership import BundleNotOwnedError
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
     from magnetar.broker.cluster.service import ClusterService
     from magnetar.broker.context import BrokerContext
 
-__all__ = ["BundlesData", "redirect_to_owners", "router", "topic_owner_redirect"]
+__all__ = ["redirect_to_owners", "router", "topic_owner_redirect"]
 
 router = APIRouter(prefix="/admin/v2/namespaces", tags=["namespaces"])
 
@@ -42,11 +41,6 @@ _FORWARD_TIMEOUT_S = 30
 _SPLIT_ALGORITHMS = [RANGE_EQUALLY_DIVIDE]
 # Topic admin paths that are not about one topic's data: served by any broker, as Pulsar serves them.
 _ANY_BROKER_SUFFIXES = ("/partitions", "/partitioned-stats", "/partitioned-internalStats")
-
-
-class BundlesData(BaseModel):
-    boundaries: list[str]
-    numBundles: int
 
 
 def _context(request: Request) -> BrokerContext:
@@ -63,11 +57,7 @@ def _redirect(request: Request, web_url: str) -> RedirectResponse:
 @router.get("/{tenant}/{namespace}/bundles", response_model=BundlesData, responses=error_responses(404, 412))
 async def get_bundles_data(request: Request, tenant: str, namespace: str) -> BundlesData:
     context = _context(request)
-    name = check_namespace(context, tenant, namespace)
-    if context.cluster is None:
-        return BundlesData(boundaries=["0x00000000", "0xffffffff"], numBundles=1)
-    bundles = await context.cluster.bundles.bundles(name)
-    return BundlesData(boundaries=[f"0x{b:08x}" for b in bundles.boundaries], numBundles=len(bundles.boundaries) - 1)
+    return await bundles_data(context, check_namespace(context, tenant, namespace))
 
 
 @router.put(

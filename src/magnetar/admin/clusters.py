@@ -35,11 +35,13 @@ from magnetar.broker.registry import TOPIC_DOMAINS
 from magnetar.storage.metadata import AlreadyExistsError, NotFoundError
 
 __all__ = [
+    "BundlesData",
     "ClusterData",
     "NamespacePolicies",
     "RetentionPolicies",
     "TenantInfo",
     "router",
+    "bundles_data",
     "check_namespace",
     "check_replication_clusters",
     "check_tenant",
@@ -116,6 +118,14 @@ class AuthPolicies(BaseModel):
 class BundlesData(BaseModel):
     boundaries: list[str]
     numBundles: int
+
+
+async def bundles_data(context: BrokerContext, namespace: str) -> BundlesData:
+    """The namespace's bundles: in a cluster as its local policies hold them now (a split included), as
+    Pulsar's namespace policies answer them; a broker alone has one, the whole range."""
+    if context.cluster is None:
+        return BundlesData(boundaries=["0x00000000", "0xffffffff"], numBundles=1)
+    return BundlesData.model_validate((await context.cluster.bundles.bundles(namespace)).bundles_data())
 
 
 class NamespacePolicies(BaseModel):
@@ -529,11 +539,12 @@ async def delete_namespace(request: Request, tenant: str, namespace: str, force:
 )
 async def get_policies(request: Request, tenant: str, namespace: str) -> NamespacePolicies:
     context = _context(request)
-    stored = context.metadata.namespace_policies(check_namespace(context, tenant, namespace))
+    name = check_namespace(context, tenant, namespace)
+    stored = context.metadata.namespace_policies(name)
     return NamespacePolicies(
         auth_policies=AuthPolicies(**stored.get("auth_policies", {})),
         replication_clusters=stored.get("replication_clusters", []),
-        bundles=BundlesData(boundaries=["0x00000000", "0xffffffff"], numBundles=1),
+        bundles=await bundles_data(context, name),
         backlog_quota_map={},
         clusterDispatchRate={},
         topicDispatchRate={},
