@@ -9,7 +9,9 @@ through the cluster's multi-host service URL; the topics' bundles spread over th
 CPU time together per message (from /proc), each broker's share of it, the arithmetic for a machine
 with a core per broker: 1 core / (CPU per message of the busiest broker's share), and the brokers' entry
 cache over the run (entries read from it, reads it could not answer, which went to the bookies, and
-evictions), from their /metrics.
+evictions), from their /metrics, and the metadata writes ZooKeeper took while the producer ran, counted
+there: all of them (the zxid's advance), the topics' ledger lists and their cursors (the versions of
+their nodes), and the rest (ownership, load reports, the leader's).
 
 On a 2-core machine the bookies, ZooKeeper, pulsar-perf and the brokers share the cores: the rates are
 the machine's, the CPU per message is the brokers'. Prints a table and writes
@@ -32,12 +34,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from kazoo.client import KazooClient
+
 from broker_process import cpu_seconds, machine
 from magnetar.cli.local_cluster import LocalCluster
+from magnetar.storage.bookkeeper_engine import managed_ledger_path
 from pulsar_perf import CLASSPATH, RECEIVED, SENT, SUBSCRIBE_WAIT_S, _java, _received_so_far, _stop
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cluster_scale.json"
 CONSUMERS = 2
+WRITE_KINDS = ("total", "ledger_lists", "cursors", "other")
 CACHE_COUNTERS = ("magnetar_ml_cache_hits_total", "magnetar_ml_cache_misses_total", "magnetar_ml_cache_evictions_total")
 
 
@@ -53,12 +59,64 @@ def cache_counters(http_urls: list[str]) -> dict[str, int]:
     return totals
 
 
+class MetadataWrites:
+    """ZooKeeper's write transactions, counted: the zxid (its counter of writes) read from a probe node
+    this creates, and the version (writes so far) of each topic's ledger list and of its cursors."""
+
+    def __init__(self, address: str) -> None:
+        self._zk = KazooClient(hosts=address)
+        self._zk.start(timeout=30)
+
+    def zxid(self) -> int:
+        probe = self._zk.create("/magnetar-bench-probe-", ephemeral=True, sequence=True)
+        stat = self._zk.exists(probe)
+        self._zk.delete(probe)
+        return stat.czxid
+
+    def versions(self, topics: list[str]) -> tuple[int, dict[str, int]]:
+        """The ledger lists' versions together, and each cursor's version by its path."""
+        lists, cursors = 0, {}
+        for topic in topics:
+            path = managed_ledger_path(topic)
+            stat = self._zk.exists(path)
+            if stat is None:
+                continue
+            lists += stat.version
+            for child in self._zk.get_children(path):
+                cursor = self._zk.exists(f"{path}/{child}")
+                if cursor is not None:
+                    cursors[f"{path}/{child}"] = cursor.version
+        return lists, cursors
+
+    def close(self) -> None:
+        self._zk.stop()
+        self._zk.close()
+
+
+def written(before: tuple[int, tuple[int, dict[str, int]]], after: tuple[int, tuple[int, dict[str, int]]]) -> dict:
+    """The writes between two readings of (zxid, versions); the probe's own create and delete are two."""
+    (zxid_before, (lists_before, cursors_before)), (zxid_after, (lists_after, cursors_after)) = before, after
+    # A cursor created meanwhile was written once more than its version says.
+    cursor_writes = sum(version - cursors_before.get(path, -1) for path, version in cursors_after.items())
+    total = zxid_after - zxid_before - 2
+    ledger_lists = lists_after - lists_before
+    return {
+        "total": total,
+        "ledger_lists": ledger_lists,
+        "cursors": cursor_writes,
+        "cursor_count": len(cursors_after),
+        "other": total - ledger_lists - cursor_writes,
+    }
+
+
 def one_size(brokers: int, rate: int, topics: int, seconds: int, batching: bool, classpath: str) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"magnetar-scale-{brokers}-"))
     cluster = LocalCluster(root / "cluster", brokers=brokers, bookies=3)
     try:
         cluster.start()
+        writes = MetadataWrites(cluster.bookkeeper.zookeeper.address)
         topic = f"persistent://public/default/scale-{uuid.uuid4().hex[:8]}"
+        names = [f"{topic}-{index}" for index in range(topics)]
         conf = root / "client.conf"
         conf.touch()
         consumer_log, producer_log = root / "consume.log", root / "produce.log"
@@ -73,17 +131,20 @@ def one_size(brokers: int, rate: int, topics: int, seconds: int, batching: bool,
             before = [cpu_seconds(pid) for pid in pids if pid is not None]
             http_urls = [broker.http_url for broker in cluster.brokers]
             cache_before = cache_counters(http_urls)
+            metadata_before = (writes.zxid(), writes.versions(names))
             produce = ["produce", "-u", url, "-t", str(topics), "-r", str(rate), "-s", "100", "-mk", "random"]
             if not batching:
                 produce.append("-db")
             producer = _java(classpath, conf, *produce, "-time", str(seconds), topic, log=producer_log)
             producer.wait(timeout=seconds + 120)
             after = [cpu_seconds(pid) for pid in pids if pid is not None]
+            metadata = written(metadata_before, (writes.zxid(), writes.versions(names)))
             received_in_run = _received_so_far(consumer_log)
             cache_after = cache_counters(http_urls)
-            owners = sorted({cluster.owner(f"{topic}-{index}") for index in range(topics)})
+            owners = sorted({cluster.owner(name) for name in names})
         finally:
             _stop(consumer)
+            writes.close()
         sent = int(SENT.findall(producer_log.read_text())[-1])
         output = consumer_log.read_text()
         received = int(RECEIVED.findall(output)[-1]) if RECEIVED.search(output) else 0
@@ -108,6 +169,7 @@ def one_size(brokers: int, rate: int, topics: int, seconds: int, batching: bool,
         # A core per broker: the busiest broker's CPU per message of the whole stream bounds the rate.
         "core_per_broker_capacity_msg_s": 1e6 / busiest_us if busiest_us else 0.0,
         "cache": {name.split("_")[3]: cache_after[name] - cache_before[name] for name in CACHE_COUNTERS},
+        "metadata_writes": metadata,
     }
 
 
@@ -130,16 +192,17 @@ def main() -> None:
     print()
     print(
         "| brokers | owning topics | sent | delivered in run | broker CPU / msg | each broker's CPU s "
-        "| a core per broker | cache hits / misses / evictions |"
+        "| a core per broker | cache hits / misses / evictions | metadata writes/s: all, ledger lists, cursors, other |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         shares = ", ".join(f"{s:.1f}" for s in row["broker_cpu_s"])
         cache = row["cache"]
+        rates = ", ".join(f"{row['metadata_writes'][kind] / row['seconds']:.2f}" for kind in WRITE_KINDS)
         print(
             f"| {row['brokers']} | {row['brokers_owning_topics']} | {row['sent']:,} | {row['delivered_in_run']:,} "
             f"| {row['broker_cpu_us_per_msg']:.1f} µs | {shares} | {row['core_per_broker_capacity_msg_s']:,.0f} msg/s "
-            f"| {cache['hits']:,} / {cache['misses']:,} / {cache['evictions']:,} |"
+            f"| {cache['hits']:,} / {cache['misses']:,} / {cache['evictions']:,} | {rates} |"
         )
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(
