@@ -14,7 +14,7 @@ for the broker's process (`--pulsar-pid` for a Pulsar broker started elsewhere).
 writes bench/results/pulsar_perf.json. The Java classpath comes from `make pulsar-perf` (build/pulsar-perf).
 
     python bench/pulsar_perf.py [--rows 120k,80k,max,5k-unbatched] [--seconds 20] [--drain-seconds 30]
-        [--pulsar pulsar://127.0.0.1:6651 --pulsar-pid PID]
+        [--pulsar pulsar://127.0.0.1:6651 --pulsar-pid PID] [-c KEY=VALUE (a setting of magnetar's broker)]
 """
 
 from __future__ import annotations
@@ -173,7 +173,11 @@ def main() -> None:
     parser.add_argument("--drain-seconds", type=int, default=30, help="how long the consumers may catch up")
     parser.add_argument("--pulsar", help="a Pulsar broker's service URL, to run every row against it too")
     parser.add_argument("--pulsar-pid", type=int, help="the Pulsar broker's process id, for its CPU time")
+    parser.add_argument(
+        "-c", "--setting", action="append", default=[], metavar="KEY=VALUE", help="a setting of the magnetar broker"
+    )
     args = parser.parse_args()
+    settings = dict(setting.split("=", 1) for setting in args.setting)
     if not CLASSPATH.exists():
         sys.exit(f"{CLASSPATH} is missing: run `make pulsar-perf` first")
     if args.pulsar and not args.pulsar_pid:
@@ -191,7 +195,7 @@ def main() -> None:
             brokers = [("magnetar", None), ("pulsar", args.pulsar)] if args.pulsar else [("magnetar", None)]
             for label, url in brokers:
                 if url is None:
-                    broker = Broker(work / f"data-{row}")
+                    broker = Broker(work / f"data-{row}", settings)
                     broker.start()
                     try:
                         result = run_row(row, broker.url, broker.pid, classpath, work, args.seconds, args.drain_seconds)
