@@ -290,6 +290,12 @@ BROKER_KEYS: tuple[Setting, ...] = (
         True,
     ),
     Setting("maxMessageSize", 5 * 1024 * 1024, "Largest message; frames may exceed it by 10 KiB of padding."),
+    Setting(
+        "dispatcherMaxReadSizeBytes",
+        5 * 1024 * 1024,
+        "Bytes of entries one subscription read takes at most (at least one entry).",
+        True,
+    ),
     Setting("allowAutoTopicCreation", True, "Create a topic on first use by a producer or consumer.", True),
     Setting(
         "allowAutoTopicCreationType",

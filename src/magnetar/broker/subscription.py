@@ -598,7 +598,7 @@ class PersistentSubscription(Generic[T]):
                         return compacted
                     if compacted is not None:
                         continue
-                stored = await cursor.read_entries(max_entries)
+                stored = await cursor.read_entries(max_entries, self.topic.context.config["dispatcherMaxReadSizeBytes"])
                 if stored:
                     fresh = cursor.undeleted_entries(stored)
                     if fresh:

@@ -101,7 +101,7 @@ class CursorLedger(Protocol):
 
     def count_entries(self, lower: tuple[int, int], upper: tuple[int, int]) -> int: ...
 
-    async def read_entries(self, start: tuple[int, int], count: int) -> list[Entry]: ...
+    async def read_entries(self, start: tuple[int, int], count: int, max_bytes: int | None = None) -> list[Entry]: ...
 
     async def find_first_published_at_or_after(self, publish_time_ms: int) -> Position: ...
 
@@ -271,11 +271,12 @@ class ManagedCursor:
 
     # ------------------------------------------------------------------ reading
 
-    async def read_entries(self, count: int) -> list[Any]:
-        """Read up to `count` entries from the read position and move it past them."""
+    async def read_entries(self, count: int, max_bytes: int | None = None) -> list[Any]:
+        """Read up to `count` entries from the read position (with `max_bytes`, no more than the first ones
+        whose data reaches it) and move it past them."""
         self.pending_read_ops += 1
         try:
-            entries = await self.ledger.read_entries(self.read_position, count)
+            entries = await self.ledger.read_entries(self.read_position, count, max_bytes)
         finally:
             self.pending_read_ops -= 1
         if entries:

@@ -49,6 +49,17 @@ def _nearby_runs(positions: list[tuple[int, int]]) -> list[tuple[int, int, int]]
     return ranges
 
 
+def _cut_at_bytes(entries: list[Entry], max_bytes: int) -> bool:
+    """Drop the entries after the one whose data brings the total to `max_bytes`; whether it was reached."""
+    total = 0
+    for index, entry in enumerate(entries):
+        total += len(entry.data)
+        if total >= max_bytes:
+            del entries[index + 1 :]
+            return True
+    return False
+
+
 class EntryReader:
     """The read side of a managed ledger."""
 
@@ -59,8 +70,12 @@ class EntryReader:
         self._cache = cache
         self._engine = engine
 
-    async def read_entries(self, start: tuple[int, int], count: int, last_confirmed: Position) -> list[Entry]:
-        """Up to `count` entries from `start` (inclusive), across ledgers, none after `last_confirmed`."""
+    async def read_entries(
+        self, start: tuple[int, int], count: int, last_confirmed: Position, max_bytes: int | None = None
+    ) -> list[Entry]:
+        """Up to `count` entries from `start` (inclusive), across ledgers, none after `last_confirmed`; with
+        `max_bytes`, none after the one that brings their data to `max_bytes` (Pulsar's
+        dispatcherMaxReadSizeBytes: at least one entry)."""
         spans = self._index.spans(Position(*start), min(count, READ_ENTRIES_MAX), last_confirmed)
         cache = self._cache
         result: list[Entry] = []
@@ -72,6 +87,8 @@ class EntryReader:
                 for run in runs:
                     cache.put_read(run, first + len(cached), last)
                 result.extend(entries)
+            if max_bytes is not None and _cut_at_bytes(result, max_bytes):
+                break
         return result
 
     async def read_positions(self, positions: list[tuple[int, int]]) -> list[Entry]:

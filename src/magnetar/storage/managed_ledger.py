@@ -542,9 +542,10 @@ class ManagedLedger:
 
     # ------------------------------------------------------------------ reads (`EntryReader`)
 
-    async def read_entries(self, start: tuple[int, int], count: int) -> list[Entry]:
-        """Up to `count` durable entries from `start` (inclusive), across ledgers."""
-        return await self._reader.read_entries(start, count, self.last_confirmed_entry)
+    async def read_entries(self, start: tuple[int, int], count: int, max_bytes: int | None = None) -> list[Entry]:
+        """Up to `count` durable entries from `start` (inclusive), across ledgers, and with `max_bytes` no
+        more than the first ones whose data reaches it (EntryReader.read_entries)."""
+        return await self._reader.read_entries(start, count, self.last_confirmed_entry, max_bytes)
 
     async def read_positions(self, positions: list[tuple[int, int]]) -> list[Entry]:
         """The entries at the given positions (replays), in the order given; missing ones are skipped."""

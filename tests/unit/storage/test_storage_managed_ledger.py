@@ -97,6 +97,28 @@ def test_read_positions_and_range_reads_come_from_disk_when_not_cached(run_stora
     run_storage(scenario)
 
 
+def test_a_read_stops_at_the_entry_that_reaches_its_byte_bound_across_ledgers(run_storage):
+    """dispatcherMaxReadSizeBytes: a cursor read takes entries until their data reaches the bound (the one
+    that reaches it included, so an entry larger than the bound is still read), and the next read goes
+    on from there; entries span two ledgers (five per ledger here)."""
+
+    async def scenario(factory):
+        ledger = await factory.open_ledger(TOPIC)
+        payloads = [bytes([65 + i]) * (100 * (i + 1)) for i in range(8)]
+        await append_all(ledger, payloads)
+        cursor = await ledger.open_cursor("bounded", "earliest")
+        taken = []
+        while batch := await cursor.read_entries(100, 450):
+            taken.append([e.data for e in batch])
+        # 100+200+300 reaches 450 at the third; 400 + 500 the fifth (in the next ledger);
+        # 600, 700 and 800 are each past the bound alone.
+        assert taken == [payloads[0:3], payloads[3:5], [payloads[5]], [payloads[6]], [payloads[7]]]
+        everything = await ledger.open_cursor("unbounded", "earliest")
+        assert [e.data for e in await everything.read_entries(100)] == payloads
+
+    run_storage(scenario)
+
+
 def test_tailing_reads_are_served_from_the_cache(run_storage):
     async def scenario(factory):
         ledger = await factory.open_ledger(TOPIC)
