@@ -8,6 +8,10 @@ cursors or retention; which entries exist is the `LedgerIndex`'s, which are dura
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate
+from operator import attrgetter
+
 from magnetar.positions import Position
 from magnetar.storage.engine import StorageEngine
 from magnetar.storage.entry_cache import EntryCache
@@ -49,15 +53,17 @@ def _nearby_runs(positions: list[tuple[int, int]]) -> list[tuple[int, int, int]]
     return ranges
 
 
+_DATA = attrgetter("data")
+
+
 def _cut_at_bytes(entries: list[Entry], max_bytes: int) -> bool:
-    """Drop the entries after the one whose data brings the total to `max_bytes`; whether it was reached."""
-    total = 0
-    for index, entry in enumerate(entries):
-        total += len(entry.data)
-        if total >= max_bytes:
-            del entries[index + 1 :]
-            return True
-    return False
+    """Drop the entries after the one whose data brings the total to `max_bytes`; whether it was reached.
+    Every read of a subscription passes here: the running totals are summed and searched in C."""
+    totals = list(accumulate(map(len, map(_DATA, entries))))
+    if not totals or totals[-1] < max_bytes:
+        return False
+    del entries[bisect_left(totals, max_bytes) + 1 :]
+    return True
 
 
 class EntryReader:

@@ -110,8 +110,8 @@ def test_a_read_stops_at_the_entry_that_reaches_its_byte_bound_across_ledgers(ru
         taken = []
         while batch := await cursor.read_entries(100, 450):
             taken.append([e.data for e in batch])
-        # 100+200+300 reaches 450 at the third; 400 + 500 the fifth (in the next ledger);
-        # 600, 700 and 800 are each past the bound alone.
+        # 100+200+300 reaches 450 at the third; 400+500 at the fifth, the first ledger's last, so the
+        # read stops before the second ledger; 600, 700 and 800 are each past the bound alone.
         assert taken == [payloads[0:3], payloads[3:5], [payloads[5]], [payloads[6]], [payloads[7]]]
         everything = await ledger.open_cursor("unbounded", "earliest")
         assert [e.data for e in await everything.read_entries(100)] == payloads
