@@ -351,8 +351,8 @@ def test_seek_to_earliest_and_by_publish_time(client, topic) -> None:
     cut = messages[5].publish_timestamp()
     assert messages[4].publish_timestamp() < cut
     consumer.seek(cut)
-    after = drain(consumer)
-    assert texts(after) == [f"m{i}" for i in range(5, 10)]
+    assert texts(receive_n(consumer, 5)) == [f"m{i}" for i in range(5, 10)]
+    assert drain(consumer, 300) == []
 
 
 def test_seek_by_message_id(client, topic) -> None:
@@ -363,7 +363,8 @@ def test_seek_by_message_id(client, topic) -> None:
     consumer.seek(sent[2])
     # The broker resets the cursor to that entry and delivers from it; the C++ client drops the entry
     # it sought to (its start id is exclusive), so the application sees what follows.
-    assert texts(drain(consumer)) == [f"m{i}" for i in range(3, 6)]
+    assert texts(receive_n(consumer, 3)) == [f"m{i}" for i in range(3, 6)]
+    assert drain(consumer, 300) == []
 
 
 def test_reader_from_earliest_with_has_message_available(client, topic) -> None:

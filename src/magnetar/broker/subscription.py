@@ -92,7 +92,14 @@ class SubscriptionTopic(Protocol):
 
 T = TypeVar("T", bound=SubscriptionTopic)
 
-__all__ = ["PersistentSubscription", "MARKER_PRODUCER_NAME", "REPLICATED_PROPERTY", "entry_after", "is_marker_entry"]
+__all__ = [
+    "PersistentSubscription",
+    "MARKER_PRODUCER_NAME",
+    "REPLICATED_PROPERTY",
+    "SubscriptionFencedError",
+    "entry_after",
+    "is_marker_entry",
+]
 
 # The cursor property that makes a subscription replicated (PIP-33), kept across restarts as Pulsar keeps it.
 REPLICATED_PROPERTY = "pulsar.replicated.subscription"
@@ -102,6 +109,13 @@ REPLICATED_PROPERTY = "pulsar.replicated.subscription"
 REPLICATED_ACKS_CONSUMER_ID = 0
 
 log = logging.getLogger(__name__)
+
+
+class SubscriptionFencedError(Exception):
+    """A consumer subscribes while the subscription's cursor is being reset (Pulsar's
+    SubscriptionFencedException): answered ServiceNotReady, and the client subscribes again later."""
+
+    server_error = "ServiceNotReady"
 
 
 def is_marker_entry(stored: Any) -> bool:
@@ -192,6 +206,8 @@ class PersistentSubscription(Generic[T]):
         # Reads see the topic's compacted view up to its horizon (a consumer or reader that subscribed
         # with read_compacted; Exclusive and Failover only).
         self.read_compacted = False
+        # True while the cursor is reset (a seek): consumers that come back in the meantime are refused.
+        self._fenced = False
 
     @property
     def durable(self) -> bool:
@@ -224,7 +240,10 @@ class PersistentSubscription(Generic[T]):
     def add_consumer(
         self, consumer: ServerConsumer, subscription_type: str, priority_level: int, meta: KeySharedMeta | None
     ) -> int:
-        """Attach a consumer; returns its id within the subscription. Raises CoreError subclasses."""
+        """Attach a consumer; returns its id within the subscription. Raises CoreError subclasses, and
+        SubscriptionFencedError while the cursor is being reset."""
+        if self._fenced:
+            raise SubscriptionFencedError("Subscription is fenced")
         if self.dispatcher is not None and subscription_type != self.subscription_type:
             raise ConsumerBusyError(
                 f"Subscription {self.name} is of type {self.subscription_type}, not {subscription_type}"
@@ -671,7 +690,14 @@ class PersistentSubscription(Generic[T]):
     async def reset_cursor(self, position: Position) -> None:
         """resetCursor: consumers are closed first (they re-subscribe), so no dispatcher holds the old
         positions when the cursor moves; then everything before `position` counts as acknowledged and
-        nothing from it on, as a seek does."""
+        nothing from it on, as a seek does.
+
+        The subscription is fenced until the cursor is stored, as Pulsar's is: a consumer that re-subscribes
+        before then is refused and comes again. Were it let in, messages from the new position could reach
+        its client before the answer to the SEEK, and the C++ client clears its queue when that answer
+        comes: they would be lost to it until the next redelivery. A second reset meanwhile is refused."""
+        if self._fenced:
+            raise ConsumerBusyError("Failed to fence subscription")
         log.info(
             "[%s][%s] Resetting cursor to %s, consumers to close: %d",
             self.topic.name,
@@ -679,8 +705,12 @@ class PersistentSubscription(Generic[T]):
             position,
             len(self.consumers),
         )
-        self.disconnect_consumers()
-        await self.cursor.reset(position)
+        self._fenced = True
+        try:
+            self.disconnect_consumers()
+            await self.cursor.reset(position)
+        finally:
+            self._fenced = False
 
     # ------------------------------------------------------------------------------ stats
 
