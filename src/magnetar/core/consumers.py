@@ -32,6 +32,7 @@ class Consumer:
         "partially_acked",
         "msg_out_counter",
         "entries_out_counter",
+        "avg_messages_per_entry",
         "redelivered_counter",
         "join_position",
     )
@@ -51,6 +52,8 @@ class Consumer:
         self.partially_acked: dict[Position, int] = {}
         self.msg_out_counter = 0
         self.entries_out_counter = 0
+        # Pulsar's avgMessagesPerEntry: the first dispatch's, then a tenth to each newer one; 0 until then.
+        self.avg_messages_per_entry = 0.0
         self.redelivered_counter = 0
         # classic: last position read when it joined; pip282: last sent position when it joined.
         self.join_position: Position | None = None
@@ -58,9 +61,15 @@ class Consumer:
     def __repr__(self) -> str:
         return f"Consumer({self.consumer_id}, {self.name!r})"
 
-    @property
-    def avg_messages_per_entry(self) -> float:
-        return self.msg_out_counter / self.entries_out_counter if self.entries_out_counter else 1.0
+    def sent(self, messages: int, entries: int) -> None:
+        """Count a dispatch of `entries` entries holding `messages` messages."""
+        self.msg_out_counter += messages
+        self.entries_out_counter += entries
+        average = messages / entries
+        if self.avg_messages_per_entry < 1:
+            self.avg_messages_per_entry = average
+        else:
+            self.avg_messages_per_entry = self.avg_messages_per_entry * 0.9 + 0.1 * average
 
     def check_invariants(self) -> None:
         self.pending_acks.check_invariants()

@@ -29,6 +29,7 @@ class DispatcherSettings:
     max_unacked_messages_per_subscription: int = 200000
     key_shared_unblocking_interval_ms: int = 10
     max_read_batch_size: int = 100
+    precise_dispatcher_flow_control: bool = False
     max_round_robin_batch_size: int = 20
     retry_backoff_initial_ms: int = 1
     retry_backoff_max_ms: int = 10
@@ -136,6 +137,11 @@ PULSAR_KEYS: dict[str, tuple[str, str, bool]] = {
         True,
     ),
     "max_read_batch_size": ("dispatcherMaxReadBatchSize", "Entries per read.", True),
+    "precise_dispatcher_flow_control": (
+        "preciseDispatcherFlowControl",
+        "A read takes the permits over the consumers' average messages per entry, not the permits, in entries.",
+        False,
+    ),
     "max_round_robin_batch_size": (
         "dispatcherMaxRoundRobinBatchSize",
         "Shared: entries given to one consumer before moving to the next.",

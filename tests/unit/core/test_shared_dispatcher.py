@@ -163,6 +163,23 @@ def test_permits_are_counted_in_messages() -> None:
     assert h(Flow(1, 1)) == [ReplayEntries(positions(batch[2]))]
 
 
+def test_precise_flow_control_reads_the_permits_over_the_messages_per_entry() -> None:
+    """preciseDispatcherFlowControl: a read takes ceil(permits / average messages per entry) entries, the
+    average Pulsar's (the first dispatch's, then a tenth to each newer one, rounded half up). Off
+    (Pulsar's default), the permits count as entries."""
+    for precise, reads in ((True, [ReadEntries(23), ReadEntries(24)]), (False, [ReadEntries(100), ReadEntries(100)])):
+        h = Harness(precise_dispatcher_flow_control=precise)
+        h(ConsumerAdded(1, "c1"))
+        assert h(Flow(1, 500)) == [ReadEntries(100)]  # nothing sent yet: one message per entry
+        # 40 messages in 2 entries: 460 permits left, the average 20, 460 / 20 = 23 entries.
+        first = h.deliver(entries(2, message_count=20))
+        assert h.d.consumers[1].avg_messages_per_entry == 20
+        # 10 more in 1 entry: 450 left, the average 20 * 0.9 + 0.1 * 10 = 19, 450 / 19 -> 24 entries.
+        second = h.deliver(entries(1, first=2, message_count=10))
+        assert round(h.d.consumers[1].avg_messages_per_entry, 9) == 19
+        assert [d for d in first + second if isinstance(d, ReadEntries)] == reads
+
+
 # --- unacked limits ---------------------------------------------------------------------------------
 
 

@@ -26,12 +26,13 @@ from magnetar.core.events import (
     RewindCursor,
     Tick,
 )
+from magnetar.core.settings import DispatcherSettings
 from magnetar.core.sticky_key import key_hash, range_slot
 from magnetar.positions import Position
 
 
-def entries(count: int, first: int = 0) -> tuple[Entry, ...]:
-    return tuple(Entry(Position(1, first + i)) for i in range(count))
+def entries(count: int, first: int = 0, message_count: int = 1) -> tuple[Entry, ...]:
+    return tuple(Entry(Position(1, first + i), message_count=message_count) for i in range(count))
 
 
 class Harness:
@@ -59,6 +60,18 @@ def test_exclusive_first_consumer_becomes_active() -> None:
     batch = entries(3)
     assert h(ReadCompleted(batch)) == []
     assert h(DispatchDue()) == [Dispatch(1, list(batch)), ReadEntries(2)]
+
+
+def test_precise_flow_control_reads_the_permits_over_the_messages_per_entry() -> None:
+    """preciseDispatcherFlowControl: 500 permits, 200 of them spent on 2 entries of 100 messages: the next
+    read takes 300 / 100 = 3 entries, not 100 (dispatcherMaxReadBatchSize)."""
+    d = SingleActiveConsumerDispatcher("Exclusive", DispatcherSettings(precise_dispatcher_flow_control=True))
+    d.handle(ConsumerAdded(1, "c1"), 0)
+    assert d.handle(Flow(1, 500), 0) == [ReadEntries(100)]
+    batch = entries(2, message_count=100)
+    d.handle(ReadCompleted(batch), 0)
+    assert d.handle(DispatchDue(), 0) == [Dispatch(1, list(batch)), ReadEntries(3)]
+    d.check_invariants()
 
 
 def test_exclusive_second_consumer_is_refused_with_consumer_busy() -> None:

@@ -282,8 +282,7 @@ class SharedDispatcher:
         self._sent(sent)
         consumer.permits -= messages
         consumer.unacked_messages += messages
-        consumer.msg_out_counter += messages
-        consumer.entries_out_counter += len(sent)
+        consumer.sent(messages, len(sent))
         self.total_unacked += messages
         limit = self.settings.max_unacked_messages_per_consumer
         if limit and consumer.unacked_messages >= limit:
@@ -346,7 +345,12 @@ class SharedDispatcher:
         return positions
 
     def _normal_read_size(self) -> int:
-        permits = sum(max(self._available_permits(c), 0) for c in self.consumers.values())
+        consumers = self.consumers.values()
+        permits = sum(max(self._available_permits(c), 0) for c in consumers)
+        if self.settings.precise_dispatcher_flow_control and permits > 0:
+            # Pulsar divides by one random consumer's average; the mean of all of them keeps this deterministic.
+            per_entry = max(int(sum(c.avg_messages_per_entry for c in consumers) / len(consumers) + 0.5), 1)
+            permits = -(-permits // per_entry)
         return min(permits, self.settings.max_read_batch_size)
 
     def _available_permits(self, consumer: Consumer) -> int:

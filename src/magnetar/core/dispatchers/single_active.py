@@ -183,7 +183,10 @@ class SingleActiveConsumerDispatcher:
             return
         self._read_in_flight = True
         self._read_stale = False
-        self._out.append(ReadEntries(min(active.permits, self.settings.max_read_batch_size)))
+        permits = active.permits
+        if self.settings.precise_dispatcher_flow_control:
+            permits = -(-permits // max(int(active.avg_messages_per_entry + 0.5), 1))
+        self._out.append(ReadEntries(min(permits, self.settings.max_read_batch_size)))
 
     def _on_read_completed(self, event: ReadCompleted) -> None:
         if not self._read_in_flight:
@@ -217,8 +220,7 @@ class SingleActiveConsumerDispatcher:
         if entries and active is not None:
             messages = sum(e.message_count for e in entries)
             active.permits -= messages
-            active.msg_out_counter += messages
-            active.entries_out_counter += len(entries)
+            active.sent(messages, len(entries))
             self._out.append(Dispatch(active.consumer_id, list(entries)))
         elif entries:
             # Nobody to send to: read these again when a consumer arrives.
