@@ -24,6 +24,7 @@ import random
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterable
 from datetime import timedelta
 
 import httpx
@@ -533,13 +534,17 @@ def test_dispatch_continues_when_messages_are_delayed(module_broker_factory, cli
     c1 = key_shared(client, topic, "c1", receiver_queue_size=10)
     producer = make_producer(client, topic)
     rnd = random.Random(6)
-    for i in range(40):
-        key = str(rnd.randrange(NUMBER_OF_KEYS))
+    keyed = [(i, str(rnd.randrange(NUMBER_OF_KEYS))) for i in range(80)]
+    for i, key in keyed[:40]:
         producer.send(f"{i}|{key}".encode(), partition_key=key, deliver_after=timedelta(seconds=2))
-    send_all(producer, ((i, str(rnd.randrange(NUMBER_OF_KEYS))) for i in range(40, 80)))
+    send_all(producer, keyed[40:])
     c2 = key_shared(client, topic, "c2", receiver_queue_size=10)
     received = receive_n({"c1": c1, "c2": c2}, 80)
-    assert sorted(v for m in received.values() for v in values(m)) == list(range(80))
+    got = sorted(v for m in received.values() for v in values(m))
+    if got != list(range(80)):
+        broker = module_broker_factory(keySharedOrderingMode=mode)
+        keys = sorted({k for i, k in keyed if i not in got})
+        pytest.fail(f"missing {sorted(set(range(80)) - set(got))}:\n{broker_view(broker.http_url, topic, keys)}")
 
 
 # --------------------------------------------------------------------- listener and compression
@@ -644,6 +649,17 @@ def wait_held(http_url: str, topic: str, keys: list[str], count: int, timeout_s:
     raise AssertionError(f"the broker holds {len(held)} of the {count} messages in its replay queue")
 
 
+def broker_view(http_url: str, topic: str, keys: Iterable[str]) -> str:
+    """What the broker says of the subscription and of `keys` (stats, internal stats, explain-key): put in an
+    assertion's message, a failure that does not come back alone says why the broker held what it held."""
+    base = f"{http_url}/admin/v2/{topic.replace('://', '/')}"
+    parts = [httpx.get(f"{base}/stats", timeout=10).text, httpx.get(f"{base}/internalStats", timeout=10).text]
+    parts += [
+        httpx.get(f"{base}/subscription/{SUB}/keys/{urllib.parse.quote(key, safe='')}", timeout=10).text for key in keys
+    ]
+    return "\n".join(parts)
+
+
 def _ttl_unblocks(client: pulsar.Client, http_url: str, topic: str) -> None:
     moving = keys_owned([(["c1"], "c1"), (["c1", "c2"], "c2")], 3)
     staying = keys_owned([(["c1", "c2"], "c1")], 3)
@@ -682,7 +698,10 @@ def _ttl_unblocks(client: pulsar.Client, http_url: str, topic: str) -> None:
         items = [(2000 + i, (moving + staying)[i % 6]) for i in range(60)]
         send_all(producer, items)
         to_c2 = [v for v, k in items if k in moving]
-        assert collector.wait_values(to_c2) == set()
+        missing = collector.wait_values(to_c2)
+        if missing:
+            held = sorted({k for v, k in items if v in missing})
+            pytest.fail(f"c2 did not get {sorted(missing)}:\n{broker_view(http_url, topic, held)}")
         deadline = time.monotonic() + WAIT_S
         while not {v for v, k in items if k in staying} <= set(c1_got) and time.monotonic() < deadline:
             time.sleep(0.05)
